@@ -1,0 +1,9 @@
+"""The servo physics kernel (Cython, nogil): `Kernel` steps N actuators at a fixed dt.
+
+Parameter and state fields, their units and the step order are documented in `core.pxd` and
+`core.pyx`; `default_params()` returns every parameter with its neutral value.
+"""
+
+from hil.kernel.core import FAULT_BITS, INTEGRATORS, LAWS, OUTPUTS, Kernel, default_params
+
+__all__ = ["FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params"]

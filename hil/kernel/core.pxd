@@ -1,0 +1,141 @@
+# C-level interface of the servo kernel: one nogil call advances N actuators by one step.
+# Other Cython modules (the real-time loop) cimport `Params`, `State`, `Input` and `step_all`.
+# All quantities are SI; "motor side" means before the gear (g·θ), "output" means after it.
+
+from libc.stdint cimport int64_t, uint64_t
+
+cdef enum:
+    # firmware control law (what turns the command u into voltage, current or torque)
+    LAW_VOLTAGE = 0       # dcmotor controller layer, input="voltage": u = volts
+    LAW_POSITION = 1      # dcmotor controller layer, input="position": u = setpoint in gear·rad
+    LAW_VELOCITY = 2      # dcmotor controller layer, input="velocity": u = setpoint in gear·rad/s
+    LAW_DXL_PWM = 3       # bam Dynamixel voltage law: u = goal position [rad]
+    LAW_EROB_PD = 4       # bam eRob current law: u = goal position [rad]
+    LAW_CURRENT = 5       # u = motor current [A]
+    LAW_TORQUE = 6        # u = output torque [N·m]
+
+    INTEGRATOR_EULER = 0  # MuJoCo's semi-implicit Euler with implicit damping
+    INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
+
+    FAULT_OPEN_CIRCUIT = 1    # bits of State.fault_flags
+    FAULT_SUPPLY = 2
+    FAULT_ENCODER = 4
+    FAULT_DERATED = 8
+
+
+cdef packed struct Params:
+    int64_t law
+    int64_t integrator
+    # -- motor (MuJoCo dcmotor semantics; constants on the motor side of the gear)
+    double resistance          # R0 [ohm] at reftemp
+    double motorconst          # K [N·m/A] = [V·s/rad]
+    double efficiency          # gearbox efficiency η: electrical torque × η (seed 000 §1.2)
+    double gear                # ratio g: output angle θ, motor angle g·θ
+    double armature            # rotor inertia [kg·m²], reflected as armature·g²
+    double te                  # electrical time constant L/R0 [s]; 0 = quasi-static current
+    double didt_max            # [A/s]; 0 = unlimited
+    double tau_max             # electrical torque clamp (motor side) [N·m]; 0 = none
+    double thermal_r           # R_T [K/W]; 0 = no thermal state
+    double thermal_c           # C [J/K]
+    double tempcoef            # α [1/K]
+    double reftemp             # T0 [°C]
+    double ambient             # Ta [°C]
+    double derate_i_rated      # thermal current derating (seed 000 §1.3.5) [A]; 0 = off
+    double derate_i_safe       # [A]
+    double derate_t1           # [°C] derating starts
+    double derate_t2           # [°C] fully derated
+    double cog_amplitude       # [N·m]
+    double cog_poles           # periodicity Np
+    double cog_phase           # [rad]
+    double damping_b1          # passive drag −ω(B1 + B2|ω| + B3ω²)·g², [N·m·s/rad] …
+    double damping_b2
+    double damping_b3
+    double lugre_s0            # σ0 [N·m/rad]; 0 = no bristle state
+    double lugre_s1            # σ1 [N·m·s/rad]
+    double lugre_tc            # Coulomb level τc [N·m]
+    double lugre_ts            # static level τs [N·m]
+    double lugre_ws            # Stribeck velocity ωs [rad/s]
+    # -- dcmotor controller layer (volt units, MuJoCo 3.7–3.11 "v1")
+    double kp
+    double ki
+    double kd
+    double slew                # setpoint slew rate [u/s]; 0 = none
+    double imax                # integral clamp (anti-windup); 0 = none
+    double vmax                # controller voltage clamp [V]; 0 = none
+    int64_t ctrl_limited
+    double ctrl_lo
+    double ctrl_hi
+    # -- supply: Dynamixel vin, eRob bus voltage; 0 = ideal source (dcmotor laws)
+    double supply_v
+    # -- bam Dynamixel voltage law (notes/bam.md §2.2)
+    double fw_kp               # raw Position P Gain register value
+    double error_gain          # duty per (P unit · rad)
+    double max_duty            # [0..1]
+    double max_current         # firmware current limiter [A]; 0 = none
+    # -- bam eRob current law (notes/bam.md §2.3)
+    double pd_kp               # [A/rad]
+    double pd_damping          # D = damping·√kp [A·s/rad]
+    double max_amps            # [A]
+    # -- bam friction budget M1–M6 (notes/bam.md §2.1), applied as a clipped stopping torque
+    int64_t budget             # 0 = off
+    int64_t budget_quadratic   # M6 quadratic term
+    double friction_base       # Kc [N·m]
+    double friction_viscous    # Kv [N·m·s/rad]
+    double friction_stribeck   # Kcs [N·m]
+    double dtheta_stribeck     # θ̇s [rad/s]; 0 = no Stribeck factor
+    double alpha               # Stribeck exponent
+    double load_friction_base            # Kl
+    double load_friction_stribeck        # Kls
+    double load_friction_motor           # Km
+    double load_friction_external        # Ke
+    double load_friction_motor_stribeck  # Kms
+    double load_friction_external_stribeck  # Kes
+    double load_friction_motor_quad      # Kmq [1/N·m]
+    double load_friction_external_quad   # Keq [1/N·m]
+    double q_offset                      # [rad] added to θ in the gravity torque
+    # -- load at the output
+    double load_inertia        # about the axis, pendulum point mass excluded [kg·m²]
+    double mass                # pendulum point mass [kg] at `length`
+    double length              # [m]
+    double arm_mass            # uniform arm [kg] of `length`
+    double gravity             # [m/s²]
+    # -- faults (Simscape DC motor "Faults"; encoder)
+    double oc_fraction         # open fraction of each motor revolution; 0 = no open-circuit fault
+    double oc_time             # temporal trigger [s]; inf = never
+    double oc_current          # behavioural trigger |i| > oc_current [A]; inf = never
+    double oc_duration         # … for longer than this [s]
+    double supply_override     # NaN = none; else replaces supply_v (sag / surge)
+    double encoder_counts      # counts per output revolution; 0 = continuous
+    double encoder_noise       # std-dev of measured-position noise [rad]
+    uint64_t seed              # noise seed
+
+
+cdef packed struct State:
+    double theta               # output angle [rad]
+    double omega               # output velocity [rad/s]
+    double slew_u              # slewed setpoint
+    double integral            # controller integral state
+    double temp_rise           # winding temperature above ambient [K]
+    double bristle             # LuGre z [rad]
+    double current             # armature current state [A] (inductive model)
+    double oc_timer            # time |i| has exceeded oc_current [s]
+    int64_t oc_active          # open-circuit fault latched
+    int64_t fault_flags
+    int64_t k                  # steps taken; t = k·dt
+    uint64_t rng
+    # -- what step k produced (state above is already k+1)
+    double theta_meas          # measured output position used by the firmware [rad]
+    double torque              # actuator torque at the output [N·m]
+    double friction_torque     # budget friction torque applied at the output [N·m]
+    double i_out               # armature current that made the torque [A]
+    double v_out               # terminal voltage [V]
+    double temperature         # absolute winding temperature at the start of the step [°C]
+
+
+cdef packed struct Input:
+    double u
+    double enable
+    double external_torque     # [N·m] at the output
+
+
+cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil

@@ -1,0 +1,458 @@
+# cython: language_level=3
+"""Servo physics kernel: firmware law → motor → friction → load → integrate, for N actuators at once.
+
+Step order and semantics follow MuJoCo 3.11's `dcmotor` (notes/mujoco_dcmotor.md §3, Euler) and bam's
+`Simulator.step` (notes/bam.md §2.4); the oracle tests hold both to round-off.
+"""
+
+from libc.math cimport exp, fabs, sin, sqrt, floor, log, cos, isnan, M_PI, INFINITY, NAN
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset
+from libc.stdint cimport uint64_t
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+# Names exported to Python (hil.kernel): the enum values above live only in C.
+LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
+        "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE}
+INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
+FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder": FAULT_ENCODER,
+              "derated": FAULT_DERATED}
+
+cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
+
+
+cdef inline double clip(double x, double lo, double hi) noexcept nogil:
+    return lo if x < lo else (hi if x > hi else x)
+
+
+cdef inline double sign(double x) noexcept nogil:
+    return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+
+
+cdef inline double uniform(uint64_t* state) noexcept nogil:
+    # xorshift64*: a seeded, allocation-free generator usable without the GIL; (0, 1].
+    cdef uint64_t x = state[0]
+    x ^= x >> 12
+    x ^= x << 25
+    x ^= x >> 27
+    state[0] = x
+    return ((x * <uint64_t>2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300
+
+
+cdef inline double gaussian(uint64_t* state) noexcept nogil:
+    # Box–Muller; one draw per call keeps the stream a pure function of (seed, k).
+    cdef double u1 = uniform(state)
+    cdef double u2 = uniform(state)
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)
+
+
+cdef inline double measure(const Params* p, State* s) noexcept nogil:
+    """Position the firmware reads from its encoder: noise, then quantization to whole counts."""
+    cdef double q = s.theta
+    if p.encoder_noise > 0:
+        q += p.encoder_noise * gaussian(&s.rng)
+    if p.encoder_counts > 0:
+        q = floor(q * p.encoder_counts / (2.0 * M_PI) + 0.5) * (2.0 * M_PI) / p.encoder_counts
+    return q
+
+
+cdef inline double derated_current(const Params* p, double temp_abs) noexcept nogil:
+    """i_max(T) of seed 000 §1.3.5 with a smoothstep s(T) between T1 and T2."""
+    if temp_abs <= p.derate_t1:
+        return p.derate_i_rated
+    if temp_abs >= p.derate_t2:
+        return p.derate_i_safe
+    cdef double x = (temp_abs - p.derate_t1) / (p.derate_t2 - p.derate_t1)
+    return p.derate_i_safe + (p.derate_i_rated - p.derate_i_safe) * (1.0 - x * x * (3.0 - 2.0 * x))
+
+
+cdef inline double friction_budget(const Params* p, double tau_m, double tau_e, double w) noexcept nogil:
+    """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1); unused terms have zero coefficients."""
+    cdef double s = 0.0
+    cdef double q = 0.0
+    if p.dtheta_stribeck > 0:
+        s = exp(-(fabs(w / p.dtheta_stribeck) ** p.alpha))
+    if p.budget_quadratic and sign(tau_m) != sign(tau_e):
+        if fabs(tau_e) < fabs(tau_m):
+            q = p.load_friction_external_quad * tau_e * tau_e
+        elif fabs(tau_e) > fabs(tau_m):
+            q = p.load_friction_motor_quad * tau_m * tau_m
+    return (p.friction_base
+            + p.load_friction_base * fabs(tau_m - tau_e)
+            + fabs(p.load_friction_external * tau_e - p.load_friction_motor * tau_m)
+            + s * (p.friction_stribeck
+                   + p.load_friction_stribeck * fabs(tau_m - tau_e)
+                   + fabs(p.load_friction_external_stribeck * tau_e
+                          - p.load_friction_motor_stribeck * tau_m)
+                   + q)
+            + p.friction_viscous * fabs(w))
+
+
+cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexcept nogil:
+    cdef double g = p.gear
+    cdef double t = s.k * dt
+    cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
+    cdef double Ld = g * s.omega           # its velocity
+    cdef double K = p.motorconst
+    cdef double u = inp.u
+    cdef bint enabled = inp.enable != 0
+    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, di, i_next, e, gs, a, z_rate
+    cdef double slew_rate = 0.0, int_rate = 0.0, temp_rate = 0.0, imax_t
+    cdef bint voltage_mode = 0, open_now = 0
+    cdef double ea, frac
+    a = 0.0
+    cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs
+
+    # -- sensing (pre-step state) and faults
+    thm = measure(p, s)
+    s.theta_meas = thm
+    Lm = g * thm
+    s.fault_flags = 0
+    if p.encoder_noise > 0:
+        s.fault_flags |= FAULT_ENCODER
+    vs = p.supply_v
+    if not isnan(p.supply_override):
+        vs = p.supply_override
+        s.fault_flags |= FAULT_SUPPLY
+    if p.oc_fraction > 0 and not s.oc_active and t >= p.oc_time:
+        s.oc_active = 1
+    if s.oc_active:
+        s.fault_flags |= FAULT_OPEN_CIRCUIT
+        # Simscape: the source sees an open circuit for `oc_fraction` of each motor revolution.
+        frac = L / (2.0 * M_PI)
+        frac = frac - floor(frac)
+        open_now = frac < p.oc_fraction
+
+    R = p.resistance
+    T = 0.0
+    if p.thermal_r > 0:
+        T = s.temp_rise
+        R = p.resistance * (1.0 + p.tempcoef * (T + p.ambient - p.reftemp))
+    s.temperature = T + p.ambient if p.thermal_r > 0 else NAN
+
+    # -- firmware control law
+    if isnan(u):
+        u = 0.0
+    if p.ctrl_limited:
+        u = clip(u, p.ctrl_lo, p.ctrl_hi)
+    V = 0.0
+    i = 0.0
+    tau_act = 0.0
+    if p.law <= LAW_VELOCITY:
+        voltage_mode = 1
+        if p.slew > 0:
+            u = clip(u, s.slew_u - p.slew * dt, s.slew_u + p.slew * dt)
+            slew_rate = (u - s.slew_u) / dt
+        if p.ki > 0:
+            e = u - Lm if p.law == LAW_POSITION else u
+            if p.imax > 0:
+                if s.integral >= p.imax:
+                    e = min(e, 0.0)
+                elif s.integral <= -p.imax:
+                    e = max(e, 0.0)
+            int_rate = e
+        if p.law == LAW_POSITION:
+            V = p.kp * (u - Lm) + p.ki * s.integral - p.kd * Ld
+        elif p.law == LAW_VELOCITY:
+            V = p.kp * (u - Ld) + p.ki * (s.integral - Lm)
+        else:
+            V = u
+        if p.vmax > 0:
+            V = clip(V, -p.vmax, p.vmax)
+        if vs > 0:
+            V = clip(V, -vs, vs)
+    elif p.law == LAW_DXL_PWM:
+        voltage_mode = 1
+        e = p.error_gain * p.fw_kp * (u - thm)
+        if p.max_current > 0:
+            e = clip(e, (K * Ld - R * p.max_current) / vs, (K * Ld + R * p.max_current) / vs)
+        V = vs * clip(e, -p.max_duty, p.max_duty)
+    elif p.law == LAW_EROB_PD or p.law == LAW_CURRENT:
+        if p.law == LAW_EROB_PD:
+            i = p.pd_kp * (u - thm) - p.pd_damping * sqrt(p.pd_kp) * s.omega if enabled else 0.0
+            i = clip(i, -p.max_amps, p.max_amps)
+        else:
+            i = u if enabled else 0.0
+        f = K * i
+        if vs > 0:
+            # Supply feasibility band of a current-controlled drive (bam ErobActuator, 48 V).
+            f = clip(f, -K / R * vs - K * K / R * Ld, K / R * vs - K * K / R * Ld)
+            i = f / K
+        if open_now:
+            i = 0.0
+            f = 0.0
+        V = R * i + K * Ld
+    else:  # LAW_TORQUE: an ideal torque source at the output
+        tau_act = u if enabled else 0.0
+
+    # -- motor: current, heating and electrical torque
+    i_next = 0.0
+    if voltage_mode:
+        if not enabled or open_now:
+            # Torque off / open winding: no current can flow, so neither torque nor back-EMF braking.
+            V = K * Ld
+            i = 0.0
+            f = 0.0
+        elif p.te > 0:
+            i = s.current
+            di = (V / R - K / R * Ld - i) / p.te
+            if p.didt_max > 0:
+                di = clip(di, -p.didt_max, p.didt_max)
+            i_next = i + di * p.te * (1.0 - exp(-dt / p.te))   # exact exponential; torque from i_{k+1}
+            f = K * i_next
+        else:
+            i = (V - K * Ld) / R
+            f = K / R * V - K / R * K * Ld
+    if p.thermal_r > 0:
+        temp_rate = (R * i * i - T / p.thermal_r) / p.thermal_c
+    if p.law != LAW_TORQUE:
+        if p.tau_max > 0:
+            f = clip(f, -p.tau_max, p.tau_max)
+        if p.derate_i_rated > 0:
+            imax_t = derated_current(p, T + p.ambient)
+            if imax_t < p.derate_i_rated:
+                s.fault_flags |= FAULT_DERATED
+            f = clip(f, -K * imax_t, K * imax_t)
+        f *= p.efficiency
+        if p.cog_amplitude != 0:
+            f += p.cog_amplitude * sin(p.cog_poles * L + p.cog_phase)
+        if p.lugre_s0 > 0:
+            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * exp(-(Ld / p.lugre_ws) ** 2)
+            a = -p.lugre_s0 * fabs(Ld) / gs if gs > 0 else 0.0
+            z_rate = a * s.bristle + Ld
+            f -= p.lugre_s0 * s.bristle + p.lugre_s1 * z_rate
+        tau_act = g * f
+    s.i_out = i_next if (voltage_mode and p.te > 0) else i
+    s.v_out = V
+    s.torque = tau_act
+
+    # -- behavioural open-circuit trigger: |i| above the limit for longer than the duration
+    if p.oc_fraction > 0 and not s.oc_active:
+        if fabs(s.i_out) > p.oc_current:
+            s.oc_timer += dt
+            if s.oc_timer >= p.oc_duration:
+                s.oc_active = 1
+        else:
+            s.oc_timer = 0.0
+
+    # -- load and integration
+    tau_e = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length * sin(s.theta + p.q_offset) \
+        + inp.external_torque
+    wabs = fabs(s.omega)
+    tau_net = tau_act + tau_e \
+        - s.omega * (p.damping_b1 + p.damping_b2 * wabs + p.damping_b3 * s.omega * s.omega) * g * g
+    M = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
+        + p.armature * g * g
+    if p.integrator == INTEGRATOR_EULER:
+        Meff = M + dt * (p.damping_b1 + 2.0 * p.damping_b2 * wabs + 3.0 * p.damping_b3 * s.omega * s.omega) * g * g
+    else:
+        Meff = M
+    if p.budget:
+        # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
+        tau_stop = Meff / dt * s.omega + tau_net
+        tau_f = -sign(tau_stop) * min(fabs(tau_stop), friction_budget(p, tau_act, tau_e, s.omega))
+        tau_net = tau_net + tau_f
+    s.friction_torque = tau_f
+    acc = tau_net / Meff
+    if p.integrator == INTEGRATOR_EULER:
+        s.omega = s.omega + dt * acc
+        s.theta = s.theta + dt * s.omega
+    else:
+        w_new = clip(s.omega + acc * dt, -BAM_MAX_VELOCITY, BAM_MAX_VELOCITY)
+        s.theta = s.theta + w_new * dt + 0.5 * acc * dt * dt
+        s.omega = w_new
+
+    # -- advance the actuator states (mj_nextActivation)
+    if p.slew > 0 and voltage_mode:
+        s.slew_u = s.slew_u + dt * slew_rate
+    if p.ki > 0 and voltage_mode:
+        s.integral = s.integral + dt * int_rate
+        if p.imax > 0:
+            s.integral = clip(s.integral, -p.imax, p.imax)
+    if p.thermal_r > 0:
+        s.temp_rise = s.temp_rise + dt * temp_rate
+    if p.lugre_s0 > 0 and p.law != LAW_TORQUE:
+        if fabs(a) > 1e-15:
+            ea = exp(a * dt)
+            s.bristle = ea * s.bristle + (ea - 1.0) / a * Ld     # exact zero-order hold
+        else:
+            s.bristle = s.bristle + dt * Ld
+    if p.te > 0:
+        s.current = i_next
+    s.k += 1
+
+
+cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        step_one(&p[j], &s[j], &inp[j], dt)
+
+
+cdef Params _zero_params() noexcept:
+    cdef Params p
+    memset(&p, 0, sizeof(Params))
+    p.efficiency = 1.0
+    p.gear = 1.0
+    p.oc_time = INFINITY
+    p.oc_current = INFINITY
+    p.supply_override = NAN
+    p.max_duty = 1.0
+    p.seed = 1
+    return p
+
+
+def default_params():
+    """Every kernel parameter with its neutral value (a dict; see core.pxd for names and units)."""
+    return _zero_params()
+
+
+def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
+    """(T, n) float64 array from None (default), a scalar, a (T,) column or a (T, n) array."""
+    a = np.asarray(default if x is None else x, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[:, None]
+    return np.array(np.broadcast_to(a, (T, n)), order="C")
+
+
+OUTPUTS = ("theta", "omega", "theta_meas", "torque", "friction_torque", "current", "voltage",
+           "temperature", "fault_flags")
+
+
+cdef class Kernel:
+    """N actuators stepped together at a fixed dt [s].
+
+    `set_params(j, dict)` takes a complete dict (start from `default_params()`); `set_state(j, …)`
+    sets the joint state; `step(u, enable, external_torque)` advances one step; `run(...)` advances
+    T steps in one nogil call and returns the pre-step state and what each step produced.
+    """
+    cdef Params* params
+    cdef State* states
+    cdef Input* inputs
+    cdef readonly Py_ssize_t n
+    cdef readonly double dt
+
+    def __cinit__(self, Py_ssize_t n, double dt):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not dt > 0:
+            raise ValueError(f"dt must be > 0 s, got {dt}")
+        self.n = n
+        self.dt = dt
+        self.params = <Params*> calloc(n, sizeof(Params))
+        self.states = <State*> calloc(n, sizeof(State))
+        self.inputs = <Input*> calloc(n, sizeof(Input))
+        if not self.params or not self.states or not self.inputs:
+            raise MemoryError()
+        cdef Py_ssize_t j
+        for j in range(n):
+            self.params[j] = _zero_params()
+            self.states[j].rng = 1
+            self.inputs[j].enable = 1.0
+
+    def __dealloc__(self):
+        free(self.params)
+        free(self.states)
+        free(self.inputs)
+
+    def _check(self, Py_ssize_t j):
+        if j < 0 or j >= self.n:
+            raise IndexError(f"actuator index {j} out of range 0..{self.n - 1}")
+
+    def set_params(self, Py_ssize_t j, dict values):
+        """Replace actuator j's parameters; `values` must hold every field of `default_params()`."""
+        self._check(j)
+        cdef Params p = values
+        self.params[j] = p
+        if self.states[j].k == 0:
+            self.states[j].rng = p.seed if p.seed else 1
+
+    def get_params(self, Py_ssize_t j):
+        self._check(j)
+        return self.params[j]
+
+    def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None):
+        """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A]."""
+        self._check(j)
+        if theta is not None:
+            self.states[j].theta = theta
+        if omega is not None:
+            self.states[j].omega = omega
+        if temperature is not None:
+            self.states[j].temp_rise = temperature - self.params[j].ambient
+        if current is not None:
+            self.states[j].current = current
+
+    def get_state(self, Py_ssize_t j):
+        self._check(j)
+        return self.states[j]
+
+    def reset(self):
+        """Back to k = 0 with every state zero (the noise stream restarts from its seed)."""
+        cdef Py_ssize_t j
+        for j in range(self.n):
+            memset(&self.states[j], 0, sizeof(State))
+            self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
+
+    @property
+    def time(self):
+        return self.states[0].k * self.dt
+
+    def step(self, u, enable=None, external_torque=None):
+        """Advance one step; arguments are scalars or length-n sequences."""
+        cdef double[::1] uu = np.array(np.broadcast_to(np.asarray(u, dtype=np.float64), (self.n,)))
+        cdef double[::1] ee = np.broadcast_to(
+            np.asarray(1.0 if enable is None else enable, dtype=np.float64), (self.n,)).copy()
+        cdef double[::1] xx = np.broadcast_to(
+            np.asarray(0.0 if external_torque is None else external_torque, dtype=np.float64),
+            (self.n,)).copy()
+        cdef Py_ssize_t j
+        for j in range(self.n):
+            self.inputs[j].u = uu[j]
+            self.inputs[j].enable = ee[j]
+            self.inputs[j].external_torque = xx[j]
+        with nogil:
+            step_all(self.params, self.states, self.inputs, self.n, self.dt)
+
+    def run(self, u, enable=None, external_torque=None, record=True):
+        """Advance T steps with per-step inputs of shape (T, n) (or (T,) broadcast over actuators).
+
+        Returns a dict of (T, n) arrays, row k holding the state *before* step k (`theta`, `omega`,
+        `temperature`) and what step k produced (`theta_meas`, `torque`, `friction_torque`,
+        `current`, `voltage`, `fault_flags`). With record=False nothing is kept (benchmarks).
+        """
+        cdef Py_ssize_t T = np.shape(u)[0]
+        cdef double[:, ::1] uu = _per_step(u, T, self.n, 0.0)
+        cdef double[:, ::1] ee = _per_step(enable, T, self.n, 1.0)
+        cdef double[:, ::1] xx = _per_step(external_torque, T, self.n, 0.0)
+        cdef Py_ssize_t rec = 1 if record else 0
+        out = {name: np.empty((T if record else 0, self.n)) for name in OUTPUTS}
+        cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]
+        cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
+        cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
+        cdef Py_ssize_t k, j
+        cdef State* s
+        with nogil:
+            for k in range(T):
+                for j in range(self.n):
+                    self.inputs[j].u = uu[k, j]
+                    self.inputs[j].enable = ee[k, j]
+                    self.inputs[j].external_torque = xx[k, j]
+                    if rec:
+                        o_th[k, j] = self.states[j].theta
+                        o_w[k, j] = self.states[j].omega
+                step_all(self.params, self.states, self.inputs, self.n, self.dt)
+                if rec:
+                    for j in range(self.n):
+                        s = &self.states[j]
+                        o_thm[k, j] = s.theta_meas
+                        o_tq[k, j] = s.torque
+                        o_tf[k, j] = s.friction_torque
+                        o_i[k, j] = s.i_out
+                        o_v[k, j] = s.v_out
+                        o_T[k, j] = s.temperature
+                        o_f[k, j] = s.fault_flags
+        return out

@@ -1,0 +1,19 @@
+"""Builds the Cython kernel; everything else is declared in pyproject.toml."""
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+extensions = [
+    Extension(
+        "hil.kernel.core",
+        ["hil/kernel/core.pyx"],
+        include_dirs=[numpy.get_include()],
+        extra_compile_args=["-O3", "-fno-math-errno"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
+]
+
+setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
+    "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,
+}))
