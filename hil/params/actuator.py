@@ -1,0 +1,54 @@
+"""An actuator ready for the kernel: motor constants + firmware law + friction description."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hil.kernel import default_params
+from hil.params.bam import BamParams
+from hil.params.dcmotor import MotorConstants
+from hil.params.firmware import DcmotorLaw, FirmwareLaw
+
+
+@dataclass(frozen=True)
+class ActuatorSpec:
+    """Everything the kernel needs to simulate one actuator, independent of its load."""
+
+    name: str
+    motor: MotorConstants
+    firmware: FirmwareLaw
+    friction: BamParams | None = None
+    encoder_counts: float = 0.0
+
+    def with_bam(self, bam: BamParams) -> ActuatorSpec:
+        """The same actuator with bam's identified constants and friction budget.
+
+        bam models the servo at its output shaft with a quasi-static motor: K = kt, R, armature,
+        gear 1, and its friction budget replaces every other friction description (damping, LuGre).
+        """
+        motor = replace(self.motor, motorconst=bam.kt, resistance=bam.R, armature=bam.armature, gear=1.0,
+                        efficiency=1.0, damping=(0.0, 0.0, 0.0), lugre=(0.0,) * 5)
+        return replace(self, motor=motor, friction=bam)
+
+    def bam_only(self) -> ActuatorSpec:
+        """Exactly bam's simulator: no inductance, thermal state, saturation, cogging or quantization.
+
+        `replay` uses this so that its MAE is comparable with bam's own `bam.mae`.
+        """
+        m = self.motor
+        motor = MotorConstants(resistance=m.resistance, motorconst=m.motorconst, gear=m.gear,
+                               armature=m.armature, efficiency=m.efficiency, damping=m.damping,
+                               lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange)
+        return replace(self, motor=motor, encoder_counts=0.0)
+
+    def kernel_params(self) -> dict:
+        """The kernel parameter dict (load, integrator and faults are added by the rig)."""
+        p = default_params()
+        p.update(self.motor.kernel_params())
+        if isinstance(self.firmware, DcmotorLaw):
+            p.update(self.motor.controller_params())
+        p.update(self.firmware.kernel_params())
+        if self.friction is not None:
+            p.update(self.friction.friction_params())
+        p["encoder_counts"] = self.encoder_counts
+        return p

@@ -1,0 +1,251 @@
+"""DC motor parameters with MuJoCo's `<dcmotor>` attribute names and value order, resolved to SI constants.
+
+Every parameterization of the seeds is accepted (seed 000 Table 19, Simscape DC Motor):
+equivalent circuit (`resistance`, `motorconst`), stall torque and no-load speed (`nominal`, with
+MuJoCo's damping correction), rated load and speed (`rated`), rotor damping given directly
+(`damping`) or from the no-load current (`no_load_current`), and datasheet units for Kt / Ke
+(`kt_mnm_per_a`, `kv_rpm_per_v`). `resolve()` turns any of them into `MotorConstants`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from annotated_types import Len
+from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
+
+from hil.params.config_file import Strict
+
+RPM = 2.0 * math.pi / 60.0  # rad/s per rpm
+
+
+def _pad(values: list[float] | None, n: int) -> list[float]:
+    """MuJoCo reads a short value list with the missing trailing values as 0."""
+    values = list(values or [])
+    return values + [0.0] * (n - len(values))
+
+
+class DCMotor(Strict):
+    """`<dcmotor>` attributes (notes/mujoco_dcmotor.md §2) plus the parameterizations MuJoCo lacks.
+
+    Constants are motor-side: the output angle θ becomes g·θ at the motor.
+    """
+
+    resistance: PositiveFloat | None = Field(None, description="R [ohm] at reftemp")
+    motorconst: Annotated[list[NonNegativeFloat], Len(1, 2)] | None = Field(
+        None, description="Kt [N·m/A], Ke [V·s/rad]; K = √(Kt·Ke)")
+    nominal: Annotated[list[NonNegativeFloat], Len(1, 3)] | None = Field(
+        None, description="voltage [V], stall torque [N·m], no-load speed [rad/s]")
+    inductance: Annotated[list[NonNegativeFloat], Len(1, 2)] | None = Field(
+        None, description="L [H], electrical time constant t_e [s] (L wins)")
+    thermal: Annotated[list[float], Len(1, 6)] | None = Field(
+        None, description="R_T [K/W], C [J/K], τ_T [s], α [1/K], T0 [°C], Ta [°C]")
+    saturation: Annotated[list[NonNegativeFloat], Len(1, 3)] | None = Field(
+        None, description="τmax [N·m], imax [A], di/dt max [A/s]")
+    cogging: Annotated[list[float], Len(1, 3)] | None = Field(
+        None, description="amplitude [N·m], periodicity Np, phase [rad]")
+    lugre: Annotated[list[NonNegativeFloat], Len(1, 5)] | None = Field(
+        None, description="σ0 [N·m/rad], σ1 [N·m·s/rad], τc [N·m], τs [N·m], ωs [rad/s]")
+    damping: Annotated[list[NonNegativeFloat], Len(1, 3)] | None = Field(
+        None, description="B1 [N·m·s/rad], B2 [N·m·s²/rad²], B3 [N·m·s³/rad³]")
+    armature: NonNegativeFloat = Field(0.0, description="rotor inertia [kg·m²], reflected ×gear²")
+    gear: PositiveFloat = Field(1.0, description="gear ratio g (output → motor)")
+    input: Literal["voltage", "position", "velocity"] = "voltage"
+    controller: Annotated[list[NonNegativeFloat], Len(1, 6)] | None = Field(
+        None, description="kp, ki, kd [V per unit], slew [u/s], Imax, Vmax [V]")
+    ctrlrange: Annotated[list[float], Len(2, 2)] | None = None
+    # -- beyond MuJoCo
+    efficiency: float = Field(1.0, gt=0.0, le=1.0, description="gearbox efficiency η (K_eff = ηK)")
+    derating: Annotated[list[float], Len(4, 4)] | None = Field(
+        None, description="thermal current derating: i_rated [A], i_safe [A], T1 [°C], T2 [°C]")
+    rated: Annotated[list[PositiveFloat], Len(4, 4)] | None = Field(
+        None, description="by rated load and speed: voltage [V], rated power [W], rated speed [rad/s], "
+                          "no-load speed [rad/s]")
+    no_load_current: Annotated[list[PositiveFloat], Len(2, 2)] | None = Field(
+        None, description="rotor damping from no-load current: i0 [A] measured at voltage [V]")
+    kt_mnm_per_a: PositiveFloat | None = Field(None, description="datasheet torque constant [mN·m/A]")
+    kv_rpm_per_v: PositiveFloat | None = Field(None, description="datasheet speed constant [rpm/V]")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DCMotor:
+        if self.motorconst is not None and (self.kt_mnm_per_a or self.kv_rpm_per_v):
+            raise ValueError("give motorconst or kt_mnm_per_a/kv_rpm_per_v, not both")
+        ways = [n for n in ("nominal", "rated") if getattr(self, n) is not None]
+        if len(ways) > 1:
+            raise ValueError("give nominal or rated, not both")
+        if self.no_load_current and self.damping:
+            raise ValueError("give damping or no_load_current, not both")
+        if self.thermal is not None:
+            t = _pad(self.thermal, 6)
+            if sum(v > 0 for v in t[:3]) < 2:
+                raise ValueError("thermal needs two of R_T, C, τ_T")
+            if min(t[:3]) < 0:
+                raise ValueError("thermal: R_T, C and τ_T must be non-negative")
+        if self.derating is not None:
+            ir, isafe, t1, t2 = self.derating
+            if not (0 < isafe <= ir and t1 < t2):
+                raise ValueError("derating needs 0 < i_safe <= i_rated and T1 < T2")
+        if self.ctrlrange is not None and self.ctrlrange[0] >= self.ctrlrange[1]:
+            raise ValueError("ctrlrange needs lower < upper")
+        return self
+
+    def resolve(self) -> MotorConstants:
+        """SI constants the kernel uses; raises ValueError when R or K cannot be determined."""
+        b = _pad(self.damping, 3)
+        kt = ke = 0.0
+        if self.motorconst is not None:
+            kt, ke = _pad(self.motorconst, 2)
+        if self.kt_mnm_per_a:
+            kt = self.kt_mnm_per_a / 1000.0
+        if self.kv_rpm_per_v:
+            ke = 1.0 / (self.kv_rpm_per_v * RPM)  # Table 19: K_v = 1/K_e
+        K = math.sqrt(kt * ke) if kt > 0 and ke > 0 else max(kt, ke)
+        R = self.resistance or 0.0
+        if self.nominal is not None:
+            V, tau0, w0 = _pad(self.nominal, 3)
+            if self.no_load_current is not None and K == 0:
+                # Simscape "by no-load current" with stall + no-load speed: c = K/R = τ0/V is known
+                # and the no-load point at V_m gives K = c·V·V_m / (V·i0 + c·ω0·V_m).
+                i0, vm = self.no_load_current
+                c = tau0 / V
+                K = c * V * vm / (V * i0 + c * w0 * vm)
+            elif K == 0 and w0 > 0:
+                K = V / w0
+                if b[0] > 0:  # MuJoCo's damping correction of K
+                    if R > 0:
+                        disc = V * V - 4.0 * w0 * R * b[0] * w0 * w0  # K²ω0 − KV + RBω0² = 0
+                        if disc < 0:
+                            raise ValueError("nominal: damping too large for this resistance")
+                        K = (V + math.sqrt(disc)) / (2.0 * w0)
+                    else:
+                        K = V / w0 - V * b[0] / tau0
+            if R == 0 and tau0 > 0 and K > 0:
+                R = K * V / tau0
+        if self.rated is not None:
+            V, p_rated, w_r, w0 = self.rated
+            tau_r = p_rated / w_r
+            if w_r >= w0:
+                raise ValueError("rated: rated speed must be below the no-load speed")
+            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K = τ_r/(ω0 − ω_r) − B.
+            cK = tau_r / (w0 - w_r) - b[0]
+            c = (b[0] * w0 + cK * w0) / V
+            if K == 0:
+                K = cK / c
+            if R == 0:
+                R = K / c
+        if R <= 0:
+            raise ValueError("resistance: R must be positive (give resistance, nominal or rated)")
+        if K <= 0:
+            raise ValueError("motorconst: K must be positive (give motorconst, nominal or rated)")
+        if self.no_load_current is not None and self.nominal is None:
+            i0, vm = self.no_load_current
+            w_nl = (vm - i0 * R) / K
+            if w_nl <= 0:
+                raise ValueError("no_load_current: i0·R exceeds the voltage")
+            b[0] = K * i0 / w_nl  # Simscape: kt·i_noload = λ·ω_noload
+        elif self.no_load_current is not None:
+            V, tau0, w0 = _pad(self.nominal, 3)
+            b[0] = (tau0 / V) * (V - K * w0) / w0
+        L, te = _pad(self.inductance, 2)
+        if L > 0:
+            te = L / R
+        tau_max, imax, didt = _pad(self.saturation, 3)
+        if tau_max == 0 and imax > 0:
+            tau_max = K * imax
+        rt, cth, taut, alpha, t0, ta = _pad(self.thermal, 6)
+        if self.thermal is not None:
+            if rt > 0 and cth > 0 and taut > 0:
+                cth = taut / rt
+            elif rt == 0:
+                rt = taut / cth
+            elif cth == 0:
+                cth = taut / rt
+        kp, ki, kd, slew, imax_i, vmax = _pad(self.controller, 6)
+        return MotorConstants(
+            resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
+            efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max,
+            thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
+            derating=tuple(self.derating) if self.derating else None,
+            damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
+            lugre=tuple(_pad(self.lugre, 5)),
+            input=self.input, controller=(kp, ki, kd, slew, imax_i, vmax),
+            ctrlrange=tuple(self.ctrlrange) if self.ctrlrange else None,
+        )
+
+
+@dataclass(frozen=True)
+class MotorConstants:
+    """Resolved motor constants, SI, motor side (see core.pxd for each one's role)."""
+
+    resistance: float
+    motorconst: float
+    gear: float = 1.0
+    armature: float = 0.0
+    efficiency: float = 1.0
+    te: float = 0.0
+    didt_max: float = 0.0
+    tau_max: float = 0.0
+    thermal_r: float = 0.0
+    thermal_c: float = 0.0
+    tempcoef: float = 0.0
+    reftemp: float = 0.0
+    ambient: float = 0.0
+    derating: tuple[float, float, float, float] | None = None
+    damping: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cogging: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    lugre: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    input: str = "voltage"
+    controller: tuple[float, float, float, float, float, float] = (0.0,) * 6
+    ctrlrange: tuple[float, float] | None = None
+
+    def kernel_params(self) -> dict[str, float]:
+        """The motor part of the kernel's parameter dict."""
+        out = dict(
+            resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
+            armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
+            tau_max=self.tau_max, thermal_r=self.thermal_r, thermal_c=self.thermal_c,
+            tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
+            damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
+            cog_amplitude=self.cogging[0], cog_poles=self.cogging[1], cog_phase=self.cogging[2],
+            lugre_s0=self.lugre[0], lugre_s1=self.lugre[1], lugre_tc=self.lugre[2],
+            lugre_ts=self.lugre[3], lugre_ws=self.lugre[4],
+        )
+        if self.derating:
+            out.update(derate_i_rated=self.derating[0], derate_i_safe=self.derating[1],
+                       derate_t1=self.derating[2], derate_t2=self.derating[3])
+        return out
+
+    def controller_params(self) -> dict[str, float]:
+        """The dcmotor controller layer (v1 semantics) as kernel parameters."""
+        from hil.kernel import LAWS
+
+        kp, ki, kd, slew, imax, vmax = self.controller
+        out = dict(law=LAWS[self.input], kp=kp, ki=ki, kd=kd, slew=slew, imax=imax, vmax=vmax)
+        if self.ctrlrange:
+            out.update(ctrl_limited=1, ctrl_lo=self.ctrlrange[0], ctrl_hi=self.ctrlrange[1])
+        return out
+
+    def derived(self, voltage: float, inertia: float | None = None) -> dict[str, float]:
+        """Datasheet quantities of seed 000 Table 19 at `voltage`, at the output shaft.
+
+        Stall torque Kv/R, no-load speed vK/(K² + RB), torque-speed gradient −R/K², mechanical
+        time constant t_m = RJ/K² (J = armature, or `inertia` at the output), t_e, nominal torque
+        K·imax, stall current v/R.
+        """
+        g, K, R = self.gear, self.motorconst, self.resistance
+        B = self.damping[0]
+        J = inertia if inertia is not None else self.armature * g * g
+        keff = self.efficiency * K
+        return {
+            "stall_torque_nm": g * keff * voltage / R,
+            "stall_current_a": voltage / R,
+            "no_load_speed_rad_s": voltage * K / (K * K + R * B) / g,
+            "gradient_rad_s_per_nm": -R / (K * K) / (g * g),
+            "mechanical_time_constant_s": R * J / (g * g * K * K) if J > 0 else float("nan"),
+            "electrical_time_constant_s": self.te,
+            "nominal_torque_nm": g * self.tau_max * self.efficiency if self.tau_max else float("nan"),
+            "motor_constant_nm_per_a": K,
+            "resistance_ohm": R,
+        }

@@ -1,0 +1,78 @@
+"""Firmware control laws the kernel runs, as configuration.
+
+`u` means something different for each law (see hil/kernel/core.pxd): goal position [rad] for
+`dxl_pwm` and `erob_pd`, current [A] for `current`, output torque [N·m] for `torque`. The dcmotor
+controller layer (`input` = voltage / position / velocity) is configured with the motor's own
+MuJoCo attributes instead (`input`, `controller`, `ctrlrange`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from hil.kernel import LAWS
+from hil.params.config_file import Strict
+
+
+class DynamixelPwmLaw(Strict):
+    """bam's Dynamixel voltage law (notes/bam.md §2.2): duty = error_gain·kp·(goal − q)."""
+
+    law: Literal["dxl_pwm"] = "dxl_pwm"
+    kp: NonNegativeFloat = Field(description="raw Position P Gain register value")
+    error_gain: PositiveFloat = Field(description="duty per (P unit · rad)")
+    max_duty: float = Field(1.0, gt=0.0, le=1.0, description="PWM limit as a duty fraction")
+    max_current: NonNegativeFloat = Field(0.0, description="firmware current limiter [A]; 0 = none")
+    supply_v: PositiveFloat = Field(description="supply voltage vin [V]")
+
+    def kernel_params(self) -> dict[str, float]:
+        return dict(law=LAWS["dxl_pwm"], fw_kp=self.kp, error_gain=self.error_gain,
+                    max_duty=self.max_duty, max_current=self.max_current, supply_v=self.supply_v)
+
+
+class ErobPdLaw(Strict):
+    """bam's eRob host PD in amps (notes/bam.md §2.3): i = kp·e − damping·√kp·ω, ±max_amps, supply band."""
+
+    law: Literal["erob_pd"] = "erob_pd"
+    kp: NonNegativeFloat = Field(description="[A/rad]")
+    damping: NonNegativeFloat = Field(description="D factor: derivative gain damping·√kp [A·s/rad]")
+    max_amps: PositiveFloat = 12.0
+    supply_v: PositiveFloat = Field(48.0, description="bus voltage of the feasibility band [V]")
+
+    def kernel_params(self) -> dict[str, float]:
+        return dict(law=LAWS["erob_pd"], pd_kp=self.kp, pd_damping=self.damping,
+                    max_amps=self.max_amps, supply_v=self.supply_v)
+
+
+class CurrentLaw(Strict):
+    """u is the armature current [A]; with a supply voltage it is limited to what the bus can drive."""
+
+    law: Literal["current"] = "current"
+    supply_v: NonNegativeFloat = Field(0.0, description="[V]; 0 = ideal current source")
+
+    def kernel_params(self) -> dict[str, float]:
+        return dict(law=LAWS["current"], supply_v=self.supply_v)
+
+
+class TorqueLaw(Strict):
+    """u is the output torque [N·m] of an ideal torque source."""
+
+    law: Literal["torque"] = "torque"
+
+    def kernel_params(self) -> dict[str, float]:
+        return dict(law=LAWS["torque"])
+
+
+class DcmotorLaw(Strict):
+    """The motor's own `<dcmotor>` controller layer (`input`, `controller`, `ctrlrange`)."""
+
+    law: Literal["dcmotor"] = "dcmotor"
+    supply_v: NonNegativeFloat = Field(0.0, description="[V]; 0 = ideal voltage source")
+
+    def kernel_params(self) -> dict[str, float]:
+        return dict(supply_v=self.supply_v)
+
+
+FirmwareLaw = Annotated[DynamixelPwmLaw | ErobPdLaw | CurrentLaw | TorqueLaw | DcmotorLaw,
+                        Field(discriminator="law")]

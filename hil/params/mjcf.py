@@ -1,0 +1,80 @@
+"""Import a `<dcmotor>` actuator from an MJCF file into a `DCMotor` (MuJoCo 3.7–3.11 attributes).
+
+Default classes are honoured the way MuJoCo applies them: the top-level `<default>` first, then
+each nested class down to the element's `class`, then the element's own attributes.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from hil.params.config_file import ConfigError, validate
+from hil.params.dcmotor import DCMotor
+
+_LISTS = ("motorconst", "nominal", "inductance", "thermal", "saturation", "cogging", "lugre", "damping",
+          "controller", "ctrlrange")
+_SCALARS = ("resistance", "armature")
+
+
+def _class_chain(root: ET.Element, cls: str | None) -> list[dict[str, str]]:
+    """dcmotor default attributes from the outermost default down to class `cls`."""
+    top = root.find("default")
+    if top is None:
+        return []
+    chains: dict[str, list[ET.Element]] = {}
+
+    def walk(node: ET.Element, path: list[ET.Element]) -> None:
+        path = [*path, node]
+        chains[node.get("class", "main")] = path
+        for child in node.findall("default"):
+            walk(child, path)
+
+    walk(top, [])
+    if cls is not None and cls not in chains:
+        raise ConfigError(f"mjcf: default class {cls!r} is not defined")
+    out = []
+    for node in chains[cls or "main"]:
+        d = node.find("dcmotor")
+        if d is not None:
+            out.append(dict(d.attrib))
+    return out
+
+
+def load_dcmotor(path: str | Path, name: str | None = None) -> DCMotor:
+    """The `<dcmotor>` called `name` (or the only one) in the MJCF file at `path`."""
+    path = Path(path)
+    try:
+        root = ET.parse(path).getroot()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except ET.ParseError as exc:
+        raise ConfigError(f"{path}: not valid XML: {exc}") from None
+    motors = root.findall("./actuator/dcmotor")
+    if name is not None:
+        motors = [m for m in motors if m.get("name") == name]
+    if len(motors) != 1:
+        what = f"named {name!r}" if name else "(give name = ... to choose one)"
+        raise ConfigError(f"{path}: found {len(motors)} <dcmotor> elements {what}")
+    el = motors[0]
+    attrs: dict[str, str] = {}
+    for layer in _class_chain(root, el.get("class")):
+        attrs.update(layer)
+    attrs.update(el.attrib)
+    data: dict[str, object] = {}
+    try:
+        for key in _LISTS:
+            if key in attrs:
+                data[key] = [float(v) for v in attrs[key].split()]
+        for key in _SCALARS:
+            if key in attrs:
+                data[key] = float(attrs[key])
+        if "gear" in attrs:
+            data["gear"] = float(attrs["gear"].split()[0])
+    except ValueError as exc:
+        raise ConfigError(f"{path}: <dcmotor>: {exc}") from None
+    if "input" in attrs:
+        data["input"] = attrs["input"]
+    if attrs.get("ctrllimited") == "false":
+        data.pop("ctrlrange", None)
+    return validate(DCMotor, data, f"{path}: <dcmotor>")
