@@ -70,7 +70,7 @@ cdef inline double derated_current(const Params* p, double temp_abs) noexcept no
     return p.derate_i_safe + (p.derate_i_rated - p.derate_i_safe) * (1.0 - x * x * (3.0 - 2.0 * x))
 
 
-cdef inline double friction_budget(const Params* p, double tau_m, double tau_e, double w) noexcept nogil:
+cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w) noexcept nogil:
     """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1); unused terms have zero coefficients."""
     cdef double s = 0.0
     cdef double q = 0.0
@@ -254,7 +254,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     if p.budget:
         # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
         tau_stop = Meff / dt * s.omega + tau_net
-        tau_f = -sign(tau_stop) * min(fabs(tau_stop), friction_budget(p, tau_act, tau_e, s.omega))
+        tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega))
         tau_net = tau_net + tau_f
     s.friction_torque = tau_f
     acc = tau_net / Meff
@@ -316,6 +316,21 @@ def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
     if a.ndim == 1:
         a = a[:, None]
     return np.array(np.broadcast_to(a, (T, n)), order="C")
+
+
+def friction_budget(dict params, tau_m, tau_e, double omega):
+    """bam's friction budget τ_fm [N·m] for arrays of motor and external torque at velocity omega."""
+    cdef Params p = params
+    tm = np.asarray(tau_m, dtype=np.float64)
+    te = np.asarray(tau_e, dtype=np.float64)
+    tm, te = np.broadcast_arrays(tm, te)
+    out = np.empty(tm.shape)
+    cdef double[::1] a = np.ascontiguousarray(tm).ravel(), b = np.ascontiguousarray(te).ravel()
+    cdef double[::1] o = out.reshape(-1)
+    cdef Py_ssize_t j
+    for j in range(a.shape[0]):
+        o[j] = _budget(&p, a[j], b[j], omega)
+    return out
 
 
 OUTPUTS = ("theta", "omega", "theta_meas", "torque", "friction_torque", "current", "voltage",

@@ -13,15 +13,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, TypeAdapter, ValidationError, field_validator
+from pydantic import Field, PositiveFloat, field_validator
 
 from hil.params.actuator import ActuatorSpec
 from hil.params.bam import BamParams
-from hil.params.config_file import ConfigError, Strict, describe, read_toml, validate
+from hil.params.config_file import ConfigError, Strict, read_toml, validate
 from hil.params.dcmotor import DCMotor
-from hil.params.firmware import FirmwareLaw
-
-_FIRMWARE = TypeAdapter(FirmwareLaw)
+from hil.params.firmware import FirmwareLaw, parse_firmware
 
 
 def config_dir() -> Path:
@@ -76,17 +74,14 @@ class CatalogEntry(Strict):
     def _firmware(cls, value: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value.get("source"), str):
             raise ValueError("firmware.source is required")
-        _FIRMWARE.validate_python({k: v for k, v in value.items() if k not in ("source", "sources")})
+        parse_firmware({k: v for k, v in value.items() if k not in ("source", "sources")})
         return value
 
     def firmware_law(self, overrides: dict[str, Any] | None = None, where: str = "firmware") -> FirmwareLaw:
         """The firmware law with `overrides` (e.g. {"kp": 8, "supply_v": 15}) applied."""
         data = {k: v for k, v in self.firmware.items() if k not in ("source", "sources")}
         data.update(overrides or {})
-        try:
-            return _FIRMWARE.validate_python(data)
-        except ValidationError as exc:
-            raise ConfigError(describe(exc, where)) from None
+        return parse_firmware(data, where)
 
     def actuator(self, model: str | None = None, firmware: dict[str, Any] | None = None) -> ActuatorSpec:
         """This catalog entry as an ActuatorSpec, optionally with bam's identified set `model`."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat
+from pydantic import Field, NonNegativeFloat, PositiveFloat, TypeAdapter, ValidationError
 
 from hil.kernel import LAWS
-from hil.params.config_file import Strict
+from hil.params.config_file import ConfigError, Strict, describe
 
 
 class DynamixelPwmLaw(Strict):
@@ -76,3 +76,13 @@ class DcmotorLaw(Strict):
 
 FirmwareLaw = Annotated[DynamixelPwmLaw | ErobPdLaw | CurrentLaw | TorqueLaw | DcmotorLaw,
                         Field(discriminator="law")]
+
+_ADAPTER: TypeAdapter[FirmwareLaw] = TypeAdapter(FirmwareLaw)
+
+
+def parse_firmware(data: dict, where: str = "firmware") -> FirmwareLaw:
+    """Validate a firmware table (`law = …` plus that law's keys); errors name the key."""
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise ConfigError(describe(exc, where)) from None

@@ -1,0 +1,163 @@
+"""`servo-hil` command line. Each command is a thin layer over a library function."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hil.params.config_file import ConfigError
+
+app = typer.Typer(help="Real-time hardware-in-the-loop servo emulator.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/*.toml).", no_args_is_help=True)
+app.add_typer(actuator_app, name="actuator")
+console = Console()
+Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
+Integrator = Literal["euler", "bam"]
+
+
+def one_line_errors(fn):
+    """Bad input ends the command with one line naming the problem and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            print(f"servo-hil: error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+@app.command()
+@one_line_errors
+def simulate(
+    rig: Annotated[Path, typer.Argument(help="rig TOML: [actuator] [load] [sim] [encoder] [faults] [initial]")],
+    input: Annotated[Path, typer.Option("--input", help="IN.csv with columns t,u[,enable,external_torque]")],
+    out: Annotated[Path, typer.Option("--out", help="OUT.csv to write")],
+    integrator: Annotated[Integrator | None, typer.Option(help="override [sim] integrator")] = None,
+) -> None:
+    """Run one actuator offline over a command CSV; one output row per step."""
+    from hil.simulate import simulate as run
+
+    cols = run(rig, input, out, integrator)
+    n = len(cols["t"])
+    console.print(f"{n} steps ({cols['t'][-1] + (cols['t'][1] - cols['t'][0] if n > 1 else 0):.6g} s) → {out}")
+
+
+@app.command()
+@one_line_errors
+def replay(
+    logs: Annotated[Path, typer.Argument(help="a log in bam's processed JSON format, or a folder of them")],
+    actuator: Annotated[str, typer.Option(help="catalog actuator, e.g. mx64, xl330_m288, erob80_100")],
+    out: Annotated[Path, typer.Option(help="OUT.json: {logs: [{file, t, q, dq, mae}], mae}")],
+    model: Annotated[Model | None, typer.Option(help="bam identified set of the catalog actuator")] = None,
+    params: Annotated[Path | None, typer.Option(help="a bam parameter JSON file instead of --model")] = None,
+    integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
+) -> None:
+    """Closed-loop replay of recorded logs through a model; prints the MAE per log."""
+    from hil.params.bam import load_bam_params
+    from hil.replay import replay as run
+    from hil.replay import write_report
+
+    results = run(logs, actuator, model, load_bam_params(params) if params else None, integrator)
+    doc = write_report(results, out)
+    table = Table(title=f"{actuator} {model or params}: closed-loop replay")
+    table.add_column("log")
+    table.add_column("steps", justify="right")
+    table.add_column("MAE [mrad]", justify="right")
+    for r in results:
+        table.add_row(r.file, str(len(r.t)), f"{1e3 * r.mae:.2f}")
+    table.add_row("mean", "", f"{1e3 * doc['mae']:.2f}", style="bold")
+    console.print(table)
+
+
+@actuator_app.command("list")
+def actuator_list() -> None:
+    """The catalog's actuators and their identified models."""
+    from hil.params import catalog
+
+    table = Table()
+    for col in ("name", "title", "models"):
+        table.add_column(col)
+    for name in catalog.names():
+        e = catalog.entry(name)
+        table.add_row(name, e.title, " ".join(sorted(e.models)) or "-")
+    console.print(table)
+
+
+@actuator_app.command("show")
+@one_line_errors
+def actuator_show(
+    name: Annotated[str, typer.Argument(help="catalog actuator")],
+    model: Annotated[Model | None, typer.Option(help="use bam's identified set mN")] = None,
+    voltage: Annotated[float | None, typer.Option(help="[V]; default: the datasheet voltage")] = None,
+) -> None:
+    """Derived datasheet quantities (seed 000 Table 19) at the output shaft."""
+    from hil.actuator_plots import supply_voltage
+    from hil.params import catalog
+
+    entry = catalog.entry(name)
+    spec = entry.actuator(model)
+    v = voltage or entry.datasheet.voltage_v or supply_voltage(spec)
+    d = spec.motor.derived(v)
+    ds = entry.datasheet
+    table = Table(title=f"{entry.title}{' — bam ' + model if model else ''} at {v:g} V (output shaft)")
+    for col in ("quantity", "model", "datasheet"):
+        table.add_column(col, justify="right" if col != "quantity" else "left")
+
+    def fmt(x: float | None, unit: str = "") -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}{unit}"
+
+    same_v = ds.voltage_v == v
+    rpm = 60 / (2 * math.pi)
+    rows = [
+        ("stall torque τ0 = K·v/R", fmt(d["stall_torque_nm"], " N·m"),
+         fmt(ds.stall_torque_nm if same_v else None, " N·m")),
+        ("stall current v/R", fmt(d["stall_current_a"], " A"), fmt(ds.stall_current_a if same_v else None, " A")),
+        ("no-load speed vK/(K²+RB)", fmt(d["no_load_speed_rad_s"] * rpm, " rpm"),
+         fmt(ds.no_load_speed_rpm if same_v else None, " rpm")),
+        ("gradient −R/K²", fmt(d["gradient_rad_s_per_nm"] * rpm, " rpm/(N·m)"), "-"),
+        ("mechanical time constant RJ/K²", fmt(d["mechanical_time_constant_s"] * 1e3, " ms"), "-"),
+        ("electrical time constant L/R", fmt(d["electrical_time_constant_s"] * 1e3, " ms"), "-"),
+        ("nominal torque K·imax", fmt(d["nominal_torque_nm"], " N·m"), fmt(ds.rated_torque_nm, " N·m")),
+        ("motor constant K (motor side)", fmt(d["motor_constant_nm_per_a"], " N·m/A"), "-"),
+        ("resistance R", fmt(d["resistance_ohm"], " Ω"), "-"),
+        ("gear ratio (model)", fmt(spec.motor.gear), fmt(ds.gear_ratio)),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+@actuator_app.command("plot")
+@one_line_errors
+def actuator_plot(
+    name: Annotated[str, typer.Argument(help="catalog actuator")],
+    out: Annotated[Path, typer.Option(help="PNG file (the drive/backdrive diagram goes next to it, *_drive.png)")],
+    model: Annotated[Model | None, typer.Option(help="bam identified set; adds its drive/backdrive diagram")] = None,
+    voltage: Annotated[float | None, typer.Option(help="[V]; default: the firmware's maximum output voltage")] = None,
+) -> None:
+    """Torque–speed envelope and, with --model, the drive/backdrive diagram, as PNG."""
+    from hil.actuator_plots import drive_backdrive_figure, torque_speed_figure
+    from hil.params import catalog
+
+    spec = catalog.entry(name).actuator(model)
+    torque_speed_figure(spec, voltage).savefig(out, dpi=120)
+    console.print(f"torque–speed envelope → {out}")
+    if model:
+        drive = out.with_name(out.stem + "_drive" + out.suffix)
+        drive_backdrive_figure(spec).savefig(drive, dpi=120)
+        console.print(f"drive/backdrive diagram → {drive}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,130 @@
+"""Closed-loop replay of recorded logs in bam's processed format (`servo-hil replay`).
+
+As bam's `rollout_log(simulate_control=True)` does: the firmware law acts on the *simulated* state,
+the initial state is the log's first entry, the header (mass, length, arm_mass, kp, vin or
+damping, dt) sets the rig, and the MAE is the mean |q_sim − q_log| over the log [rad].
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from hil.kernel import Kernel
+from hil.params import catalog
+from hil.params.actuator import ActuatorSpec
+from hil.params.bam import BamParams
+from hil.params.config_file import ConfigError, Strict, validate
+from hil.params.firmware import DynamixelPwmLaw, ErobPdLaw
+from hil.rig import STANDARD_GRAVITY, EncoderConfig, FaultConfig, LoadConfig, kernel_params
+
+
+class LogEntry(Strict):
+    model_config = Strict.model_config | {"extra": "ignore"}
+    position: float
+    speed: float
+    goal_position: float
+    torque_enable: bool
+
+
+class ProcessedLog(Strict):
+    """bam's processed log (bam_logs/README.md); the Dynamixel recorder's `arm-mass` is accepted."""
+
+    model_config = Strict.model_config | {"extra": "ignore", "populate_by_name": True}
+    mass: NonNegativeFloat
+    length: NonNegativeFloat
+    arm_mass: NonNegativeFloat = Field(0.0, validation_alias="arm-mass")
+    kp: NonNegativeFloat
+    vin: PositiveFloat | None = None
+    damping: NonNegativeFloat | None = None
+    dt: PositiveFloat
+    motor: str | None = None
+    trajectory: str | None = None
+    entries: list[LogEntry] = Field(min_length=2)
+
+
+def load_log(path: Path) -> ProcessedLog:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    if isinstance(data, dict) and "arm_mass" in data and "arm-mass" not in data:
+        data["arm-mass"] = data.pop("arm_mass")
+    return validate(ProcessedLog, data, str(path))
+
+
+def log_files(path: str | Path) -> list[Path]:
+    """A log file, or every *.json in a folder (sorted)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise ConfigError(f"{path}: no *.json logs in this folder")
+        return files
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file or folder")
+    return [path]
+
+
+@dataclass
+class ReplayResult:
+    file: str
+    t: np.ndarray
+    q: np.ndarray
+    dq: np.ndarray
+    q_log: np.ndarray
+    mae: float
+
+    def as_json(self) -> dict:
+        return {"file": self.file, "t": self.t.tolist(), "q": self.q.tolist(), "dq": self.dq.tolist(),
+                "mae": self.mae}
+
+
+def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str) -> ReplayResult:
+    """Roll the actuator over one log, closed loop, from the log's first state."""
+    fw = spec.firmware
+    if isinstance(fw, DynamixelPwmLaw):
+        fw = fw.model_copy(update={"kp": log.kp} | ({"supply_v": log.vin} if log.vin else {}))
+    elif isinstance(fw, ErobPdLaw):
+        fw = fw.model_copy(update={"kp": log.kp} | ({"damping": log.damping} if log.damping is not None else {}))
+    else:
+        raise ConfigError(f"{spec.name}: replay needs a position law (dxl_pwm or erob_pd), not {fw.law}")
+    spec = ActuatorSpec(spec.name, spec.motor, fw, spec.friction, spec.encoder_counts)
+    load = LoadConfig(mass=log.mass, length=log.length, arm_mass=log.arm_mass, gravity=STANDARD_GRAVITY)
+    kernel = Kernel(1, log.dt)
+    kernel.set_params(0, kernel_params(spec, load, EncoderConfig(), FaultConfig(), integrator))
+    first = log.entries[0]
+    kernel.set_state(0, theta=first.position, omega=first.speed)
+    goal = np.array([e.goal_position for e in log.entries])
+    enable = np.array([float(e.torque_enable) for e in log.entries])
+    out = kernel.run(goal, enable)
+    q, dq = out["theta"][:, 0], out["omega"][:, 0]
+    q_log = np.array([e.position for e in log.entries])
+    return ReplayResult(name, np.arange(len(goal)) * log.dt, q, dq, q_log, float(np.mean(np.abs(q - q_log))))
+
+
+def replay(path: str | Path, actuator: str, model: str | None = None, params: BamParams | None = None,
+           integrator: Literal["euler", "bam"] = "bam") -> list[ReplayResult]:
+    """Replay a log or a folder of logs with a catalog actuator and one bam parameter set.
+
+    The actuator runs exactly as bam's simulator does (`ActuatorSpec.bam_only`), so the MAE is
+    comparable with bam's own `bam.mae`.
+    """
+    if (model is None) == (params is None):
+        raise ConfigError("give exactly one of --model or --params")
+    entry = catalog.entry(actuator)
+    spec = entry.actuator(model) if model else entry.actuator().with_bam(params)
+    spec = spec.bam_only()
+    return [replay_log(load_log(f), spec, integrator, f.name) for f in log_files(path)]
+
+
+def write_report(results: list[ReplayResult], out: str | Path) -> dict:
+    """OUT.json: {"logs": [{"file", "t", "q", "dq", "mae"}], "mae": mean over logs} [rad]."""
+    doc = {"logs": [r.as_json() for r in results], "mae": float(np.mean([r.mae for r in results]))}
+    Path(out).write_text(json.dumps(doc))
+    return doc
