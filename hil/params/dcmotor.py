@@ -115,7 +115,8 @@ class DCMotor(Strict):
                 K = V / w0
                 if b[0] > 0:  # MuJoCo's damping correction of K
                     if R > 0:
-                        disc = V * V - 4.0 * w0 * R * b[0] * w0 * w0  # K²ω0 − KV + RBω0² = 0
+                        # no-load balance (K/R)(V − Kω0) = Bω0, i.e. K²ω0 − KV + RBω0 = 0 (as MuJoCo 3.11 compiles it)
+                        disc = V * V - 4.0 * w0 * R * b[0] * w0
                         if disc < 0:
                             raise ValueError("nominal: damping too large for this resistance")
                         K = (V + math.sqrt(disc)) / (2.0 * w0)
@@ -152,20 +153,17 @@ class DCMotor(Strict):
         if L > 0:
             te = L / R
         tau_max, imax, didt = _pad(self.saturation, 3)
-        if tau_max == 0 and imax > 0:
-            tau_max = K * imax
         rt, cth, taut, alpha, t0, ta = _pad(self.thermal, 6)
         if self.thermal is not None:
-            if rt > 0 and cth > 0 and taut > 0:
-                cth = taut / rt
-            elif rt == 0:
+            # MuJoCo 3.11 keeps R_T and C when both are given and then ignores τ_T.
+            if rt == 0:
                 rt = taut / cth
             elif cth == 0:
                 cth = taut / rt
         kp, ki, kd, slew, imax_i, vmax = _pad(self.controller, 6)
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
-            efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max,
+            efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
             damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
@@ -186,7 +184,8 @@ class MotorConstants:
     efficiency: float = 1.0
     te: float = 0.0
     didt_max: float = 0.0
-    tau_max: float = 0.0
+    tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
+    imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
     thermal_r: float = 0.0
     thermal_c: float = 0.0
     tempcoef: float = 0.0
@@ -200,12 +199,17 @@ class MotorConstants:
     controller: tuple[float, float, float, float, float, float] = (0.0,) * 6
     ctrlrange: tuple[float, float] | None = None
 
+    @property
+    def torque_limit(self) -> float:
+        """Electrical torque clamp, motor side [N·m]: τmax as given, else K·imax (MuJoCo), 0 = none."""
+        return self.tau_max or self.motorconst * self.imax
+
     def kernel_params(self) -> dict[str, float]:
         """The motor part of the kernel's parameter dict."""
         out = dict(
             resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
-            tau_max=self.tau_max, thermal_r=self.thermal_r, thermal_c=self.thermal_c,
+            tau_max=self.torque_limit, thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
             cog_amplitude=self.cogging[0], cog_poles=self.cogging[1], cog_phase=self.cogging[2],
@@ -245,7 +249,7 @@ class MotorConstants:
             "gradient_rad_s_per_nm": -R / (K * K) / (g * g),
             "mechanical_time_constant_s": R * J / (g * g * K * K) if J > 0 else float("nan"),
             "electrical_time_constant_s": self.te,
-            "nominal_torque_nm": g * self.tau_max * self.efficiency if self.tau_max else float("nan"),
+            "nominal_torque_nm": g * self.torque_limit * self.efficiency if self.torque_limit else float("nan"),
             "motor_constant_nm_per_a": K,
             "resistance_ohm": R,
         }
