@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard hil/kernel/*.pyx hil/kernel/*.pxd)
+PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd)
 
 .PHONY: run test lint soak bench clean
 
@@ -30,4 +30,4 @@ bench: .stamp-install
 	$(BIN)/python bench/kernel.py
 
 clean:
-	rm -rf build *.egg-info hil/kernel/*.c hil/kernel/*.so .stamp-install
+	rm -rf build *.egg-info hil/*/*.c hil/*/*.so .stamp-install

@@ -12,6 +12,13 @@ extensions = [
         extra_compile_args=["-O3", "-fno-math-errno"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
+    Extension(
+        "hil.loop.rt",
+        ["hil/loop/rt.pyx"],
+        include_dirs=[numpy.get_include()],
+        extra_compile_args=["-O3", "-fno-math-errno"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={

@@ -18,9 +18,12 @@ cdef enum:
     INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
 
     FAULT_OPEN_CIRCUIT = 1    # bits of State.fault_flags
-    FAULT_SUPPLY = 2
-    FAULT_ENCODER = 4
-    FAULT_DERATED = 8
+    FAULT_SUPPLY = 2          # supply voltage overridden (sag / surge)
+    FAULT_ENCODER_NOISE = 4
+    FAULT_DERATED = 8         # thermal current derating active
+    FAULT_OVERHEAT = 16       # winding above temp_limit: torque shut down (latched)
+    FAULT_ENCODER_STUCK = 32
+    FAULT_ENCODER_SLIP = 64
 
 
 cdef packed struct Params:
@@ -107,7 +110,10 @@ cdef packed struct Params:
     double supply_override     # NaN = none; else replaces supply_v (sag / surge)
     double encoder_counts      # counts per output revolution; 0 = continuous
     double encoder_noise       # std-dev of measured-position noise [rad]
+    int64_t encoder_stuck      # measured position frozen at its last value
+    double encoder_slip        # measured position drifts away from the true one [rad/s]
     uint64_t seed              # noise seed
+    double temp_limit          # overheating shutdown above this winding temperature [°C]; 0 = none
 
 
 cdef packed struct State:
@@ -120,6 +126,8 @@ cdef packed struct State:
     double current             # armature current state [A] (inductive model)
     double oc_timer            # time |i| has exceeded oc_current [s]
     int64_t oc_active          # open-circuit fault latched
+    int64_t shutdown           # overheating shutdown latched (torque off until cleared)
+    double enc_offset          # accumulated encoder slip [rad]
     int64_t fault_flags
     int64_t k                  # steps taken; t = k·dt
     uint64_t rng
@@ -139,3 +147,11 @@ cdef packed struct Input:
 
 
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil
+
+
+cdef class Kernel:
+    cdef Params* params
+    cdef State* states
+    cdef Input* inputs
+    cdef readonly Py_ssize_t n
+    cdef readonly double dt

@@ -19,8 +19,9 @@ cnp.import_array()
 LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
         "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE}
 INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
-FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder": FAULT_ENCODER,
-              "derated": FAULT_DERATED}
+FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
+              "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
+              "encoder_slip": FAULT_ENCODER_SLIP}
 
 cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
 
@@ -50,9 +51,12 @@ cdef inline double gaussian(uint64_t* state) noexcept nogil:
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)
 
 
-cdef inline double measure(const Params* p, State* s) noexcept nogil:
-    """Position the firmware reads from its encoder: noise, then quantization to whole counts."""
-    cdef double q = s.theta
+cdef inline double measure(const Params* p, State* s, double dt) noexcept nogil:
+    """Position the firmware reads from its encoder: slip, noise, then quantization to whole counts."""
+    if p.encoder_stuck and s.k > 0:
+        return s.theta_meas
+    s.enc_offset += p.encoder_slip * dt
+    cdef double q = s.theta + s.enc_offset
     if p.encoder_noise > 0:
         q += p.encoder_noise * gaussian(&s.rng)
     if p.encoder_counts > 0:
@@ -108,12 +112,16 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs
 
     # -- sensing (pre-step state) and faults
-    thm = measure(p, s)
+    thm = measure(p, s, dt)
     s.theta_meas = thm
     Lm = g * thm
     s.fault_flags = 0
     if p.encoder_noise > 0:
-        s.fault_flags |= FAULT_ENCODER
+        s.fault_flags |= FAULT_ENCODER_NOISE
+    if p.encoder_stuck:
+        s.fault_flags |= FAULT_ENCODER_STUCK
+    if s.enc_offset != 0:
+        s.fault_flags |= FAULT_ENCODER_SLIP
     vs = p.supply_v
     if not isnan(p.supply_override):
         vs = p.supply_override
@@ -133,6 +141,12 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         T = s.temp_rise
         R = p.resistance * (1.0 + p.tempcoef * (T + p.ambient - p.reftemp))
     s.temperature = T + p.ambient if p.thermal_r > 0 else NAN
+    if p.temp_limit > 0 and s.temperature > p.temp_limit:
+        s.shutdown = 1
+    if s.shutdown:
+        # Overheating protection: torque off until the host clears the latch (firmware behaviour).
+        enabled = 0
+        s.fault_flags |= FAULT_OVERHEAT
 
     # -- firmware control law
     if isnan(u):
@@ -344,12 +358,6 @@ cdef class Kernel:
     sets the joint state; `step(u, enable, external_torque)` advances one step; `run(...)` advances
     T steps in one nogil call and returns the pre-step state and what each step produced.
     """
-    cdef Params* params
-    cdef State* states
-    cdef Input* inputs
-    cdef readonly Py_ssize_t n
-    cdef readonly double dt
-
     def __cinit__(self, Py_ssize_t n, double dt):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -389,9 +397,18 @@ cdef class Kernel:
         self._check(j)
         return self.params[j]
 
-    def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None):
-        """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A]."""
+    def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None,
+                  clear_latches=False):
+        """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A].
+
+        `clear_latches` resets the open-circuit and overheating latches and the encoder slip.
+        """
         self._check(j)
+        if clear_latches:
+            self.states[j].oc_active = 0
+            self.states[j].oc_timer = 0.0
+            self.states[j].shutdown = 0
+            self.states[j].enc_offset = 0.0
         if theta is not None:
             self.states[j].theta = theta
         if omega is not None:

@@ -1,0 +1,385 @@
+# cython: language_level=3
+"""Fixed-rate real-time loop around the kernel, in a nogil thread.
+
+* Absolute deadlines on CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`), optional spin margin;
+  SCHED_FIFO tried for the loop thread, else timer slack 1 ns (notes/ecosystem.md §2.3).
+* Simulation time is tick·dt whatever the wall clock does; lateness is measured and kept in a
+  1 µs histogram; a wake-up more than one period late is an overrun.
+* Python talks to the loop only through single-producer/single-consumer rings (commands in,
+  samples out) and a seqlock'd state snapshot, with C11 atomics: the loop never takes the GIL or
+  a lock Python can hold, and never waits on Python.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
+from libc.math cimport isnan
+
+import numpy as np
+
+from hil.kernel.core cimport Kernel, Params, State, Input, step_all
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <time.h>
+    #include <pthread.h>
+    #include <sched.h>
+    #include <sys/prctl.h>
+    static inline int64_t hil_load(int64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void hil_store(int64_t* p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline int64_t hil_add(int64_t* p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
+    static inline void hil_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+    static inline int64_t hil_now_ns(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    static inline void hil_sleep_until(int64_t t_ns) {
+        struct timespec ts; ts.tv_sec = t_ns / 1000000000LL; ts.tv_nsec = t_ns % 1000000000LL;
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
+    }
+    static inline int hil_try_fifo(int prio) {
+        struct sched_param sp; sp.sched_priority = prio;
+        return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    }
+    static inline int hil_timerslack_1ns(void) { return prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
+    """
+    int64_t hil_load(int64_t* p) nogil
+    void hil_store(int64_t* p, int64_t v) nogil
+    int64_t hil_add(int64_t* p, int64_t v) nogil
+    void hil_fence() nogil
+    int64_t hil_now_ns() nogil
+    void hil_sleep_until(int64_t t_ns) nogil
+    int hil_try_fifo(int prio) nogil
+    int hil_timerslack_1ns() nogil
+
+DEF HIST_BINS = 10000  # 1 µs bins: 0 … 9.999 ms; the last bin collects everything later
+
+cdef enum:
+    CMD_SET_U = 1
+    CMD_SET_ENABLE = 2
+    CMD_SET_EXTERNAL = 3
+    CMD_SET_PARAMS = 4
+    CMD_SET_STATE = 5          # a = theta, b = omega; NaN leaves a value unchanged
+    CMD_CLEAR_LATCHES = 6
+    CMD_SET_TEMPERATURE = 7    # a = absolute winding temperature [°C]
+    CMD_PAUSE = 8
+    CMD_RESUME = 9
+
+RT_MODES = {0: "starting", 1: "SCHED_FIFO", 2: "SCHED_OTHER (timer slack 1 ns)", 3: "SCHED_OTHER"}
+
+cdef packed struct Command:
+    int64_t kind
+    int64_t index
+    double a
+    double b
+    Params params
+
+cdef packed struct Sample:
+    int64_t seq                # publish number: gap-free unless the ring overflowed
+    int64_t tick
+    int64_t index
+    double t
+    double theta
+    double theta_meas
+    double omega
+    double torque
+    double current
+    double voltage
+    double temperature
+    double u
+    double enable
+    double external_torque
+    int64_t law
+    int64_t fault_flags
+
+SAMPLE_DTYPE = np.dtype([
+    ("seq", "<i8"), ("tick", "<i8"), ("index", "<i8"), ("t", "<f8"), ("theta", "<f8"), ("theta_meas", "<f8"),
+    ("omega", "<f8"), ("torque", "<f8"), ("current", "<f8"), ("voltage", "<f8"), ("temperature", "<f8"),
+    ("u", "<f8"), ("enable", "<f8"), ("external_torque", "<f8"), ("law", "<i8"), ("fault_flags", "<i8")])
+
+cdef struct Shared:
+    int64_t stop
+    int64_t paused
+    int64_t steps_requested    # lock-step: total ticks the host asked for
+    int64_t tick               # ticks done; simulation time = tick · period
+    int64_t publish_seq
+    int64_t cmd_head
+    int64_t cmd_tail
+    int64_t smp_head
+    int64_t smp_tail
+    int64_t sample_drops
+    int64_t wakeups
+    int64_t overruns
+    int64_t skipped
+    int64_t max_lateness_ns
+    int64_t work_ns            # time spent stepping, summed
+    int64_t rt_mode
+    int64_t snap_seq
+    int64_t start_ns
+    int64_t hist[HIST_BINS]
+
+
+cdef class RealtimeLoop:
+    """The loop thread's shared memory and its body; `run()` blocks (call it from a thread)."""
+
+    cdef Kernel kernel            # keeps the arrays below alive
+    cdef Params* P
+    cdef State* S
+    cdef Input* I
+    cdef Py_ssize_t n
+    cdef double dt
+    cdef Shared* sh
+    cdef Command* cmds
+    cdef Sample* samples
+    cdef State* snap_states
+    cdef Input* snap_inputs
+    cdef int64_t cmd_cap, smp_cap
+    cdef readonly int64_t period_ns
+    cdef readonly int substeps
+    cdef readonly int publish_every
+    cdef readonly int fifo_priority
+    cdef readonly int64_t spin_ns
+    cdef readonly bint lockstep
+
+    def __cinit__(self, Kernel kernel, double rate_hz, int substeps=1, int publish_every=1,
+                  int fifo_priority=50, double spin_us=0.0, bint lockstep=False,
+                  int64_t command_capacity=4096, int64_t sample_capacity=1 << 16):
+        if not (1.0 <= rate_hz <= 20000.0):
+            raise ValueError(f"rate_hz must be within 1..20000, got {rate_hz}")
+        if substeps < 1 or publish_every < 1:
+            raise ValueError("substeps and publish_every must be >= 1")
+        self.kernel = kernel
+        self.P, self.S, self.I, self.n, self.dt = kernel.params, kernel.states, kernel.inputs, kernel.n, kernel.dt
+        self.period_ns = <int64_t>(1e9 / rate_hz + 0.5)
+        if abs(kernel.dt * substeps * 1e9 - self.period_ns) > 1.0:
+            raise ValueError(f"kernel dt {kernel.dt} s × {substeps} substeps != period {self.period_ns} ns")
+        self.substeps = substeps
+        self.publish_every = publish_every
+        self.fifo_priority = fifo_priority
+        self.spin_ns = <int64_t>(spin_us * 1000.0)
+        self.lockstep = lockstep
+        self.cmd_cap = command_capacity
+        self.smp_cap = sample_capacity
+        self.sh = <Shared*> calloc(1, sizeof(Shared))
+        self.cmds = <Command*> calloc(command_capacity, sizeof(Command))
+        self.samples = <Sample*> calloc(sample_capacity, sizeof(Sample))
+        self.snap_states = <State*> calloc(kernel.n, sizeof(State))
+        self.snap_inputs = <Input*> calloc(kernel.n, sizeof(Input))
+        if not (self.sh and self.cmds and self.samples and self.snap_states and self.snap_inputs):
+            raise MemoryError()
+        memcpy(self.snap_states, kernel.states, kernel.n * sizeof(State))
+        memcpy(self.snap_inputs, kernel.inputs, kernel.n * sizeof(Input))
+
+    def __dealloc__(self):
+        free(self.sh)
+        free(self.cmds)
+        free(self.samples)
+        free(self.snap_states)
+        free(self.snap_inputs)
+
+    # ---------------------------------------------------------------- loop thread side
+    cdef void _apply_commands(self) noexcept nogil:
+        cdef int64_t head = hil_load(&self.sh.cmd_head)
+        cdef int64_t tail = self.sh.cmd_tail
+        cdef Command* c
+        while tail < head:
+            c = &self.cmds[tail % self.cmd_cap]
+            if c.kind == CMD_PAUSE:
+                self.sh.paused = 1
+            elif c.kind == CMD_RESUME:
+                self.sh.paused = 0
+            elif 0 <= c.index < self.n:
+                if c.kind == CMD_SET_U:
+                    self.I[c.index].u = c.a
+                elif c.kind == CMD_SET_ENABLE:
+                    self.I[c.index].enable = c.a
+                elif c.kind == CMD_SET_EXTERNAL:
+                    self.I[c.index].external_torque = c.a
+                elif c.kind == CMD_SET_PARAMS:
+                    self.P[c.index] = c.params
+                elif c.kind == CMD_SET_STATE:
+                    if not isnan(c.a):
+                        self.S[c.index].theta = c.a
+                    if not isnan(c.b):
+                        self.S[c.index].omega = c.b
+                elif c.kind == CMD_CLEAR_LATCHES:
+                    self.S[c.index].oc_active = 0
+                    self.S[c.index].oc_timer = 0.0
+                    self.S[c.index].shutdown = 0
+                    self.S[c.index].enc_offset = 0.0
+                elif c.kind == CMD_SET_TEMPERATURE:
+                    self.S[c.index].temp_rise = c.a - self.P[c.index].ambient
+            tail += 1
+        hil_store(&self.sh.cmd_tail, tail)
+
+    cdef void _tick(self) noexcept nogil:
+        cdef int s
+        cdef int64_t j, head, tail, seq
+        cdef Sample* o
+        cdef int64_t t0 = hil_now_ns()
+        for s in range(self.substeps):
+            step_all(self.P, self.S, self.I, self.n, self.dt)
+        self.sh.work_ns += hil_now_ns() - t0
+        self.sh.tick += 1
+        # state snapshot for readers (seqlock: odd while writing)
+        hil_add(&self.sh.snap_seq, 1)
+        hil_fence()
+        memcpy(self.snap_states, self.S, self.n * sizeof(State))
+        memcpy(self.snap_inputs, self.I, self.n * sizeof(Input))
+        hil_add(&self.sh.snap_seq, 1)
+        if self.sh.tick % self.publish_every:
+            return
+        head = self.sh.smp_head
+        tail = hil_load(&self.sh.smp_tail)
+        if head - tail + self.n > self.smp_cap:
+            self.sh.sample_drops += 1   # the consumer is behind: drop this publish, keep running
+            self.sh.publish_seq += 1
+            return
+        seq = self.sh.publish_seq
+        self.sh.publish_seq += 1
+        for j in range(self.n):
+            o = &self.samples[(head + j) % self.smp_cap]
+            o.seq = seq
+            o.tick = self.sh.tick
+            o.index = j
+            o.t = self.S[j].k * self.dt
+            o.theta = self.S[j].theta
+            o.theta_meas = self.S[j].theta_meas
+            o.omega = self.S[j].omega
+            o.torque = self.S[j].torque
+            o.current = self.S[j].i_out
+            o.voltage = self.S[j].v_out
+            o.temperature = self.S[j].temperature
+            o.u = self.I[j].u
+            o.enable = self.I[j].enable
+            o.external_torque = self.I[j].external_torque
+            o.law = self.P[j].law
+            o.fault_flags = self.S[j].fault_flags
+        hil_store(&self.sh.smp_head, head + self.n)
+
+    cdef void _run(self) noexcept nogil:
+        cdef int64_t next_ns, now, late, b
+        if self.fifo_priority > 0 and hil_try_fifo(self.fifo_priority) == 0:
+            self.sh.rt_mode = 1
+        elif hil_timerslack_1ns() == 0:
+            self.sh.rt_mode = 2
+        else:
+            self.sh.rt_mode = 3
+        next_ns = hil_now_ns()
+        self.sh.start_ns = next_ns
+        while not hil_load(&self.sh.stop):
+            if self.lockstep:
+                self._apply_commands()
+                if self.sh.tick < hil_load(&self.sh.steps_requested):
+                    self._tick()
+                else:
+                    hil_sleep_until(hil_now_ns() + 20000)  # poll the host every 20 µs
+                continue
+            next_ns += self.period_ns
+            if self.spin_ns > 0:
+                hil_sleep_until(next_ns - self.spin_ns)
+                while hil_now_ns() < next_ns:
+                    pass
+            else:
+                hil_sleep_until(next_ns)
+            now = hil_now_ns()
+            late = now - next_ns
+            self.sh.wakeups += 1
+            b = late // 1000
+            self.sh.hist[b if b < HIST_BINS else HIST_BINS - 1] += 1
+            if late > self.sh.max_lateness_ns:
+                self.sh.max_lateness_ns = late
+            if late > self.period_ns:
+                self.sh.overruns += 1
+                if late > 100 * self.period_ns:
+                    # A stall (hypervisor steal, suspend): realign instead of racing through the backlog.
+                    self.sh.skipped += late // self.period_ns
+                    next_ns = now
+            self._apply_commands()
+            if not self.sh.paused:
+                self._tick()
+
+    # ---------------------------------------------------------------- Python side
+    def run(self):
+        """The loop body; returns after `stop()`. Holds no GIL while running."""
+        with nogil:
+            self._run()
+
+    def stop(self):
+        hil_store(&self.sh.stop, 1)
+
+    def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None):
+        """Queue one command (callers serialise pushes); False when the ring is full."""
+        cdef int64_t head = self.sh.cmd_head
+        if head - hil_load(&self.sh.cmd_tail) >= self.cmd_cap:
+            return False
+        cdef Command* c = &self.cmds[head % self.cmd_cap]
+        c.kind = kind
+        c.index = index
+        c.a = a
+        c.b = b
+        if params is not None:
+            c.params = params
+        hil_store(&self.sh.cmd_head, head + 1)
+        return True
+
+    def commands_pending(self):
+        return hil_load(&self.sh.cmd_head) - hil_load(&self.sh.cmd_tail)
+
+    def request_steps(self, int64_t n):
+        """Lock-step: allow n more ticks; returns the tick count to wait for."""
+        return hil_add(&self.sh.steps_requested, n)
+
+    def drain(self, int64_t max_samples=1 << 16):
+        """Samples published since the last drain, as a structured numpy array (SAMPLE_DTYPE)."""
+        cdef int64_t tail = self.sh.smp_tail
+        cdef int64_t head = hil_load(&self.sh.smp_head)
+        cdef int64_t n = min(head - tail, max_samples), i
+        out = np.empty(n, dtype=SAMPLE_DTYPE)
+        cdef Sample[::1] view = out
+        for i in range(n):
+            view[i] = self.samples[(tail + i) % self.smp_cap]
+        hil_store(&self.sh.smp_tail, tail + n)
+        return out
+
+    def snapshot(self):
+        """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
+        cdef int64_t s1, s2, n = self.kernel.n
+        states = np.empty(n, dtype=object)
+        while True:
+            s1 = hil_load(&self.sh.snap_seq)
+            if s1 & 1:
+                continue
+            st = [self.snap_states[j] for j in range(n)]
+            inp = [self.snap_inputs[j] for j in range(n)]
+            hil_fence()
+            s2 = hil_load(&self.sh.snap_seq)
+            if s1 == s2:
+                return st, inp
+
+    def telemetry(self):
+        """Counters and the lateness histogram (µs bins) of the loop so far."""
+        hist = np.array([self.sh.hist[i] for i in range(HIST_BINS)], dtype=np.int64)
+        return {
+            "tick": hil_load(&self.sh.tick), "wakeups": self.sh.wakeups, "overruns": self.sh.overruns,
+            "skipped_periods": self.sh.skipped, "max_lateness_ns": self.sh.max_lateness_ns,
+            "sample_drops": self.sh.sample_drops, "work_ns": self.sh.work_ns,
+            "paused": bool(self.sh.paused), "rt_mode": RT_MODES[self.sh.rt_mode],
+            "start_ns": self.sh.start_ns, "period_ns": self.period_ns, "histogram_us": hist,
+        }
+
+
+COMMANDS = {"set_u": CMD_SET_U, "set_enable": CMD_SET_ENABLE, "set_external": CMD_SET_EXTERNAL,
+            "set_params": CMD_SET_PARAMS, "set_state": CMD_SET_STATE, "clear_latches": CMD_CLEAR_LATCHES,
+            "set_temperature": CMD_SET_TEMPERATURE, "pause": CMD_PAUSE, "resume": CMD_RESUME}
+
+
+def lock_memory():
+    """mlockall(MCL_CURRENT | MCL_FUTURE); returns 0 or the errno."""
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.mlockall(3) != 0:
+        return ctypes.get_errno()
+    return 0
