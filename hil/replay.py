@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
-from hil.kernel import Kernel
+from hil.kernel import INTEGRATORS, Kernel
 from hil.params import catalog
 from hil.params.actuator import ActuatorSpec
 from hil.params.bam import BamParams
@@ -117,6 +117,8 @@ def replay(path: str | Path, actuator: str, model: str | None = None, params: Ba
     """
     if (model is None) == (params is None):
         raise ConfigError("give exactly one of --model or --params")
+    if integrator not in INTEGRATORS:
+        raise ConfigError(f"integrator: unknown {integrator!r} (known: {', '.join(INTEGRATORS)})")
     entry = catalog.entry(actuator)
     spec = entry.actuator(model) if model else entry.actuator().with_bam(params)
     spec = spec.bam_only()

@@ -32,8 +32,8 @@ def read_inputs(path: str | Path, dt: float) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     with fh:
-        reader = csv.DictReader(fh)
-        header = [h.strip() for h in reader.fieldnames or []]
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
         for need in ("t", "u"):
             if need not in header:
                 raise ConfigError(f"{path}: missing column {need!r} (have: {', '.join(header) or 'none'})")
@@ -42,12 +42,18 @@ def read_inputs(path: str | Path, dt: float) -> dict[str, np.ndarray]:
             raise ConfigError(f"{path}: unknown column {unknown[0]!r} (allowed: {', '.join(INPUT_COLUMNS)})")
         cols: dict[str, list[float]] = {h: [] for h in header}
         for row_no, row in enumerate(reader, start=2):
-            for h in header:
-                raw = (row.get(h) or "").strip()
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ConfigError(f"{path}:{row_no}: {len(row)} fields, the header has {len(header)}")
+            for h, raw in zip(header, row, strict=True):
                 try:
-                    cols[h].append(float(raw))
+                    value = float(raw)
                 except ValueError:
-                    raise ConfigError(f"{path}:{row_no}: column {h!r}: not a number: {raw!r}") from None
+                    raise ConfigError(f"{path}:{row_no}: column {h!r}: not a number: {raw.strip()!r}") from None
+                if not math.isfinite(value):
+                    raise ConfigError(f"{path}:{row_no}: column {h!r}: not a finite number: {raw.strip()!r}")
+                cols[h].append(value)
     out = {h: np.asarray(v) for h, v in cols.items()}
     if len(out["t"]) == 0:
         raise ConfigError(f"{path}: no rows")
@@ -55,7 +61,7 @@ def read_inputs(path: str | Path, dt: float) -> dict[str, np.ndarray]:
     bad = np.flatnonzero(np.abs(out["t"] - k * dt) > 1e-6 * max(dt, 1e-9) + 1e-9 * np.abs(out["t"]))
     if bad.size:
         r = int(bad[0])
-        raise ConfigError(f"{path}:{r + 2}: t = {out['t'][r]!r} but step {r} is at k·dt = {r * dt!r} s "
+        raise ConfigError(f"{path}:{r + 2}: t = {float(out['t'][r])!r} but step {r} is at k·dt = {r * dt!r} s "
                           f"(dt = {dt} s from the rig)")
     return out
 

@@ -20,7 +20,7 @@ actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/
 app.add_typer(actuator_app, name="actuator")
 console = Console()
 Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
-Integrator = Literal["euler", "bam"]
+Integrator = str  # "euler" | "bam"; validated by the library so that errors are one line
 
 
 def one_line_errors(fn):
@@ -32,6 +32,10 @@ def one_line_errors(fn):
             return fn(*args, **kwargs)
         except ConfigError as exc:
             print(f"servo-hil: error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except OSError as exc:  # an output path that cannot be written, a device that cannot be opened
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"servo-hil: error: {where}{exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(2) from None
 
     return wrapper

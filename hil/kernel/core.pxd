@@ -124,7 +124,7 @@ cdef packed struct State:
     double temp_rise           # winding temperature above ambient [K]
     double bristle             # LuGre z [rad]
     double current             # armature current state [A] (inductive model)
-    double oc_timer            # time |i| has exceeded oc_current [s]
+    double oc_timer            # steps |i| has exceeded oc_current in a row
     int64_t oc_active          # open-circuit fault latched
     int64_t shutdown           # overheating shutdown latched (torque off until cleared)
     double enc_offset          # accumulated encoder slip [rad]

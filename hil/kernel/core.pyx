@@ -247,8 +247,8 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     # -- behavioural open-circuit trigger: |i| above the limit for longer than the duration
     if p.oc_fraction > 0 and not s.oc_active:
         if fabs(s.i_out) > p.oc_current:
-            s.oc_timer += dt
-            if s.oc_timer >= p.oc_duration:
+            s.oc_timer += 1.0   # in steps: summing dt drifts (100 × 1e-4 < 0.01)
+            if s.oc_timer * dt >= p.oc_duration * (1.0 - 1e-12):
                 s.oc_active = 1
         else:
             s.oc_timer = 0.0

@@ -19,6 +19,7 @@ class ActuatorSpec:
     firmware: FirmwareLaw
     friction: BamParams | None = None
     encoder_counts: float = 0.0
+    temp_limit_c: float = 0.0  # overheating shutdown above this winding temperature [°C]; 0 = none
 
     def with_bam(self, bam: BamParams) -> ActuatorSpec:
         """The same actuator with bam's identified constants and friction budget.
@@ -39,7 +40,7 @@ class ActuatorSpec:
         motor = MotorConstants(resistance=m.resistance, motorconst=m.motorconst, gear=m.gear,
                                armature=m.armature, efficiency=m.efficiency, damping=m.damping,
                                lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange)
-        return replace(self, motor=motor, encoder_counts=0.0)
+        return replace(self, motor=motor, encoder_counts=0.0, temp_limit_c=0.0)
 
     def kernel_params(self) -> dict:
         """The kernel parameter dict (load, integrator and faults are added by the rig)."""
@@ -51,4 +52,6 @@ class ActuatorSpec:
         if self.friction is not None:
             p.update(self.friction.friction_params())
         p["encoder_counts"] = self.encoder_counts
+        if self.motor.thermal_r > 0:
+            p["temp_limit"] = self.temp_limit_c
         return p

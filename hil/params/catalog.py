@@ -92,6 +92,7 @@ class CatalogEntry(Strict):
             motor=DCMotor.model_validate(motor).resolve(),
             firmware=self.firmware_law(firmware),
             encoder_counts=self.datasheet.encoder_counts or 0.0,
+            temp_limit_c=self.datasheet.max_temperature_c or 0.0,
         )
         if model is not None:
             if model not in self.models:

@@ -25,7 +25,7 @@ def describe(err: ValidationError, where: str) -> str:
     """Shortest useful text of a pydantic error: `where: a.b: message` for the first problem."""
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] == "missing":

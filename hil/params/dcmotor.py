@@ -245,7 +245,8 @@ class MotorConstants:
         return {
             "stall_torque_nm": g * keff * voltage / R,
             "stall_current_a": voltage / R,
-            "no_load_speed_rad_s": voltage * K / (K * K + R * B) / g,
+            # the kernel applies η to the electrical torque, drag acts after it: ηK(V − Kω)/R = Bω
+            "no_load_speed_rad_s": voltage * keff / (keff * K + R * B) / g,
             "gradient_rad_s_per_nm": -R / (K * K) / (g * g),
             "mechanical_time_constant_s": R * J / (g * g * K * K) if J > 0 else float("nan"),
             "electrical_time_constant_s": self.te,

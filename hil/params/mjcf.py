@@ -54,8 +54,8 @@ def load_dcmotor(path: str | Path, name: str | None = None) -> DCMotor:
     if name is not None:
         motors = [m for m in motors if m.get("name") == name]
     if len(motors) != 1:
-        what = f"named {name!r}" if name else "(give name = ... to choose one)"
-        raise ConfigError(f"{path}: found {len(motors)} <dcmotor> elements {what}")
+        what = f"named {name!r}" if name else ("(give name = ... to choose one)" if motors else "")
+        raise ConfigError(f"{path}: found {len(motors)} <dcmotor> elements {what}".rstrip())
     el = motors[0]
     attrs: dict[str, str] = {}
     for layer in _class_chain(root, el.get("class")):

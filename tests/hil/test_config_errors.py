@@ -1,0 +1,310 @@
+"""Bad input to `servo-hil simulate` ends in one line naming the problem, exit status 2, no output file.
+
+Every case writes its files in tmp_path and runs the CLI in-process (typer's CliRunner keeps stderr
+apart from stdout). A pre-existing OUT.csv must survive a failed run untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hil.cli.main import app
+from hil.params import ConfigError, load_bam_params, load_dcmotor
+
+GOOD_RIG = """\
+[actuator]
+resistance = 2.0
+motorconst = [0.5]
+armature = 0.0001
+
+[load]
+inertia = 0.01
+
+[sim]
+dt = 0.001
+"""
+
+GOOD_IN = "t,u\n0.0,1.0\n0.001,1.0\n0.002,1.0\n"
+SENTINEL = "previous results\n"
+
+
+def simulate(tmp_path: Path, rig: str = GOOD_RIG, inputs: str = GOOD_IN, extra: tuple[str, ...] = ()):
+    """Run `servo-hil simulate`; returns (exit code, stderr, stdout, OUT text or None)."""
+    rig_path, in_path, out_path = tmp_path / "rig.toml", tmp_path / "in.csv", tmp_path / "out.csv"
+    rig_path.write_text(rig)
+    in_path.write_text(inputs)
+    out_path.write_text(SENTINEL)
+    res = CliRunner().invoke(app, ["simulate", str(rig_path), "--input", str(in_path), "--out", str(out_path),
+                                   *extra])
+    return res.exit_code, res.stderr, res.stdout, out_path.read_text()
+
+
+def assert_one_line_error(tmp_path: Path, *needles: str, **kw) -> str:
+    code, err, out, written = simulate(tmp_path, **kw)
+    assert code == 2, (code, err, out)
+    lines = err.splitlines()
+    assert len(lines) == 1 and err.endswith("\n"), f"expected one line on stderr, got {err!r}"
+    line = lines[0]
+    assert line.startswith("servo-hil: error: "), line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert "Traceback" not in err
+    assert written == SENTINEL, "OUT.csv was clobbered by a failed run"
+    return line
+
+
+def test_good_rig_runs(tmp_path):
+    """The baseline every error case is derived from does succeed and overwrites OUT.csv."""
+    code, err, _, written = simulate(tmp_path)
+    assert code == 0 and err == ""
+    assert written.startswith("t,u,")
+    assert len(written.splitlines()) == 4
+
+
+# -- rig TOML --------------------------------------------------------------------------------------------
+
+def test_unknown_key(tmp_path):
+    line = assert_one_line_error(tmp_path, "load.intertia", "unknown key",
+                                 rig=GOOD_RIG.replace("inertia = 0.01", "intertia = 1"))
+    assert "rig.toml" in line
+
+
+@pytest.mark.parametrize(("section", "key"), [("sim", "dtt"), ("encoder", "count_per_rev"),
+                                              ("faults", "open_circuit"), ("initial", "theta0"),
+                                              ("actuator", "resistence")])
+def test_unknown_key_other_sections(tmp_path, section, key):
+    rig = GOOD_RIG.replace(f"[{section}]\n", f"[{section}]\n{key} = 1\n") if f"[{section}]" in GOOD_RIG \
+        else GOOD_RIG + f"\n[{section}]\n{key} = 1\n"
+    assert_one_line_error(tmp_path, f"{section}.{key}", "unknown key", rig=rig)
+
+
+def test_unknown_section(tmp_path):
+    assert_one_line_error(tmp_path, "motor", "unknown key", rig=GOOD_RIG + "\n[motor]\nresistance = 1\n")
+
+
+def test_missing_motor_constant(tmp_path):
+    assert_one_line_error(tmp_path, "motorconst", rig="[actuator]\nresistance = 2.0\n")
+
+
+def test_missing_actuator_section(tmp_path):
+    assert_one_line_error(tmp_path, "actuator", "required key is missing", rig="[load]\ninertia = 0.01\n")
+
+
+def test_negative_resistance(tmp_path):
+    assert_one_line_error(tmp_path, "actuator.resistance", "greater than 0",
+                          rig=GOOD_RIG.replace("resistance = 2.0", "resistance = -2.0"))
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ("inertia = 0.01", "inertia = -0.01", "load.inertia"),
+    ("dt = 0.001", "dt = 0", "sim.dt"),
+    ("dt = 0.001", 'dt = "fast"', "sim.dt"),
+    ("armature = 0.0001", "armature = 0.0001\ngear = -3", "actuator.gear"),
+    ("armature = 0.0001", "armature = 0.0001\nefficiency = 1.5", "actuator.efficiency"),
+])
+def test_bad_values_name_the_key(tmp_path, old, new, key):
+    assert_one_line_error(tmp_path, key, rig=GOOD_RIG.replace(old, new))
+
+
+def test_bad_fault_fraction(tmp_path):
+    assert_one_line_error(tmp_path, "faults.open_circuit_fraction",
+                          rig=GOOD_RIG + "\n[faults]\nopen_circuit_fraction = 1.5\n")
+
+
+def test_unknown_catalog_name_lists_known(tmp_path):
+    line = assert_one_line_error(tmp_path, "'nosuch'", rig='[actuator]\ncatalog = "nosuch"\n')
+    # the known names are listed (mx64 is in the committed catalog)
+    assert "mx64" in line and "unknown actuator" in line
+
+
+def test_bad_model(tmp_path):
+    assert_one_line_error(tmp_path, "actuator.model", "'m1'",
+                          rig='[actuator]\ncatalog = "mx64"\nmodel = "m9"\n')
+
+
+def test_model_without_catalog(tmp_path):
+    assert_one_line_error(tmp_path, "catalog", rig=GOOD_RIG.replace("[actuator]", '[actuator]\nmodel = "m1"'))
+
+
+def test_two_actuator_sources(tmp_path):
+    assert_one_line_error(tmp_path, "exactly one of catalog, mjcf or inline",
+                          rig=GOOD_RIG.replace("[actuator]", '[actuator]\ncatalog = "mx64"'))
+
+
+def test_bad_firmware_law(tmp_path):
+    assert_one_line_error(tmp_path, "actuator.firmware", "supply_v",
+                          rig=GOOD_RIG.replace("armature = 0.0001", 'armature = 0.0001\n'
+                                               'firmware = { law = "dxl_pwm", kp = 32, error_gain = 0.1 }'))
+
+
+def test_toml_syntax_error_names_file(tmp_path):
+    line = assert_one_line_error(tmp_path, "rig.toml", rig="[actuator\nresistance = 2.0\n")
+    assert "line 1" in line
+
+
+def test_missing_rig_file(tmp_path):
+    in_path, out_path = tmp_path / "in.csv", tmp_path / "out.csv"
+    in_path.write_text(GOOD_IN)
+    res = CliRunner().invoke(app, ["simulate", str(tmp_path / "nope.toml"), "--input", str(in_path),
+                                   "--out", str(out_path)])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("servo-hil: error: ") and "nope.toml" in res.stderr
+    assert len(res.stderr.splitlines()) == 1
+    assert not out_path.exists()
+
+
+def test_mjcf_without_dcmotor_through_rig(tmp_path):
+    (tmp_path / "m.xml").write_text("<mujoco><actuator><motor joint='j'/></actuator></mujoco>")
+    assert_one_line_error(tmp_path, "m.xml", "0 <dcmotor>", rig='[actuator]\nmjcf = "m.xml"\n')
+
+
+# -- IN.csv --------------------------------------------------------------------------------------------
+
+def test_input_missing_column_u(tmp_path):
+    assert_one_line_error(tmp_path, "in.csv", "'u'", inputs="t,x\n0.0,1.0\n")
+
+
+def test_input_not_a_number_names_row_and_column(tmp_path):
+    line = assert_one_line_error(tmp_path, "in.csv:3", "'u'", "abc",
+                                 inputs="t,u\n0.0,1.0\n0.001,abc\n0.002,1.0\n")
+    assert "not a number" in line
+
+
+def test_input_empty_cell(tmp_path):
+    assert_one_line_error(tmp_path, "in.csv:2", "'enable'",
+                          inputs="t,u,enable\n0.0,1.0,\n")
+
+
+def test_input_t_not_k_dt_names_row(tmp_path):
+    line = assert_one_line_error(tmp_path, "in.csv:4", inputs="t,u\n0.0,1\n0.001,1\n0.003,1\n")
+    assert "step 2" in line and "0.002" in line
+
+
+def test_input_t_message_shows_plain_number(tmp_path):
+    line = assert_one_line_error(tmp_path, "in.csv:4", inputs="t,u\n0.0,1\n0.001,1\n0.003,1\n")
+    assert "t = 0.003 " in line and "np.float64" not in line
+
+
+def test_input_unknown_column(tmp_path):
+    assert_one_line_error(tmp_path, "'torque'", inputs="t,u,torque\n0.0,1.0,2.0\n")
+
+
+def test_input_no_rows(tmp_path):
+    assert_one_line_error(tmp_path, "in.csv", "no rows", inputs="t,u\n")
+
+
+def test_input_header_with_spaces(tmp_path):
+    code, err, _, written = simulate(tmp_path, inputs="t, u\n0.0, 1.0\n0.001, 1.0\n")
+    assert code == 0, err
+    assert len(written.splitlines()) == 3
+
+
+def test_missing_input_file(tmp_path):
+    rig_path, out_path = tmp_path / "rig.toml", tmp_path / "out.csv"
+    rig_path.write_text(GOOD_RIG)
+    res = CliRunner().invoke(app, ["simulate", str(rig_path), "--input", str(tmp_path / "nope.csv"),
+                                   "--out", str(out_path)])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("servo-hil: error: ") and "nope.csv" in res.stderr
+    assert len(res.stderr.splitlines()) == 1
+    assert not out_path.exists()
+
+
+# -- command line ----------------------------------------------------------------------------------------
+
+def test_good_integrator_override(tmp_path):
+    code, err, _, written = simulate(tmp_path, extra=("--integrator", "bam"))
+    assert code == 0, err
+    assert written.startswith("t,u,")
+
+
+def test_bad_integrator(tmp_path):
+    assert_one_line_error(tmp_path, "integrator", "foo", extra=("--integrator", "foo"))
+
+
+def test_bad_integrator_exit_code_and_no_output(tmp_path):
+    """A bad --integrator: exit 2, OUT.csv untouched, the key and the known values are named."""
+    code, err, _, written = simulate(tmp_path, extra=("--integrator", "foo"))
+    assert code == 2
+    assert "integrator" in err and "foo" in err and "euler" in err
+    assert written == SENTINEL
+
+
+def test_out_in_missing_directory(tmp_path):
+    (tmp_path / "rig.toml").write_text(GOOD_RIG)
+    (tmp_path / "in.csv").write_text(GOOD_IN)
+    res = subprocess.run([sys.executable, "-m", "hil.cli.main", "simulate", str(tmp_path / "rig.toml"), "--input",
+                          str(tmp_path / "in.csv"), "--out", str(tmp_path / "nodir" / "out.csv")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("servo-hil: error: ")
+    assert "nodir" in res.stderr
+
+
+def test_real_entry_point_one_line(tmp_path):
+    """The installed console script prints the same single line (no rich/traceback decoration)."""
+    exe = Path(sys.executable).with_name("servo-hil")
+    if not exe.exists():
+        pytest.skip("servo-hil console script not installed next to the interpreter")
+    (tmp_path / "rig.toml").write_text(GOOD_RIG.replace("inertia = 0.01", "intertia = 1"))
+    (tmp_path / "in.csv").write_text(GOOD_IN)
+    res = subprocess.run([str(exe), "simulate", str(tmp_path / "rig.toml"), "--input", str(tmp_path / "in.csv"),
+                          "--out", str(tmp_path / "out.csv")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [f"servo-hil: error: {tmp_path / 'rig.toml'}: load.intertia: unknown key"]
+    assert not (tmp_path / "out.csv").exists()
+
+
+# -- library loaders --------------------------------------------------------------------------------------
+
+def test_bam_params_missing_kt(tmp_path):
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps({"model": "m1", "R": 2.0, "armature": 0.01, "friction_base": 0.1}))
+    with pytest.raises(ConfigError) as exc:
+        load_bam_params(path)
+    msg = str(exc.value)
+    assert "kt" in msg and "m1.json" in msg and "missing" in msg
+    assert "\n" not in msg
+
+
+def test_bam_params_unknown_key_and_bad_json(tmp_path):
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps({"model": "m1", "kt": 1.0, "armature": 0.01, "frction_base": 0.1}))
+    with pytest.raises(ConfigError, match="frction_base: unknown key"):
+        load_bam_params(path)
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"m1\.json: not JSON"):
+        load_bam_params(path)
+
+
+@pytest.mark.parametrize("xml", ["<mujoco><actuator><motor joint='j'/></actuator></mujoco>",
+                                 "<mujoco><worldbody/></mujoco>"])
+def test_mjcf_without_dcmotor(tmp_path, xml):
+    path = tmp_path / "model.xml"
+    path.write_text(xml)
+    with pytest.raises(ConfigError) as exc:
+        load_dcmotor(path)
+    msg = str(exc.value)
+    assert "model.xml" in msg and "0 <dcmotor>" in msg
+
+
+def test_mjcf_named_dcmotor_absent(tmp_path):
+    path = tmp_path / "model.xml"
+    path.write_text("<mujoco><actuator><dcmotor name='a' joint='j' resistance='1' motorconst='0.1'/>"
+                    "</actuator></mujoco>")
+    with pytest.raises(ConfigError, match="named 'b'"):
+        load_dcmotor(path, "b")
+    assert load_dcmotor(path, "a").resistance == 1.0
+
+
+def test_mjcf_bad_number(tmp_path):
+    path = tmp_path / "model.xml"
+    path.write_text("<mujoco><actuator><dcmotor joint='j' resistance='1' motorconst='0.1 x'/></actuator></mujoco>")
+    with pytest.raises(ConfigError, match=r"model\.xml"):
+        load_dcmotor(path)
