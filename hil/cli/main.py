@@ -84,6 +84,82 @@ def replay(
     console.print(table)
 
 
+@app.command()
+@one_line_errors
+def run(
+    rig: Annotated[Path, typer.Argument(help="daemon rig TOML (e.g. config/rigs/default.toml)")],
+    mqtt: Annotated[bool, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = True,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane."""
+    import logging
+
+    import zmq
+
+    from hil.daemon.service import Daemon
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s servo-hil %(levelname)s %(message)s")
+    logging.getLogger("amqtt").setLevel(logging.WARNING)
+    logging.getLogger("transitions").setLevel(logging.WARNING)
+    daemon = Daemon(rig, mqtt=mqtt)
+    try:
+        daemon.run_until_signal()
+    except zmq.ZMQError as exc:
+        raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None
+
+
+@app.command()
+def status(
+    command: Annotated[str, typer.Option(help="the daemon's command endpoint")] = "tcp://127.0.0.1:9873",
+    check: Annotated[bool, typer.Option("--check", help="exit 0 if the loop runs, 1 if not (health check)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw status as JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the daemon")] = 2.0,
+) -> None:
+    """Live status of a running daemon (loop timing, steal, actuators, faults)."""
+    import json
+
+    from hil.daemon.zmq_io import request
+
+    try:
+        reply = request(command, {"cmd": "status"}, timeout)
+    except TimeoutError as exc:
+        print(f"servo-hil: error: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    st = reply.get("status", {})
+    if check:
+        healthy = reply.get("ok") and st.get("tick", 0) > 0
+        print("healthy" if healthy else f"unhealthy: {reply.get('error', st)}")
+        raise typer.Exit(0 if healthy else 1)
+    if as_json:
+        print(json.dumps(st, indent=1))
+        return
+
+    def us(x):
+        return "-" if x is None else f"{x:.0f} µs"
+
+    t = Table(title=f"servo-hil rig {st['rig']!r} (pid {st['pid']})")
+    t.add_column("loop")
+    t.add_column("value", justify="right")
+    for k, v in (("rate", f"{st['rate_hz']:g} Hz{' lock-step' if st['lockstep'] else ''}"),
+                 ("scheduling", st["rt_mode"]), ("simulated time", f"{st['t']:.3f} s"),
+                 ("paused", str(st["paused"])),
+                 ("lateness p50 / p99 / p99.9", f"{us(st['lateness_p50_us'])} / {us(st['lateness_p99_us'])} / "
+                                                f"{us(st['lateness_p999_us'])}"),
+                 ("overruns", f"{st['overruns']} ({100 * st['overrun_fraction']:.3f} %)"),
+                 ("hypervisor steal", f"{100 * st['steal_fraction']:.2f} %"), ("CPU", f"{st['cpu_percent']:.1f} %"),
+                 ("sample drops", str(st["sample_drops"]))):
+        t.add_row(k, v)
+    console.print(t)
+    a = Table()
+    for col in ("actuator", "mode", "enable", "position [rad]", "temperature [°C]", "faults"):
+        a.add_column(col)
+    for name, s in st["actuators"].items():
+        temp = "-" if s["temperature"] is None else f"{s['temperature']:.1f}"
+        a.add_row(name, s["mode"], str(s["enable"]), f"{s['position']:.4f}", temp, ", ".join(s["faults"]) or "-")
+    console.print(a)
+
+
 @actuator_app.command("list")
 def actuator_list() -> None:
     """The catalog's actuators and their identified models."""

@@ -1,0 +1,138 @@
+"""Faults that can be injected into a running rig, and how each one changes the kernel.
+
+Kernel faults (seed 003 "Faults", plus what real servos show):
+
+| fault          | arguments                                        | effect |
+|----------------|--------------------------------------------------|--------|
+| open_circuit   | fraction (0–1], and either nothing (= now),      | armature open for `fraction` of each |
+|                | at_s [s], or current_a [A] + duration_s [s]      | motor revolution (temporal / behavioural) |
+| supply_sag     | voltage_v [V]                                    | supply voltage replaced (sag or surge) |
+| encoder_noise  | std_rad [rad]                                    | Gaussian noise on the measured position |
+| encoder_stuck  | —                                                | measured position frozen |
+| encoder_slip   | rate_rad_s [rad/s]                               | measured position drifts from the true one |
+| overheat       | temperature_c [°C] (default: limit + 5 °C)       | winding heated past its limit: shutdown |
+
+Bus faults (applied by the bus adapters, `drivers/`): a `BusFaults` per actuator.
+
+| fault       | arguments          | effect on the servo's replies |
+|-------------|--------------------|-------------------------------|
+| drop        | probability (0–1]  | the reply is not sent |
+| corrupt     | probability (0–1]  | one byte of the reply is flipped (the CRC no longer matches) |
+| delay       | seconds [s] (≤ 1)  | the reply starts this much later |
+| wrong_baud  | —                  | the servo listens at another baud rate: silence |
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from hil.params.config_file import ConfigError
+
+KERNEL_FAULTS = ("open_circuit", "supply_sag", "encoder_noise", "encoder_stuck", "encoder_slip", "overheat")
+BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
+BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11}
+
+
+def _number(args: dict[str, Any], key: str, lo: float, hi: float, default: float | None = None) -> float:
+    if key not in args:
+        if default is None:
+            raise ConfigError(f"{key}: required")
+        return default
+    v = args[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ConfigError(f"{key}: must be a finite number, got {v!r}")
+    if not lo <= v <= hi:
+        raise ConfigError(f"{key}: {v} is out of range [{lo}, {hi}]")
+    return float(v)
+
+
+def _only(args: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for k in args:
+        if k not in allowed:
+            raise ConfigError(f"{k}: unknown argument (allowed: {', '.join(allowed) or 'none'})")
+
+
+@dataclass
+class BusFaults:
+    """Reply faults one servo's bus adapter applies (read on every reply, from any thread)."""
+
+    drop: float = 0.0
+    corrupt: float = 0.0
+    delay_s: float = 0.0
+    wrong_baud: bool = False
+    rng: random.Random = field(default_factory=lambda: random.Random(1), repr=False)
+
+    def flags(self) -> int:
+        return ((BUS_FLAG_BITS["drop"] if self.drop else 0) | (BUS_FLAG_BITS["corrupt"] if self.corrupt else 0)
+                | (BUS_FLAG_BITS["delay"] if self.delay_s else 0)
+                | (BUS_FLAG_BITS["wrong_baud"] if self.wrong_baud else 0))
+
+    def apply(self, reply: bytes) -> tuple[bytes | None, float]:
+        """What to send for `reply`: (bytes or None for silence, extra delay [s])."""
+        if self.wrong_baud or (self.drop and self.rng.random() < self.drop):
+            return None, 0.0
+        if self.corrupt and reply and self.rng.random() < self.corrupt:
+            i = self.rng.randrange(len(reply))
+            reply = reply[:i] + bytes([reply[i] ^ 0xFF]) + reply[i + 1:]
+        return reply, self.delay_s
+
+    def inject(self, fault: str, args: dict[str, Any]) -> None:
+        if fault == "drop":
+            _only(args, ("probability",))
+            self.drop = _number(args, "probability", 0.0, 1.0)
+        elif fault == "corrupt":
+            _only(args, ("probability",))
+            self.corrupt = _number(args, "probability", 0.0, 1.0)
+        elif fault == "delay":
+            _only(args, ("seconds",))
+            self.delay_s = _number(args, "seconds", 0.0, 1.0)
+        else:
+            _only(args, ())
+            self.wrong_baud = True
+
+    def clear(self, fault: str) -> None:
+        if fault == "drop":
+            self.drop = 0.0
+        elif fault == "corrupt":
+            self.corrupt = 0.0
+        elif fault == "delay":
+            self.delay_s = 0.0
+        else:
+            self.wrong_baud = False
+
+
+def kernel_fault_params(fault: str, args: dict[str, Any], now_s: float, params: dict,
+                        configured: dict) -> dict[str, float]:
+    """Kernel parameter changes that inject `fault`; `configured` are the rig's own values."""
+    if fault == "open_circuit":
+        _only(args, ("fraction", "at_s", "current_a", "duration_s"))
+        frac = _number(args, "fraction", 1e-6, 1.0, 1.0)
+        if "current_a" in args:
+            return dict(oc_fraction=frac, oc_time=math.inf,
+                        oc_current=_number(args, "current_a", 0.0, 1e4),
+                        oc_duration=_number(args, "duration_s", 0.0, 3600.0, 0.0))
+        return dict(oc_fraction=frac, oc_time=_number(args, "at_s", 0.0, 1e9, now_s), oc_current=math.inf)
+    if fault == "supply_sag":
+        _only(args, ("voltage_v",))
+        return dict(supply_override=_number(args, "voltage_v", 0.0, 1000.0))
+    if fault == "encoder_noise":
+        _only(args, ("std_rad",))
+        return dict(encoder_noise=_number(args, "std_rad", 0.0, 10.0))
+    if fault == "encoder_stuck":
+        _only(args, ())
+        return dict(encoder_stuck=1)
+    if fault == "encoder_slip":
+        _only(args, ("rate_rad_s",))
+        return dict(encoder_slip=_number(args, "rate_rad_s", -100.0, 100.0))
+    raise ConfigError(f"fault: unknown {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+
+
+def kernel_fault_clear(fault: str, configured: dict) -> dict[str, float]:
+    """Kernel parameter values that clear `fault` (back to the rig's configuration)."""
+    keys = {"open_circuit": ("oc_fraction", "oc_time", "oc_current", "oc_duration"),
+            "supply_sag": ("supply_override",), "encoder_noise": ("encoder_noise",),
+            "encoder_stuck": ("encoder_stuck",), "encoder_slip": ("encoder_slip",), "overheat": ()}[fault]
+    return {k: configured[k] for k in keys}

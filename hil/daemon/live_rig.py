@@ -1,0 +1,350 @@
+"""A running rig: the kernel in its real-time loop thread, and the commands that steer it.
+
+Every command arrives as a dict `{"cmd": name, …arguments}` (over ZeroMQ or MQTT) and is validated
+here: an unknown command, actuator, argument or an out-of-range value raises CommandError naming
+it. Commands only ever change numbers in the kernel (through the loop's command ring); nothing in
+a command can run code or read files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hil.loop.rt import COMMANDS, RealtimeLoop
+
+from hil.daemon.faults import (
+    BUS_FAULTS,
+    BUS_FLAG_BITS,
+    KERNEL_FAULTS,
+    BusFaults,
+    kernel_fault_clear,
+    kernel_fault_params,
+)
+from hil.daemon.rig import Rig
+from hil.daemon.telemetry import LoopStats
+from hil.kernel import FAULT_BITS, LAWS, Kernel
+from hil.params.actuator import ActuatorSpec
+from hil.params.config_file import ConfigError
+
+log = logging.getLogger("servo-hil")
+LAW_NAMES = {v: k for k, v in LAWS.items()}
+POSITION_LAWS = {LAWS["position"], LAWS["dxl_pwm"], LAWS["erob_pd"]}
+DIRECT_MODES = ("voltage", "current", "torque")
+
+# set_param: every kernel parameter a user may change at run time, with its range.
+_FREE_SIGN = {"q_offset", "ctrl_lo", "ctrl_hi", "cog_amplitude", "cog_phase", "ambient", "reftemp", "encoder_slip"}
+_POSITIVE = {"resistance", "motorconst", "gear"}
+_STRUCTURAL = {"law", "integrator", "budget", "budget_quadratic", "ctrl_limited", "seed", "encoder_stuck"}
+BIG = 1e9
+
+
+class CommandError(ValueError):
+    """A command was refused; the message names the command, argument or value."""
+
+
+def fault_names(flags: int) -> list[str]:
+    names = [n for n, bit in FAULT_BITS.items() if flags & bit]
+    return names + [n for n, bit in BUS_FLAG_BITS.items() if flags & bit]
+
+
+def _finite(cmd: dict, key: str, lo: float = -BIG, hi: float = BIG) -> float:
+    if key not in cmd:
+        raise CommandError(f"{cmd['cmd']}: missing argument {key!r}")
+    v = cmd[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise CommandError(f"{cmd['cmd']}: {key} must be a finite number, got {v!r}")
+    if not lo <= v <= hi:
+        raise CommandError(f"{cmd['cmd']}: {key} = {v} is out of range [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+def _check_args(cmd: dict, allowed: tuple[str, ...]) -> None:
+    for k in cmd:
+        if k not in ("cmd", "id", *allowed):
+            raise CommandError(f"{cmd['cmd']}: unknown argument {k!r} (allowed: {', '.join(allowed) or 'none'})")
+
+
+class LiveRig:
+    """The kernel running in its loop thread, plus the host-side bookkeeping of commands and faults."""
+
+    def __init__(self, rig: Rig, specs: list[ActuatorSpec], kernel: Kernel):
+        self.rig = rig
+        self.specs = specs
+        self.names = [a.joint for a in rig.actuators]
+        self.index = {n: j for j, n in enumerate(self.names)}
+        self.params = [kernel.get_params(j) for j in range(kernel.n)]
+        self.configured = [dict(p) for p in self.params]
+        self.initial = [(a.initial.theta, a.initial.omega, a.initial.temperature_c) for a in rig.actuators]
+        self.bus_faults = [BusFaults() for _ in self.names]
+        self.active: list[dict[str, dict]] = [{} for _ in self.names]
+        self.period_s = 1.0 / rig.loop.rate_hz
+        self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, rig.loop.substeps, rig.zmq.publish_every,
+                                 rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
+        self.stats = LoopStats(self.loop)
+        self._push_lock = threading.Lock()
+        self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
+        self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread.start()
+        self.stats.start()
+
+    def stop(self) -> None:
+        self.loop.stop()
+        self._thread.join(timeout=2.0)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def emit(self, event: dict) -> None:
+        event.setdefault("t_wall", time.time())
+        log.info("event %s", event)
+        for sink in list(self.listeners):
+            try:
+                sink(event)
+            except Exception:  # a broken sink must not stop the others
+                log.exception("event sink failed")
+
+    # ------------------------------------------------------------------ host → loop
+    def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None) -> None:
+        deadline = time.monotonic() + 1.0
+        with self._push_lock:
+            while not self.loop.push(COMMANDS[kind], index, a, b, params):
+                if time.monotonic() > deadline or not self.running:
+                    raise CommandError("the loop is not taking commands (stopped or stalled)")
+                time.sleep(1e-4)
+
+    def _set_params(self, j: int, changes: dict) -> None:
+        self.params[j].update(changes)
+        self._push("set_params", j, params=self.params[j])
+
+    def _actuator(self, cmd: dict) -> int:
+        name = cmd.get("actuator")
+        if name not in self.index:
+            raise CommandError(f"{cmd['cmd']}: unknown actuator {name!r} (known: {', '.join(self.names)})")
+        return self.index[name]
+
+    def wait_applied(self, timeout: float = 1.0) -> None:
+        """Block until the loop has taken every queued command (it does so once per tick)."""
+        deadline = time.monotonic() + timeout
+        while self.loop.commands_pending():
+            if time.monotonic() > deadline:
+                raise CommandError("the loop did not take the commands in time")
+            time.sleep(5e-5)
+
+    # ------------------------------------------------------------------ views
+    def now(self) -> float:
+        return self.loop.telemetry()["tick"] * self.period_s
+
+    def state(self) -> dict:
+        states, inputs = self.loop.snapshot()
+        out = {}
+        for j, name in enumerate(self.names):
+            s, i, p = states[j], inputs[j], self.params[j]
+            flags = int(s["fault_flags"]) | self.bus_faults[j].flags()
+            out[name] = {
+                "t": s["k"] * self.loop_dt, "position": s["theta"], "position_measured": s["theta_meas"],
+                "velocity": s["omega"], "torque": s["torque"], "current": s["i_out"], "voltage": s["v_out"],
+                "temperature": None if math.isnan(s["temperature"]) else s["temperature"],
+                "goal": i["u"], "enable": bool(i["enable"]), "external_torque": i["external_torque"],
+                "mode": LAW_NAMES[p["law"]], "fault_flags": flags, "faults": fault_names(flags),
+            }
+        return out
+
+    @property
+    def loop_dt(self) -> float:
+        return self.period_s / self.rig.loop.substeps
+
+    def status(self) -> dict:
+        st = self.state()
+        return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {
+            "actuators": {n: {"temperature": s["temperature"], "faults": s["faults"], "mode": s["mode"],
+                              "enable": s["enable"], "position": s["position"]} for n, s in st.items()}}
+
+    # ------------------------------------------------------------------ commands
+    def execute(self, cmd: Any) -> dict:
+        """Run one command; returns its result. Raises CommandError for anything refused."""
+        if not isinstance(cmd, dict) or not isinstance(cmd.get("cmd"), str):
+            raise CommandError("a command is a map with a string 'cmd'")
+        name = cmd["cmd"]
+        handler = getattr(self, f"_cmd_{name}", None)
+        if handler is None:
+            raise CommandError(f"unknown command {name!r} (known: {', '.join(self.commands())})")
+        return handler(cmd)
+
+    @classmethod
+    def commands(cls) -> list[str]:
+        return sorted(n[5:] for n in dir(cls) if n.startswith("_cmd_"))
+
+    def _cmd_state(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator",))
+        st = self.state()
+        if "actuator" in cmd:
+            return {"state": {self.names[self._actuator(cmd)]: st[self.names[self._actuator(cmd)]]}}
+        return {"state": st}
+
+    def _cmd_status(self, cmd: dict) -> dict:
+        _check_args(cmd, ())
+        return {"status": self.status()}
+
+    def _cmd_set_goal(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "value"))
+        j = self._actuator(cmd)
+        self._push("set_u", j, _finite(cmd, "value", -1e6, 1e6))
+        return {}
+
+    def _cmd_set_enable(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "value"))
+        j = self._actuator(cmd)
+        if not isinstance(cmd.get("value"), bool):
+            raise CommandError(f"set_enable: value must be true or false, got {cmd.get('value')!r}")
+        self._push("set_enable", j, 1.0 if cmd["value"] else 0.0)
+        return {}
+
+    def _cmd_set_external_torque(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "value"))
+        j = self._actuator(cmd)
+        self._push("set_external", j, _finite(cmd, "value", -1e5, 1e5))
+        return {}
+
+    def _cmd_set_mode(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "mode"))
+        j = self._actuator(cmd)
+        own = self.configured[j]["law"]
+        allowed = sorted({LAW_NAMES[own], *DIRECT_MODES})
+        mode = cmd.get("mode")
+        if mode not in allowed:
+            raise CommandError(f"set_mode: mode {mode!r} is not available for {self.names[j]} (allowed: "
+                               f"{', '.join(allowed)})")
+        law = LAWS[mode]
+        # A new mode starts from a command that holds the joint where it is (or no drive at all).
+        theta = self.loop.snapshot()[0][j]["theta_meas"]
+        u = theta * self.params[j]["gear"] if law == LAWS["position"] else theta if law in POSITION_LAWS else 0.0
+        self._set_params(j, {"law": law})
+        self._push("set_u", j, u)
+        self.emit({"type": "mode", "actuator": self.names[j], "mode": mode})
+        return {"goal": u}
+
+    def _cmd_set_param(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "name", "value"))
+        j = self._actuator(cmd)
+        key = cmd.get("name")
+        if key not in self.params[j] or key in _STRUCTURAL:
+            settable = sorted(k for k in self.params[j] if k not in _STRUCTURAL)
+            raise CommandError(f"set_param: unknown parameter {key!r} (settable: {', '.join(settable)})")
+        lo = -BIG if key in _FREE_SIGN else 0.0
+        value = _finite(cmd, "value", lo, BIG)
+        if key in _POSITIVE and value <= 0:
+            raise CommandError(f"set_param: {key} must be > 0, got {value}")
+        if key == "efficiency" and not 0 < value <= 1:
+            raise CommandError(f"set_param: efficiency must be in (0, 1], got {value}")
+        if key == "thermal_c" and self.params[j]["thermal_r"] > 0 and value <= 0:
+            raise CommandError("set_param: thermal_c must be > 0 while the thermal model is on")
+        self._set_params(j, {key: value})
+        return {}
+
+    def _cmd_inject_fault(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "fault", "args"))
+        j = self._actuator(cmd)
+        fault, args = cmd.get("fault"), cmd.get("args", {})
+        if not isinstance(args, dict):
+            raise CommandError("inject_fault: args must be a map")
+        try:
+            if fault in BUS_FAULTS:
+                self.bus_faults[j].inject(fault, args)
+            elif fault == "overheat":
+                self._overheat(j, args)
+            elif fault in KERNEL_FAULTS:
+                self._set_params(j, kernel_fault_params(fault, args, self.now(), self.params[j], self.configured[j]))
+            else:
+                raise ConfigError(f"unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+        except ConfigError as exc:
+            raise CommandError(f"inject_fault {fault}: {exc}") from None
+        self.active[j][fault] = dict(args)
+        self.emit({"type": "fault_injected", "actuator": self.names[j], "fault": fault, "args": args})
+        return {}
+
+    def _overheat(self, j: int, args: dict) -> None:
+        from hil.daemon.faults import _number, _only
+
+        _only(args, ("temperature_c",))
+        p = self.params[j]
+        if not p["thermal_r"] > 0 or not p["temp_limit"] > 0:
+            raise ConfigError("this actuator has no thermal model with a temperature limit")
+        self._push("set_temperature", j, _number(args, "temperature_c", -50.0, 500.0, p["temp_limit"] + 5.0))
+
+    def _cmd_clear_fault(self, cmd: dict) -> dict:
+        _check_args(cmd, ("actuator", "fault"))
+        j = self._actuator(cmd)
+        fault = cmd.get("fault")
+        if fault in BUS_FAULTS:
+            self.bus_faults[j].clear(fault)
+        elif fault in KERNEL_FAULTS:
+            self._set_params(j, kernel_fault_clear(fault, self.configured[j]))
+            if fault in ("open_circuit", "overheat", "encoder_slip"):
+                self._push("clear_latches", j)
+        else:
+            raise CommandError(f"clear_fault: unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+        self.active[j].pop(fault, None)
+        self.emit({"type": "fault_clear_requested", "actuator": self.names[j], "fault": fault})
+        return {}
+
+    def _cmd_faults(self, cmd: dict) -> dict:
+        _check_args(cmd, ())
+        return {"faults": {n: self.active[j] for j, n in enumerate(self.names)}}
+
+    def _cmd_pause(self, cmd: dict) -> dict:
+        _check_args(cmd, ())
+        self._push("pause")
+        self.emit({"type": "paused"})
+        return {}
+
+    def _cmd_resume(self, cmd: dict) -> dict:
+        _check_args(cmd, ())
+        self._push("resume")
+        self.emit({"type": "resumed"})
+        return {}
+
+    def _cmd_reset(self, cmd: dict) -> dict:
+        """Every actuator back to its configured parameters, initial state and goal; faults cleared."""
+        _check_args(cmd, ())
+        for j in range(len(self.names)):
+            self.params[j] = dict(self.configured[j])
+            self._push("set_params", j, params=self.params[j])
+            theta, omega, temp = self.initial[j]
+            self._push("set_state", j, theta, omega)
+            self._push("clear_latches", j)
+            if temp is not None or self.params[j]["thermal_r"] > 0:
+                self._push("set_temperature", j, temp if temp is not None else self.params[j]["ambient"])
+            self._push("set_u", j, theta * self.params[j]["gear"] if self.params[j]["law"] == LAWS["position"]
+                       else theta if self.params[j]["law"] in POSITION_LAWS else 0.0)
+            self._push("set_external", j, 0.0)
+            self._push("set_enable", j, 1.0)
+            self.bus_faults[j] = BusFaults()
+            self.active[j] = {}
+        self.emit({"type": "reset"})
+        return {}
+
+    def _cmd_step(self, cmd: dict) -> dict:
+        """Lock-step mode: advance n ticks, wait for them, return the state."""
+        _check_args(cmd, ("n",))
+        if not self.rig.loop.lockstep:
+            raise CommandError("step: the rig is not in lock-step mode (set [loop] lockstep = true)")
+        n = cmd.get("n", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000_000:
+            raise CommandError(f"step: n must be an integer in [1, 10000000], got {n!r}")
+        target = self.loop.request_steps(n)
+        deadline = time.monotonic() + 60.0
+        while self.loop.telemetry()["tick"] < target:
+            if time.monotonic() > deadline or not self.running:
+                raise CommandError("step: the loop did not finish the steps in time")
+            time.sleep(2e-5)
+        return {"tick": target, "state": self.state()}
+

@@ -1,0 +1,108 @@
+"""Daemon rig files (`servo-hil run RIG.toml`): N actuators, the loop, ZeroMQ and MQTT settings.
+
+    name = "default"                       # topic prefix part: servo-hil/<name>/…
+    [loop]    rate_hz, substeps, integrator, fifo_priority, mlockall, spin_us, lockstep
+    [zmq]     pub, command, publish_every
+    [mqtt]    url ("" = embedded broker), embedded_port, username, password, tls_ca, tls_cert,
+              tls_key, tls_insecure, status_period_s
+    [[actuators]]
+    joint = "shoulder"                      # the actuator's name in topics and commands
+    catalog = "mx64"  model = "m1"          # or mjcf / inline <dcmotor> attributes, as offline
+    load = { mass = 0.3, length = 0.1 }     # [actuators.load], .encoder, .faults, .initial as offline
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
+
+from hil.kernel import Kernel
+from hil.params.actuator import ActuatorSpec
+from hil.params.config_file import ConfigError, Strict, read_toml, validate
+from hil.rig import ActuatorConfig, EncoderConfig, FaultConfig, InitialConfig, LoadConfig, kernel_params
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError("use 1–64 letters, digits, '_', '-' or '.' (it becomes an MQTT / ZeroMQ topic level)")
+    return value
+
+
+class RigActuator(ActuatorConfig):
+    joint: str
+    load: LoadConfig = LoadConfig()
+    encoder: EncoderConfig = EncoderConfig()
+    faults: FaultConfig = FaultConfig()
+    initial: InitialConfig = InitialConfig()
+
+    _joint = field_validator("joint")(classmethod(lambda cls, v: _check_name(v)))
+
+
+class LoopConfig(Strict):
+    rate_hz: float = Field(1000.0, ge=1.0, le=10000.0)
+    substeps: int = Field(1, ge=1, le=100, description="physics steps per loop tick")
+    integrator: Literal["euler", "bam"] = "euler"
+    fifo_priority: int = Field(50, ge=0, le=99, description="SCHED_FIFO priority; 0 = do not try")
+    mlockall: bool = True
+    spin_us: NonNegativeFloat = Field(0.0, le=1000.0, description="busy-wait margin before each deadline")
+    lockstep: bool = Field(False, description="advance only on `step N` commands (co-simulation)")
+
+
+class ZmqConfig(Strict):
+    pub: str = "tcp://127.0.0.1:9872"
+    command: str = "tcp://127.0.0.1:9873"
+    publish_every: int = Field(1, ge=1, description="publish one tick in N (decimation)")
+
+
+class MqttConfig(Strict):
+    url: str = Field("", description="mqtt://host:port or mqtts://host:port; empty = embedded broker")
+    embedded_port: int = Field(1883, ge=1, le=65535)
+    username: str | None = None
+    password: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_insecure: bool = False
+    status_period_s: PositiveFloat = 1.0
+    enabled: bool = True
+
+
+class Rig(Strict):
+    name: str = "default"
+    loop: LoopConfig = LoopConfig()
+    zmq: ZmqConfig = ZmqConfig()
+    mqtt: MqttConfig = MqttConfig()
+    actuators: list[RigActuator] = Field(min_length=1)
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+    @model_validator(mode="after")
+    def _unique(self) -> Rig:
+        seen: set[str] = set()
+        for a in self.actuators:
+            if a.joint in seen:
+                raise ValueError(f"actuators: joint name {a.joint!r} is used twice")
+            seen.add(a.joint)
+        return self
+
+
+def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
+    """Read a daemon rig and build its kernel (dt = 1/(rate·substeps)) in the initial state."""
+    path = Path(path)
+    rig = validate(Rig, read_toml(path), str(path))
+    specs = []
+    kernel = Kernel(len(rig.actuators), 1.0 / (rig.loop.rate_hz * rig.loop.substeps))
+    for j, a in enumerate(rig.actuators):
+        try:
+            spec = a.spec(path.parent)
+            kernel.set_params(j, kernel_params(spec, a.load, a.encoder, a.faults, rig.loop.integrator))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: actuators[{j}] ({a.joint}): {exc}") from None
+        kernel.set_state(j, theta=a.initial.theta, omega=a.initial.omega, temperature=a.initial.temperature_c)
+        specs.append(spec)
+    return rig, specs, kernel

@@ -1,0 +1,94 @@
+"""The daemon: loads a rig, runs its loop, ZeroMQ and MQTT, and stops cleanly on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+
+import zmq
+from hil.loop.rt import lock_memory
+
+from hil.daemon.live_rig import LiveRig
+from hil.daemon.mqtt_plane import MqttPlane
+from hil.daemon.rig import load_rig
+from hil.daemon.zmq_io import CommandServer, StatePublisher
+
+log = logging.getLogger("servo-hil")
+
+
+class Daemon:
+    """Everything `servo-hil run` starts, in start order; `stop()` reverses it."""
+
+    def __init__(self, rig_path: str | Path, mqtt: bool | None = None):
+        self.rig, self.specs, kernel = load_rig(rig_path)
+        self.live = LiveRig(self.rig, self.specs, kernel)
+        self.context = zmq.Context()
+        self.publisher: StatePublisher | None = None
+        self.commands: CommandServer | None = None
+        self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
+        self.mqtt: MqttPlane | None = None
+
+    def start(self) -> None:
+        rig = self.rig
+        if rig.loop.mlockall and (err := lock_memory()):
+            log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
+        # sockets first: a port already in use fails before the loop starts
+        self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context)
+        self.commands = CommandServer(self.live, rig.zmq.command, self.context)
+        self.live.start()
+        self.publisher.start()
+        self.commands.start()
+        deadline = time.monotonic() + 1.0
+        while self.live.loop.telemetry()["rt_mode"] == "starting" and time.monotonic() < deadline:
+            time.sleep(1e-3)
+        mode = self.live.loop.telemetry()["rt_mode"]
+        if mode != "SCHED_FIFO" and rig.loop.fifo_priority > 0:
+            log.warning("SCHED_FIFO priority %d refused; loop runs as %s (give the process CAP_SYS_NICE / "
+                        "rtprio to get FIFO)", rig.loop.fifo_priority, mode)
+        if self.mqtt_enabled:
+            self.mqtt = MqttPlane(self.live, rig.mqtt)
+            self.mqtt.start()
+            if not self.mqtt.connected.wait(5.0):
+                log.warning("MQTT broker %s:%d not reachable yet; will keep retrying", self.mqtt.host, self.mqtt.port)
+            if self.mqtt.failed:
+                raise self.mqtt.failed
+        log.info("rig %r: %d actuators at %g Hz%s, loop %s", rig.name, len(self.live.names), rig.loop.rate_hz,
+                 " (lock-step)" if rig.loop.lockstep else "", mode)
+        log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
+
+    def stop(self) -> None:
+        """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s)."""
+        self.live.stop()
+        for part in (self.publisher, self.commands):
+            if part is not None:
+                part.stop()
+        for part in (self.publisher, self.commands):
+            if part is not None:
+                part.join(1.0)
+        if self.mqtt is not None:
+            self.mqtt.stop(1.0)
+        self.context.term()
+        log.info("stopped")
+
+    def run_until_signal(self) -> None:
+        stop = threading.Event()
+
+        def handler(signum, _frame):
+            log.info("%s received, stopping", signal.Signals(signum).name)
+            stop.set()
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not stop.wait(0.2):
+                if not self.live.running:
+                    raise RuntimeError("the real-time loop thread ended unexpectedly")
+                if self.mqtt is not None and self.mqtt.failed:
+                    raise RuntimeError(f"MQTT plane failed: {self.mqtt.failed}")
+        finally:
+            self.stop()
+            for s, h in old.items():
+                signal.signal(s, h)

@@ -1,0 +1,172 @@
+"""ZeroMQ interfaces: joint state PUB (PlotJuggler framing) and the msgpack command socket.
+
+State: one message per actuator per published tick, multipart
+`[b"<rig>/<joint>", msgpack(map), b"<timestamp seconds>"]`, the framing PlotJuggler's ZMQ plugin
+reads (topic → series prefix, third frame → time stamp). Payload keys (SI units):
+
+| key | unit | meaning |
+|---|---|---|
+| seq | – | publish number, +1 per published tick; a gap means messages were lost |
+| t | s | simulation time k·dt |
+| position, position_measured | rad | true output angle; what the encoder reports |
+| velocity | rad/s | output velocity |
+| torque | N·m | actuator torque at the output |
+| current | A | armature current |
+| voltage | V | terminal voltage |
+| temperature | °C | winding temperature (absent without a thermal model) |
+| goal | law unit | the command u (rad for position laws, V, A or N·m) |
+| enable | 0/1 | torque enable |
+| external_torque | N·m | co-simulation torque applied at the output |
+| mode | – | firmware law code (0 voltage, 1 position, 2 velocity, 3 dxl_pwm, 4 erob_pd, 5 current, 6 torque) |
+| fault_flags | – | bits: 1 open circuit, 2 supply, 4 encoder noise, 8 derated, 16 overheat, 32 encoder stuck, |
+|  |  | 64 encoder slip, 256 bus drop, 512 bus corrupt, 1024 bus delay, 2048 wrong baud |
+
+The timestamp frame is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
+the simulation time in lock-step mode.
+
+Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
+`{"ok": false, "error": "…"}` (see LiveRig for the commands).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+
+import msgpack
+import zmq
+
+from hil.daemon.live_rig import CommandError, LiveRig, fault_names
+from hil.kernel import FAULT_BITS
+
+log = logging.getLogger("servo-hil")
+
+
+class StatePublisher(threading.Thread):
+    """Drains the loop's sample ring and publishes it; raises fault events on flag changes."""
+
+    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context):
+        super().__init__(name="servo-hil-pub", daemon=True)
+        self.live = live
+        self.sock = context.socket(zmq.PUB)
+        self.sock.setsockopt(zmq.SNDHWM, 200_000)
+        self.sock.setsockopt(zmq.LINGER, 500)
+        self.sock.bind(endpoint)
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.topics = [f"{live.rig.name}/{n}".encode() for n in live.names]
+        self.flags = [0] * len(live.names)
+        self.published = 0
+        self._halt = threading.Event()
+        self._wall0: float | None = None
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def _timestamp(self, tick: int, t: float) -> bytes:
+        if self.live.rig.loop.lockstep:
+            return b"%.9f" % t
+        if self._wall0 is None:
+            tel = self.live.loop.telemetry()
+            # epoch time of the loop's first deadline: wall clock now minus monotonic time since it
+            self._wall0 = time.time() - (time.monotonic_ns() - tel["start_ns"]) * 1e-9
+        return b"%.9f" % (self._wall0 + tick * self.live.period_s)
+
+    def publish_pending(self) -> int:
+        samples = self.live.loop.drain()
+        live = self.live
+        for s in samples:
+            j = int(s["index"])
+            flags = int(s["fault_flags"]) | live.bus_faults[j].flags()
+            payload = {
+                "seq": int(s["seq"]), "t": float(s["t"]), "position": float(s["theta"]),
+                "position_measured": float(s["theta_meas"]), "velocity": float(s["omega"]),
+                "torque": float(s["torque"]), "current": float(s["current"]), "voltage": float(s["voltage"]),
+                "goal": float(s["u"]), "enable": float(s["enable"]), "external_torque": float(s["external_torque"]),
+                "mode": int(s["law"]), "fault_flags": flags,
+            }
+            if not math.isnan(s["temperature"]):
+                payload["temperature"] = float(s["temperature"])
+            self.sock.send_multipart([self.topics[j], msgpack.packb(payload),
+                                      self._timestamp(int(s["tick"]), float(s["t"]))])
+            if flags != self.flags[j]:
+                raised, cleared = flags & ~self.flags[j], self.flags[j] & ~flags
+                self.flags[j] = flags
+                for kind, bits in (("fault_raised", raised), ("fault_cleared", cleared)):
+                    if bits:
+                        live.emit({"type": kind, "actuator": live.names[j], "faults": fault_names(bits),
+                                   "t": float(s["t"])})
+                if raised & FAULT_BITS["overheat"]:
+                    live.emit({"type": "shutdown", "actuator": live.names[j], "reason": "overheat",
+                               "temperature": payload.get("temperature"), "t": float(s["t"])})
+        self.published += len(samples)
+        return len(samples)
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            if not self.publish_pending():
+                time.sleep(2e-4)
+        self.publish_pending()  # flush what the loop produced before it stopped
+        self.sock.close()
+
+
+class CommandServer(threading.Thread):
+    """REP socket answering msgpack commands with LiveRig.execute."""
+
+    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context):
+        super().__init__(name="servo-hil-cmd", daemon=True)
+        self.live = live
+        self.sock = context.socket(zmq.REP)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def handle(self, raw: bytes) -> dict:
+        try:
+            cmd = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except Exception as exc:  # any malformed request gets an error reply, never a crash
+            return {"ok": False, "error": f"request is not msgpack: {exc}"}
+        try:
+            result = self.live.execute(cmd)
+        except CommandError as exc:
+            tag = {"id": cmd["id"]} if isinstance(cmd, dict) and "id" in cmd else {}
+            return {"ok": False, "error": str(exc)} | tag
+        return {"ok": True, **result} | ({"id": cmd["id"]} if "id" in cmd else {})
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self._halt.is_set():
+            if not poller.poll(100):
+                continue
+            raw = self.sock.recv()
+            reply = self.handle(raw)
+            try:
+                self.sock.send(msgpack.packb(reply, default=str))
+            except Exception as exc:
+                log.exception("command reply failed")
+                self.sock.send(msgpack.packb({"ok": False, "error": f"reply failed: {exc}"}))
+        self.sock.close()
+
+
+def request(endpoint: str, cmd: dict, timeout_s: float = 2.0, context: zmq.Context | None = None) -> dict:
+    """Send one command to a running daemon and return its reply; TimeoutError if none comes."""
+    ctx = context or zmq.Context.instance()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+    sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
+    try:
+        sock.connect(endpoint)
+        sock.send(msgpack.packb(cmd))
+        try:
+            return msgpack.unpackb(sock.recv(), raw=False)
+        except zmq.Again:
+            raise TimeoutError(f"no reply from {endpoint} within {timeout_s} s (is the daemon running?)") from None
+    finally:
+        sock.close()
