@@ -9,14 +9,16 @@ extensions = [
         "hil.kernel.core",
         ["hil/kernel/core.pyx"],
         include_dirs=[numpy.get_include()],
-        extra_compile_args=["-O3", "-fno-math-errno"],
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
+        libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
     Extension(
         "hil.loop.rt",
         ["hil/loop/rt.pyx"],
         include_dirs=[numpy.get_include()],
-        extra_compile_args=["-O3", "-fno-math-errno"],
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
+        libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
 ]

@@ -114,6 +114,11 @@ cdef packed struct Params:
     double encoder_slip        # measured position drifts away from the true one [rad/s]
     uint64_t seed              # noise seed
     double temp_limit          # overheating shutdown above this winding temperature [°C]; 0 = none
+    # -- derived by prepare() from the fields above and dt; any value given here is overwritten
+    double _inertia            # total inertia about the output axis [kg·m²]
+    double _decay              # 1 − exp(−dt/t_e) of the exact current update
+    double _counts_per_rad
+    double _rad_per_count
 
 
 cdef packed struct State:
@@ -131,6 +136,8 @@ cdef packed struct State:
     int64_t fault_flags
     int64_t k                  # steps taken; t = k·dt
     uint64_t rng
+    double gauss_spare         # second normal deviate of the polar method
+    int64_t has_spare
     # -- what step k produced (state above is already k+1)
     double theta_meas          # measured output position used by the firmware [rad]
     double torque              # actuator torque at the output [N·m]
@@ -147,6 +154,7 @@ cdef packed struct Input:
 
 
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil
+cdef void prepare(Params* p, double dt) noexcept nogil
 
 
 cdef class Kernel:

@@ -5,7 +5,7 @@ Step order and semantics follow MuJoCo 3.11's `dcmotor` (notes/mujoco_dcmotor.md
 `Simulator.step` (notes/bam.md §2.4); the oracle tests hold both to round-off.
 """
 
-from libc.math cimport exp, fabs, sin, sqrt, floor, log, cos, isnan, M_PI, INFINITY, NAN
+from libc.math cimport exp, fabs, sin, sqrt, floor, log, pow, isnan, M_PI, INFINITY, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.stdint cimport uint64_t
@@ -44,11 +44,23 @@ cdef inline double uniform(uint64_t* state) noexcept nogil:
     return ((x * <uint64_t>2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300
 
 
-cdef inline double gaussian(uint64_t* state) noexcept nogil:
-    # Box–Muller; one draw per call keeps the stream a pure function of (seed, k).
-    cdef double u1 = uniform(state)
-    cdef double u2 = uniform(state)
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)
+cdef inline double gaussian(State* s) noexcept nogil:
+    # Marsaglia's polar method; the spare deviate is kept in the state, so the stream stays a pure
+    # function of (seed, k) and costs one log and one sqrt per two draws.
+    cdef double x, y, r
+    if s.has_spare:
+        s.has_spare = 0
+        return s.gauss_spare
+    while True:
+        x = 2.0 * uniform(&s.rng) - 1.0
+        y = 2.0 * uniform(&s.rng) - 1.0
+        r = x * x + y * y
+        if 0.0 < r < 1.0:
+            break
+    r = sqrt(-2.0 * log(r) / r)
+    s.gauss_spare = y * r
+    s.has_spare = 1
+    return x * r
 
 
 cdef inline double measure(const Params* p, State* s, double dt) noexcept nogil:
@@ -58,9 +70,9 @@ cdef inline double measure(const Params* p, State* s, double dt) noexcept nogil:
     s.enc_offset += p.encoder_slip * dt
     cdef double q = s.theta + s.enc_offset
     if p.encoder_noise > 0:
-        q += p.encoder_noise * gaussian(&s.rng)
+        q += p.encoder_noise * gaussian(s)
     if p.encoder_counts > 0:
-        q = floor(q * p.encoder_counts / (2.0 * M_PI) + 0.5) * (2.0 * M_PI) / p.encoder_counts
+        q = floor(q * p._counts_per_rad + 0.5) * p._rad_per_count
     return q
 
 
@@ -79,7 +91,7 @@ cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w
     cdef double s = 0.0
     cdef double q = 0.0
     if p.dtheta_stribeck > 0:
-        s = exp(-(fabs(w / p.dtheta_stribeck) ** p.alpha))
+        s = exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha))
     if p.budget_quadratic and sign(tau_m) != sign(tau_e):
         if fabs(tau_e) < fabs(tau_m):
             q = p.load_friction_external_quad * tau_e * tau_e
@@ -216,7 +228,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
             di = (V / R - K / R * Ld - i) / p.te
             if p.didt_max > 0:
                 di = clip(di, -p.didt_max, p.didt_max)
-            i_next = i + di * p.te * (1.0 - exp(-dt / p.te))   # exact exponential; torque from i_{k+1}
+            i_next = i + di * p.te * p._decay   # exact exponential; torque from i_{k+1}
             f = K * i_next
         else:
             i = (V - K * Ld) / R
@@ -235,7 +247,8 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         if p.cog_amplitude != 0:
             f += p.cog_amplitude * sin(p.cog_poles * L + p.cog_phase)
         if p.lugre_s0 > 0:
-            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * exp(-(Ld / p.lugre_ws) ** 2)
+            z_rate = Ld / p.lugre_ws
+            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * exp(-z_rate * z_rate)
             a = -p.lugre_s0 * fabs(Ld) / gs if gs > 0 else 0.0
             z_rate = a * s.bristle + Ld
             f -= p.lugre_s0 * s.bristle + p.lugre_s1 * z_rate
@@ -259,8 +272,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     wabs = fabs(s.omega)
     tau_net = tau_act + tau_e \
         - s.omega * (p.damping_b1 + p.damping_b2 * wabs + p.damping_b3 * s.omega * s.omega) * g * g
-    M = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
-        + p.armature * g * g
+    M = p._inertia
     if p.integrator == INTEGRATOR_EULER:
         Meff = M + dt * (p.damping_b1 + 2.0 * p.damping_b2 * wabs + 3.0 * p.damping_b3 * s.omega * s.omega) * g * g
     else:
@@ -300,6 +312,15 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     s.k += 1
 
 
+cdef void prepare(Params* p, double dt) noexcept nogil:
+    """Fill the derived fields of p for step size dt (call after any parameter change)."""
+    p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
+        + p.armature * p.gear * p.gear
+    p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
+    p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
+    p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
+
+
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
     cdef Py_ssize_t j
     for j in range(n):
@@ -325,11 +346,11 @@ def default_params():
 
 
 def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
-    """(T, n) float64 array from None (default), a scalar, a (T,) column or a (T, n) array."""
+    """(T, n) float64 view (no copy: broadcast strides) of None (default), a scalar, a (T,) column or (T, n)."""
     a = np.asarray(default if x is None else x, dtype=np.float64)
     if a.ndim == 1:
         a = a[:, None]
-    return np.array(np.broadcast_to(a, (T, n)), order="C")
+    return np.broadcast_to(a, (T, n))
 
 
 def friction_budget(dict params, tau_m, tau_e, double omega):
@@ -373,6 +394,7 @@ cdef class Kernel:
         cdef Py_ssize_t j
         for j in range(n):
             self.params[j] = _zero_params()
+            prepare(&self.params[j], dt)
             self.states[j].rng = 1
             self.inputs[j].enable = 1.0
 
@@ -389,6 +411,7 @@ cdef class Kernel:
         """Replace actuator j's parameters; `values` must hold every field of `default_params()`."""
         self._check(j)
         cdef Params p = values
+        prepare(&p, self.dt)
         self.params[j] = p
         if self.states[j].k == 0:
             self.states[j].rng = p.seed if p.seed else 1
@@ -435,17 +458,21 @@ cdef class Kernel:
 
     def step(self, u, enable=None, external_torque=None):
         """Advance one step; arguments are scalars or length-n sequences."""
-        cdef double[::1] uu = np.array(np.broadcast_to(np.asarray(u, dtype=np.float64), (self.n,)))
-        cdef double[::1] ee = np.broadcast_to(
-            np.asarray(1.0 if enable is None else enable, dtype=np.float64), (self.n,)).copy()
-        cdef double[::1] xx = np.broadcast_to(
-            np.asarray(0.0 if external_torque is None else external_torque, dtype=np.float64),
-            (self.n,)).copy()
         cdef Py_ssize_t j
-        for j in range(self.n):
-            self.inputs[j].u = uu[j]
-            self.inputs[j].enable = ee[j]
-            self.inputs[j].external_torque = xx[j]
+        if isinstance(u, float) and enable is None and external_torque is None:
+            for j in range(self.n):   # fast path: one command for every actuator
+                self.inputs[j].u = u
+                self.inputs[j].enable = 1.0
+                self.inputs[j].external_torque = 0.0
+        else:
+            uu = np.broadcast_to(np.asarray(u, dtype=np.float64), (self.n,))
+            ee = np.broadcast_to(np.asarray(1.0 if enable is None else enable, dtype=np.float64), (self.n,))
+            xx = np.broadcast_to(np.asarray(0.0 if external_torque is None else external_torque,
+                                            dtype=np.float64), (self.n,))
+            for j in range(self.n):
+                self.inputs[j].u = uu[j]
+                self.inputs[j].enable = ee[j]
+                self.inputs[j].external_torque = xx[j]
         with nogil:
             step_all(self.params, self.states, self.inputs, self.n, self.dt)
 
@@ -457,9 +484,9 @@ cdef class Kernel:
         `current`, `voltage`, `fault_flags`). With record=False nothing is kept (benchmarks).
         """
         cdef Py_ssize_t T = np.shape(u)[0]
-        cdef double[:, ::1] uu = _per_step(u, T, self.n, 0.0)
-        cdef double[:, ::1] ee = _per_step(enable, T, self.n, 1.0)
-        cdef double[:, ::1] xx = _per_step(external_torque, T, self.n, 0.0)
+        cdef const double[:, :] uu = _per_step(u, T, self.n, 0.0)
+        cdef const double[:, :] ee = _per_step(enable, T, self.n, 1.0)
+        cdef const double[:, :] xx = _per_step(external_torque, T, self.n, 0.0)
         cdef Py_ssize_t rec = 1 if record else 0
         out = {name: np.empty((T if record else 0, self.n)) for name in OUTPUTS}
         cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]

@@ -17,7 +17,7 @@ from libc.math cimport isnan
 
 import numpy as np
 
-from hil.kernel.core cimport Kernel, Params, State, Input, step_all
+from hil.kernel.core cimport Kernel, Params, State, Input, prepare, step_all
 
 cdef extern from *:
     """
@@ -198,6 +198,7 @@ cdef class RealtimeLoop:
                     self.I[c.index].external_torque = c.a
                 elif c.kind == CMD_SET_PARAMS:
                     self.P[c.index] = c.params
+                    prepare(&self.P[c.index], self.dt)
                 elif c.kind == CMD_SET_STATE:
                     if not isnan(c.a):
                         self.S[c.index].theta = c.a
