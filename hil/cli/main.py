@@ -18,6 +18,8 @@ app = typer.Typer(help="Real-time hardware-in-the-loop servo emulator.", no_args
                   pretty_exceptions_enable=False, add_completion=False)
 actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/*.toml).", no_args_is_help=True)
 app.add_typer(actuator_app, name="actuator")
+bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 console = Console()
 Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
 Integrator = str  # "euler" | "bam"; validated by the library so that errors are one line
@@ -158,6 +160,25 @@ def status(
         temp = "-" if s["temperature"] is None else f"{s['temperature']:.1f}"
         a.add_row(name, s["mode"], str(s["enable"]), f"{s['position']:.4f}", temp, ", ".join(s["faults"]) or "-")
     console.print(a)
+
+
+@bench_app.command("loop")
+def bench_loop(
+    rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,
+    seconds: Annotated[float, typer.Option(help="measurement window [s]")] = 10.0,
+    actuators: Annotated[int, typer.Option(help="MX-64 pendulums in the rig")] = 32,
+    publish_every: Annotated[int, typer.Option(help="publish one tick in N")] = 1,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """The daemon's loop lateness, overruns, CPU, steal and ZeroMQ latency/drops, as JSON."""
+    import json
+
+    from hil.benchmarks.loop import run as bench
+
+    result = json.dumps(bench(rate, seconds, actuators, publish_every), indent=1)
+    if out:
+        out.write_text(result)
+    print(result)
 
 
 @actuator_app.command("list")

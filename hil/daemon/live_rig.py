@@ -194,6 +194,14 @@ class LiveRig:
         _check_args(cmd, ())
         return {"status": self.status()}
 
+    def _cmd_timing(self, cmd: dict) -> dict:
+        """Raw loop counters and the lateness histogram (sparse: {µs bin: count}) for benchmarks."""
+        _check_args(cmd, ())
+        tel = self.loop.telemetry()
+        hist = tel.pop("histogram_us")
+        nz = hist.nonzero()[0]
+        return {"timing": tel | {"histogram_us": {int(b): int(hist[b]) for b in nz}}}
+
     def _cmd_set_goal(self, cmd: dict) -> dict:
         _check_args(cmd, ("actuator", "value"))
         j = self._actuator(cmd)
