@@ -1,27 +1,22 @@
-"""Builds the Cython kernel; everything else is declared in pyproject.toml."""
+"""Builds the Cython extensions (kernel, real-time loop); everything else is in pyproject.toml."""
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-extensions = [
-    Extension(
-        "hil.kernel.core",
-        ["hil/kernel/core.pyx"],
+
+def extension(name: str) -> Extension:
+    return Extension(
+        name,
+        [name.replace(".", "/") + ".pyx"],
         include_dirs=[numpy.get_include()],
         extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
         libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
-    Extension(
-        "hil.loop.rt",
-        ["hil/loop/rt.pyx"],
-        include_dirs=[numpy.get_include()],
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
-        libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
-]
+    )
+
+
+extensions = [extension("hil.kernel.core"), extension("hil.loop.rt")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,

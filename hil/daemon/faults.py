@@ -29,30 +29,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from hil.params.config_file import ConfigError
+from hil.daemon.arguments import CommandError, number, only
 
 KERNEL_FAULTS = ("open_circuit", "supply_sag", "encoder_noise", "encoder_stuck", "encoder_slip", "overheat")
 BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
 BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11}
-
-
-def _number(args: dict[str, Any], key: str, lo: float, hi: float, default: float | None = None) -> float:
-    if key not in args:
-        if default is None:
-            raise ConfigError(f"{key}: required")
-        return default
-    v = args[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise ConfigError(f"{key}: must be a finite number, got {v!r}")
-    if not lo <= v <= hi:
-        raise ConfigError(f"{key}: {v} is out of range [{lo}, {hi}]")
-    return float(v)
-
-
-def _only(args: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    for k in args:
-        if k not in allowed:
-            raise ConfigError(f"{k}: unknown argument (allowed: {', '.join(allowed) or 'none'})")
 
 
 @dataclass
@@ -81,16 +62,16 @@ class BusFaults:
 
     def inject(self, fault: str, args: dict[str, Any]) -> None:
         if fault == "drop":
-            _only(args, ("probability",))
-            self.drop = _number(args, "probability", 0.0, 1.0)
+            only(args, ("probability",))
+            self.drop = number(args, "probability", 0.0, 1.0)
         elif fault == "corrupt":
-            _only(args, ("probability",))
-            self.corrupt = _number(args, "probability", 0.0, 1.0)
+            only(args, ("probability",))
+            self.corrupt = number(args, "probability", 0.0, 1.0)
         elif fault == "delay":
-            _only(args, ("seconds",))
-            self.delay_s = _number(args, "seconds", 0.0, 1.0)
+            only(args, ("seconds",))
+            self.delay_s = number(args, "seconds", 0.0, 1.0)
         else:
-            _only(args, ())
+            only(args, ())
             self.wrong_baud = True
 
     def clear(self, fault: str) -> None:
@@ -104,30 +85,29 @@ class BusFaults:
             self.wrong_baud = False
 
 
-def kernel_fault_params(fault: str, args: dict[str, Any], now_s: float, params: dict,
-                        configured: dict) -> dict[str, float]:
-    """Kernel parameter changes that inject `fault`; `configured` are the rig's own values."""
+def kernel_fault_params(fault: str, args: dict[str, Any], now_s: float) -> dict[str, float]:
+    """Kernel parameter changes that inject `fault` at simulation time `now_s` [s]."""
     if fault == "open_circuit":
-        _only(args, ("fraction", "at_s", "current_a", "duration_s"))
-        frac = _number(args, "fraction", 1e-6, 1.0, 1.0)
+        only(args, ("fraction", "at_s", "current_a", "duration_s"))
+        frac = number(args, "fraction", 1e-6, 1.0, 1.0)
         if "current_a" in args:
             return dict(oc_fraction=frac, oc_time=math.inf,
-                        oc_current=_number(args, "current_a", 0.0, 1e4),
-                        oc_duration=_number(args, "duration_s", 0.0, 3600.0, 0.0))
-        return dict(oc_fraction=frac, oc_time=_number(args, "at_s", 0.0, 1e9, now_s), oc_current=math.inf)
+                        oc_current=number(args, "current_a", 0.0, 1e4),
+                        oc_duration=number(args, "duration_s", 0.0, 3600.0, 0.0))
+        return dict(oc_fraction=frac, oc_time=number(args, "at_s", 0.0, 1e9, now_s), oc_current=math.inf)
     if fault == "supply_sag":
-        _only(args, ("voltage_v",))
-        return dict(supply_override=_number(args, "voltage_v", 0.0, 1000.0))
+        only(args, ("voltage_v",))
+        return dict(supply_override=number(args, "voltage_v", 0.0, 1000.0))
     if fault == "encoder_noise":
-        _only(args, ("std_rad",))
-        return dict(encoder_noise=_number(args, "std_rad", 0.0, 10.0))
+        only(args, ("std_rad",))
+        return dict(encoder_noise=number(args, "std_rad", 0.0, 10.0))
     if fault == "encoder_stuck":
-        _only(args, ())
+        only(args, ())
         return dict(encoder_stuck=1)
     if fault == "encoder_slip":
-        _only(args, ("rate_rad_s",))
-        return dict(encoder_slip=_number(args, "rate_rad_s", -100.0, 100.0))
-    raise ConfigError(f"fault: unknown {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+        only(args, ("rate_rad_s",))
+        return dict(encoder_slip=number(args, "rate_rad_s", -100.0, 100.0))
+    raise CommandError(f"unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
 
 
 def kernel_fault_clear(fault: str, configured: dict) -> dict[str, float]:

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hil.loop.rt import COMMANDS, RealtimeLoop
-
+from hil.daemon.arguments import CommandError, number, only
 from hil.daemon.faults import (
     BUS_FAULTS,
     BUS_FLAG_BITS,
@@ -28,8 +27,8 @@ from hil.daemon.faults import (
 from hil.daemon.rig import Rig
 from hil.daemon.telemetry import LoopStats
 from hil.kernel import FAULT_BITS, LAWS, Kernel
+from hil.loop.rt import COMMANDS, RealtimeLoop
 from hil.params.actuator import ActuatorSpec
-from hil.params.config_file import ConfigError
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
@@ -43,30 +42,17 @@ _STRUCTURAL = {"law", "integrator", "budget", "budget_quadratic", "ctrl_limited"
 BIG = 1e9
 
 
-class CommandError(ValueError):
-    """A command was refused; the message names the command, argument or value."""
-
-
 def fault_names(flags: int) -> list[str]:
     names = [n for n, bit in FAULT_BITS.items() if flags & bit]
     return names + [n for n, bit in BUS_FLAG_BITS.items() if flags & bit]
 
 
 def _finite(cmd: dict, key: str, lo: float = -BIG, hi: float = BIG) -> float:
-    if key not in cmd:
-        raise CommandError(f"{cmd['cmd']}: missing argument {key!r}")
-    v = cmd[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise CommandError(f"{cmd['cmd']}: {key} must be a finite number, got {v!r}")
-    if not lo <= v <= hi:
-        raise CommandError(f"{cmd['cmd']}: {key} = {v} is out of range [{lo:g}, {hi:g}]")
-    return float(v)
+    return number(cmd, key, lo, hi, where=cmd["cmd"])
 
 
 def _check_args(cmd: dict, allowed: tuple[str, ...]) -> None:
-    for k in cmd:
-        if k not in ("cmd", "id", *allowed):
-            raise CommandError(f"{cmd['cmd']}: unknown argument {k!r} (allowed: {', '.join(allowed) or 'none'})")
+    only(cmd, allowed, where=cmd["cmd"])
 
 
 class LiveRig:
@@ -127,7 +113,7 @@ class LiveRig:
 
     def _actuator(self, cmd: dict) -> int:
         name = cmd.get("actuator")
-        if name not in self.index:
+        if not isinstance(name, str) or name not in self.index:
             raise CommandError(f"{cmd['cmd']}: unknown actuator {name!r} (known: {', '.join(self.names)})")
         return self.index[name]
 
@@ -269,24 +255,20 @@ class LiveRig:
                 self.bus_faults[j].inject(fault, args)
             elif fault == "overheat":
                 self._overheat(j, args)
-            elif fault in KERNEL_FAULTS:
-                self._set_params(j, kernel_fault_params(fault, args, self.now(), self.params[j], self.configured[j]))
             else:
-                raise ConfigError(f"unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
-        except ConfigError as exc:
+                self._set_params(j, kernel_fault_params(fault, args, self.now()))
+        except CommandError as exc:
             raise CommandError(f"inject_fault {fault}: {exc}") from None
         self.active[j][fault] = dict(args)
         self.emit({"type": "fault_injected", "actuator": self.names[j], "fault": fault, "args": args})
         return {}
 
     def _overheat(self, j: int, args: dict) -> None:
-        from hil.daemon.faults import _number, _only
-
-        _only(args, ("temperature_c",))
+        only(args, ("temperature_c",))
         p = self.params[j]
         if not p["thermal_r"] > 0 or not p["temp_limit"] > 0:
-            raise ConfigError("this actuator has no thermal model with a temperature limit")
-        self._push("set_temperature", j, _number(args, "temperature_c", -50.0, 500.0, p["temp_limit"] + 5.0))
+            raise CommandError("this actuator has no thermal model with a temperature limit")
+        self._push("set_temperature", j, number(args, "temperature_c", -50.0, 500.0, p["temp_limit"] + 5.0))
 
     def _cmd_clear_fault(self, cmd: dict) -> dict:
         _check_args(cmd, ("actuator", "fault"))

@@ -26,7 +26,8 @@ from urllib.parse import urlparse
 
 import aiomqtt
 
-from hil.daemon.live_rig import CommandError, LiveRig
+from hil.daemon.arguments import CommandError
+from hil.daemon.live_rig import LiveRig
 from hil.daemon.rig import MqttConfig
 from hil.params.config_file import ConfigError
 

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import zmq
-from hil.loop.rt import lock_memory
 
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.rig import load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher
+from hil.loop.rt import lock_memory
 
 log = logging.getLogger("servo-hil")
 

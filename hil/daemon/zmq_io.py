@@ -37,7 +37,8 @@ import time
 import msgpack
 import zmq
 
-from hil.daemon.live_rig import CommandError, LiveRig, fault_names
+from hil.daemon.arguments import CommandError
+from hil.daemon.live_rig import LiveRig, fault_names
 from hil.kernel import FAULT_BITS
 
 log = logging.getLogger("servo-hil")

@@ -12,18 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from hil.kernel import FAULT_BITS, INTEGRATORS, LAWS, Kernel, default_params
+from hil.kernel import FAULT_BITS, INTEGRATORS, LAWS, Kernel
 from hil.params.dcmotor import MotorConstants
-
-LOCKED = 1e30  # [kg·m²] load inertia that keeps the rotor at rest to far below round-off
-
-
-def params(**kw) -> dict:
-    p = default_params()
-    unknown = set(kw) - set(p)
-    assert not unknown, f"not kernel parameters: {unknown}"
-    p.update(kw)
-    return p
+from tests.hil.kernel_helpers import LOCKED, params
 
 
 def run(p: dict, u, dt: float, *, enable=None, ext=None, theta=None, omega=None, temperature=None,

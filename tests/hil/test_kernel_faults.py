@@ -16,18 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from hil.cli.main import app
-from hil.kernel import FAULT_BITS, LAWS, Kernel, default_params
+from hil.kernel import FAULT_BITS, LAWS, Kernel
+from tests.hil.kernel_helpers import LOCKED, params
 
 OC = FAULT_BITS["open_circuit"]
-LOCKED = 1e30  # [kg·m²] load inertia that keeps the rotor at rest
 
 
-def params(**kw) -> dict:
-    p = default_params()
-    unknown = set(kw) - set(p)
-    assert not unknown, f"not kernel parameters: {unknown}"
-    p.update(kw)
-    return p
 
 
 def run(p: dict, u, dt: float, *, enable=None, ext=None, theta=None, omega=None) -> dict[str, np.ndarray]:
