@@ -90,7 +90,8 @@ def replay(
 @one_line_errors
 def run(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML (e.g. config/rigs/default.toml)")],
-    mqtt: Annotated[bool, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = True,
+    mqtt: Annotated[bool | None, typer.Option(
+        "--mqtt/--no-mqtt", help="run the MQTT control plane (default: the rig's [mqtt] enabled)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane."""

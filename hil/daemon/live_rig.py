@@ -83,7 +83,8 @@ class LiveRig:
 
     def stop(self) -> None:
         self.loop.stop()
-        self._thread.join(timeout=2.0)
+        if self._thread.ident is not None:  # started (a failed start may never have started it)
+            self._thread.join(timeout=2.0)
 
     @property
     def running(self) -> bool:
@@ -156,14 +157,24 @@ class LiveRig:
 
     # ------------------------------------------------------------------ commands
     def execute(self, cmd: Any) -> dict:
-        """Run one command; returns its result. Raises CommandError for anything refused."""
+        """Run one command; returns its result. Raises CommandError for anything refused.
+
+        Any other exception is a bug, but one malformed command must not take the daemon down: it is
+        logged with its traceback and refused as an internal error.
+        """
         if not isinstance(cmd, dict) or not isinstance(cmd.get("cmd"), str):
             raise CommandError("a command is a map with a string 'cmd'")
         name = cmd["cmd"]
         handler = getattr(self, f"_cmd_{name}", None)
         if handler is None:
             raise CommandError(f"unknown command {name!r} (known: {', '.join(self.commands())})")
-        return handler(cmd)
+        try:
+            return handler(cmd)
+        except CommandError:
+            raise
+        except Exception as exc:
+            log.exception("command %r failed", name)
+            raise CommandError(f"{name}: internal error ({type(exc).__name__}: {exc})") from exc
 
     @classmethod
     def commands(cls) -> list[str]:
@@ -230,7 +241,7 @@ class LiveRig:
         _check_args(cmd, ("actuator", "name", "value"))
         j = self._actuator(cmd)
         key = cmd.get("name")
-        if key not in self.params[j] or key in _STRUCTURAL:
+        if not isinstance(key, str) or key not in self.params[j] or key in _STRUCTURAL:
             settable = sorted(k for k in self.params[j] if k not in _STRUCTURAL)
             raise CommandError(f"set_param: unknown parameter {key!r} (settable: {', '.join(settable)})")
         lo = -BIG if key in _FREE_SIGN else 0.0
@@ -250,25 +261,29 @@ class LiveRig:
         fault, args = cmd.get("fault"), cmd.get("args", {})
         if not isinstance(args, dict):
             raise CommandError("inject_fault: args must be a map")
+        record = dict(args)
         try:
             if fault in BUS_FAULTS:
                 self.bus_faults[j].inject(fault, args)
             elif fault == "overheat":
-                self._overheat(j, args)
+                record["_restore_temperature_c"] = self._overheat(j, args)
             else:
                 self._set_params(j, kernel_fault_params(fault, args, self.now()))
         except CommandError as exc:
             raise CommandError(f"inject_fault {fault}: {exc}") from None
-        self.active[j][fault] = dict(args)
+        self.active[j][fault] = record
         self.emit({"type": "fault_injected", "actuator": self.names[j], "fault": fault, "args": args})
         return {}
 
-    def _overheat(self, j: int, args: dict) -> None:
+    def _overheat(self, j: int, args: dict) -> float:
+        """Heat the winding past its limit; returns the temperature to restore when cleared [°C]."""
         only(args, ("temperature_c",))
         p = self.params[j]
         if not p["thermal_r"] > 0 or not p["temp_limit"] > 0:
             raise CommandError("this actuator has no thermal model with a temperature limit")
+        before = self.loop.snapshot()[0][j]["temperature"]
         self._push("set_temperature", j, number(args, "temperature_c", -50.0, 500.0, p["temp_limit"] + 5.0))
+        return before if before == before else p["ambient"]
 
     def _cmd_clear_fault(self, cmd: dict) -> dict:
         _check_args(cmd, ("actuator", "fault"))
@@ -278,6 +293,16 @@ class LiveRig:
             self.bus_faults[j].clear(fault)
         elif fault in KERNEL_FAULTS:
             self._set_params(j, kernel_fault_clear(fault, self.configured[j]))
+            if fault == "overheat":
+                # undo the injection: the winding goes back to its temperature before it, then the
+                # shutdown latch is released (clearing the latch alone would re-latch on a hot winding)
+                restore = self.active[j].get("overheat", {}).get("_restore_temperature_c")
+                temp = self.loop.snapshot()[0][j]["temperature"]
+                if restore is not None and temp > self.params[j]["temp_limit"]:
+                    self._push("set_temperature", j, restore)
+                elif temp > self.params[j]["temp_limit"]:
+                    raise CommandError(f"clear_fault overheat: winding at {temp:.1f} °C is still above its "
+                                       f"limit {self.params[j]['temp_limit']:g} °C; let it cool or `reset`")
             if fault in ("open_circuit", "overheat", "encoder_slip"):
                 self._push("clear_latches", j)
         else:

@@ -82,7 +82,7 @@ class MqttPlane(threading.Thread):
             self._loop.call_soon_threadsafe(self._events.put_nowait, event)
 
     def stop(self, timeout: float = 1.5) -> None:
-        if self._loop is not None and self._stopping is not None:
+        if self._loop is not None and self._stopping is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stopping.set)
         self.join(timeout)
 
@@ -200,4 +200,7 @@ class MqttPlane(threading.Thread):
         except CommandError as exc:
             event |= {"type": "command_error", "ok": False, "error": str(exc)}
             log.warning("MQTT command refused: %s", exc)
+        except Exception as exc:  # a malformed message must never end the control plane
+            log.exception("MQTT command %r failed", name)
+            event |= {"type": "command_error", "ok": False, "error": f"{name}: internal error ({exc})"}
         self._on_event(event)

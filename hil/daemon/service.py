@@ -36,8 +36,14 @@ class Daemon:
         if rig.loop.mlockall and (err := lock_memory()):
             log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
         # sockets first: a port already in use fails before the loop starts
-        self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context)
-        self.commands = CommandServer(self.live, rig.zmq.command, self.context)
+        try:
+            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context)
+        except zmq.ZMQError as exc:
+            raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
+        try:
+            self.commands = CommandServer(self.live, rig.zmq.command, self.context)
+        except zmq.ZMQError as exc:
+            raise zmq.ZMQError(exc.errno, f"{rig.zmq.command}: {exc}") from None
         self.live.start()
         self.publisher.start()
         self.commands.start()
@@ -60,18 +66,24 @@ class Daemon:
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
 
     def stop(self) -> None:
-        """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s)."""
+        """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s).
+
+        Safe after a start that failed half-way (e.g. a port in use): parts never started are closed.
+        """
         self.live.stop()
-        for part in (self.publisher, self.commands):
-            if part is not None:
-                part.stop()
-        for part in (self.publisher, self.commands):
-            if part is not None:
+        parts = [p for p in (self.publisher, self.commands) if p is not None]
+        for part in parts:
+            part.stop()
+        for part in parts:
+            if part.ident is not None:
                 part.join(1.0)
-        if self.mqtt is not None:
+            else:
+                part.sock.close(0)
+        if self.mqtt is not None and self.mqtt.ident is not None:
             self.mqtt.stop(1.0)
-        self.context.term()
-        log.info("stopped")
+        self.context.destroy(linger=0)
+        if self.live.loop.telemetry()["tick"] > 0 or self.live.running:
+            log.info("stopped")
 
     def run_until_signal(self) -> None:
         stop = threading.Event()

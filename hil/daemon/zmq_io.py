@@ -130,6 +130,7 @@ class CommandServer(threading.Thread):
         self._halt.set()
 
     def handle(self, raw: bytes) -> dict:
+        """The reply to one raw request; never raises (a bad request must not stop the server)."""
         try:
             cmd = msgpack.unpackb(raw, raw=False, strict_map_key=True)
         except Exception as exc:  # any malformed request gets an error reply, never a crash
