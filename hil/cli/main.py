@@ -131,7 +131,9 @@ def status(
         raise typer.Exit(1) from None
     st = reply.get("status", {})
     if check:
-        healthy = reply.get("ok") and st.get("tick", 0) > 0
+        # alive, and ticking unless it waits for `step` (lock-step) or was paused on purpose
+        healthy = bool(reply.get("ok") and st.get("loop_alive")
+                       and (st.get("tick", 0) > 0 or st.get("lockstep") or st.get("paused")))
         print("healthy" if healthy else f"unhealthy: {reply.get('error', st)}")
         raise typer.Exit(0 if healthy else 1)
     if as_json:

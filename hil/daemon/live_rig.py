@@ -151,7 +151,7 @@ class LiveRig:
 
     def status(self) -> dict:
         st = self.state()
-        return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {
+        return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {"loop_alive": self.running} | {
             "actuators": {n: {"temperature": s["temperature"], "faults": s["faults"], "mode": s["mode"],
                               "enable": s["enable"], "position": s["position"]} for n, s in st.items()}}
 

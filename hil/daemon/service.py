@@ -15,6 +15,7 @@ from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.rig import load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher
 from hil.loop.rt import lock_memory
+from hil.params.config_file import ConfigError
 
 log = logging.getLogger("servo-hil")
 
@@ -56,11 +57,7 @@ class Daemon:
                         "rtprio to get FIFO)", rig.loop.fifo_priority, mode)
         if self.mqtt_enabled:
             self.mqtt = MqttPlane(self.live, rig.mqtt)
-            self.mqtt.start()
-            if not self.mqtt.connected.wait(5.0):
-                log.warning("MQTT broker %s:%d not reachable yet; will keep retrying", self.mqtt.host, self.mqtt.port)
-            if self.mqtt.failed:
-                raise self.mqtt.failed
+            self.mqtt.start()  # connects in the background; run_until_signal reports how it went
         log.info("rig %r: %d actuators at %g Hz%s, loop %s", rig.name, len(self.live.names), rig.loop.rate_hz,
                  " (lock-step)" if rig.loop.lockstep else "", mode)
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
@@ -93,13 +90,20 @@ class Daemon:
             stop.set()
 
         old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        warn_at = time.monotonic() + 5.0
         try:
             self.start()
-            while not stop.wait(0.2):
+            while not stop.wait(0.1):
                 if not self.live.running:
                     raise RuntimeError("the real-time loop thread ended unexpectedly")
-                if self.mqtt is not None and self.mqtt.failed:
-                    raise RuntimeError(f"MQTT plane failed: {self.mqtt.failed}")
+                if self.mqtt is not None:
+                    if self.mqtt.failed:
+                        raise ConfigError(f"MQTT control plane: {self.mqtt.failed}")
+                    if warn_at and time.monotonic() > warn_at:
+                        warn_at = 0.0
+                        if not self.mqtt.connected.is_set():
+                            log.warning("MQTT broker %s:%d not reachable yet; will keep retrying",
+                                        self.mqtt.host, self.mqtt.port)
         finally:
             self.stop()
             for s, h in old.items():
