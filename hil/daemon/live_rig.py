@@ -8,6 +8,7 @@ a command can run code or read files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -72,7 +73,8 @@ class LiveRig:
         self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, rig.loop.substeps, rig.zmq.publish_every,
                                  rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
         self.stats = LoopStats(self.loop)
-        self._push_lock = threading.Lock()
+        self._push_lock = threading.RLock()
+        self._batching = False
         self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
 
@@ -103,10 +105,23 @@ class LiveRig:
     def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None) -> None:
         deadline = time.monotonic() + 1.0
         with self._push_lock:
-            while not self.loop.push(COMMANDS[kind], index, a, b, params):
+            while not self.loop.push(COMMANDS[kind], index, a, b, params, not self._batching):
                 if time.monotonic() > deadline or not self.running:
                     raise CommandError("the loop is not taking commands (stopped or stalled)")
                 time.sleep(1e-4)
+
+    @contextlib.contextmanager
+    def _atomic(self):
+        """Commands pushed inside reach the loop together: it applies all of them at one tick."""
+        with self._push_lock:
+            outer = self._batching
+            self._batching = True
+            try:
+                yield
+            finally:
+                self._batching = outer
+                if not outer:
+                    self.loop.commit()
 
     def _set_params(self, j: int, changes: dict) -> None:
         self.params[j].update(changes)
@@ -232,8 +247,9 @@ class LiveRig:
         # A new mode starts from a command that holds the joint where it is (or no drive at all).
         theta = self.loop.snapshot()[0][j]["theta_meas"]
         u = theta * self.params[j]["gear"] if law == LAWS["position"] else theta if law in POSITION_LAWS else 0.0
-        self._set_params(j, {"law": law})
-        self._push("set_u", j, u)
+        with self._atomic():
+            self._set_params(j, {"law": law})
+            self._push("set_u", j, u)
         self.emit({"type": "mode", "actuator": self.names[j], "mode": mode})
         return {"goal": u}
 
@@ -292,19 +308,22 @@ class LiveRig:
         if fault in BUS_FAULTS:
             self.bus_faults[j].clear(fault)
         elif fault in KERNEL_FAULTS:
-            self._set_params(j, kernel_fault_clear(fault, self.configured[j]))
+            restore = None
             if fault == "overheat":
                 # undo the injection: the winding goes back to its temperature before it, then the
                 # shutdown latch is released (clearing the latch alone would re-latch on a hot winding)
-                restore = self.active[j].get("overheat", {}).get("_restore_temperature_c")
                 temp = self.loop.snapshot()[0][j]["temperature"]
-                if restore is not None and temp > self.params[j]["temp_limit"]:
+                if temp > self.params[j]["temp_limit"]:
+                    restore = self.active[j].get("overheat", {}).get("_restore_temperature_c")
+                    if restore is None:
+                        raise CommandError(f"clear_fault overheat: winding at {temp:.1f} °C is still above its "
+                                           f"limit {self.params[j]['temp_limit']:g} °C; let it cool or `reset`")
+            with self._atomic():
+                self._set_params(j, kernel_fault_clear(fault, self.configured[j]))
+                if restore is not None:
                     self._push("set_temperature", j, restore)
-                elif temp > self.params[j]["temp_limit"]:
-                    raise CommandError(f"clear_fault overheat: winding at {temp:.1f} °C is still above its "
-                                       f"limit {self.params[j]['temp_limit']:g} °C; let it cool or `reset`")
-            if fault in ("open_circuit", "overheat", "encoder_slip"):
-                self._push("clear_latches", j)
+                if fault in ("open_circuit", "overheat", "encoder_slip"):
+                    self._push("clear_latches", j)
         else:
             raise CommandError(f"clear_fault: unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
         self.active[j].pop(fault, None)
@@ -330,6 +349,12 @@ class LiveRig:
     def _cmd_reset(self, cmd: dict) -> dict:
         """Every actuator back to its configured parameters, initial state and goal; faults cleared."""
         _check_args(cmd, ())
+        with self._atomic():
+            self._reset_all()
+        self.emit({"type": "reset"})
+        return {}
+
+    def _reset_all(self) -> None:
         for j in range(len(self.names)):
             self.params[j] = dict(self.configured[j])
             self._push("set_params", j, params=self.params[j])
@@ -344,8 +369,6 @@ class LiveRig:
             self._push("set_enable", j, 1.0)
             self.bus_faults[j] = BusFaults()
             self.active[j] = {}
-        self.emit({"type": "reset"})
-        return {}
 
     def _cmd_step(self, cmd: dict) -> dict:
         """Lock-step mode: advance n ticks, wait for them, return the state."""

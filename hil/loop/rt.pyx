@@ -135,6 +135,7 @@ cdef class RealtimeLoop:
     cdef State* snap_states
     cdef Input* snap_inputs
     cdef int64_t cmd_cap, smp_cap
+    cdef int64_t staged            # commands written but not yet published to the loop
     cdef readonly int64_t period_ns
     cdef readonly int substeps
     cdef readonly int publish_every
@@ -310,9 +311,13 @@ cdef class RealtimeLoop:
     def stop(self):
         hil_store(&self.sh.stop, 1)
 
-    def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None):
-        """Queue one command (callers serialise pushes); False when the ring is full."""
-        cdef int64_t head = self.sh.cmd_head
+    def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None, bint commit=True):
+        """Queue one command (callers serialise pushes); False when the ring is full.
+
+        With commit=False the command is staged: it and every command staged before it reach the loop
+        together at the next `commit()`, so the loop applies all of them at the same tick or none.
+        """
+        cdef int64_t head = self.sh.cmd_head + self.staged
         if head - hil_load(&self.sh.cmd_tail) >= self.cmd_cap:
             return False
         cdef Command* c = &self.cmds[head % self.cmd_cap]
@@ -322,8 +327,15 @@ cdef class RealtimeLoop:
         c.b = b
         if params is not None:
             c.params = params
-        hil_store(&self.sh.cmd_head, head + 1)
+        self.staged += 1
+        if commit:
+            self.commit()
         return True
+
+    def commit(self):
+        """Publish every staged command to the loop at once (one release store of the ring head)."""
+        hil_store(&self.sh.cmd_head, self.sh.cmd_head + self.staged)
+        self.staged = 0
 
     def commands_pending(self):
         return hil_load(&self.sh.cmd_head) - hil_load(&self.sh.cmd_tail)
