@@ -68,7 +68,8 @@ class LiveRig:
         self.configured = [dict(p) for p in self.params]
         self.initial = [(a.initial.theta, a.initial.omega, a.initial.temperature_c) for a in rig.actuators]
         self.bus_faults = [BusFaults() for _ in self.names]
-        self.active: list[dict[str, dict]] = [{} for _ in self.names]
+        self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
+        self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
         self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, rig.loop.substeps, rig.zmq.publish_every,
                                  rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
@@ -277,17 +278,18 @@ class LiveRig:
         fault, args = cmd.get("fault"), cmd.get("args", {})
         if not isinstance(args, dict):
             raise CommandError("inject_fault: args must be a map")
-        record = dict(args)
         try:
             if fault in BUS_FAULTS:
                 self.bus_faults[j].inject(fault, args)
             elif fault == "overheat":
-                record["_restore_temperature_c"] = self._overheat(j, args)
+                before = self._overheat(j, args)
+                if self.overheat_restore[j] is None:  # a second injection keeps the pre-fault temperature
+                    self.overheat_restore[j] = before
             else:
                 self._set_params(j, kernel_fault_params(fault, args, self.now()))
         except CommandError as exc:
             raise CommandError(f"inject_fault {fault}: {exc}") from None
-        self.active[j][fault] = record
+        self.active[j][fault] = dict(args)
         self.emit({"type": "fault_injected", "actuator": self.names[j], "fault": fault, "args": args})
         return {}
 
@@ -314,7 +316,7 @@ class LiveRig:
                 # shutdown latch is released (clearing the latch alone would re-latch on a hot winding)
                 temp = self.loop.snapshot()[0][j]["temperature"]
                 if temp > self.params[j]["temp_limit"]:
-                    restore = self.active[j].get("overheat", {}).get("_restore_temperature_c")
+                    restore = self.overheat_restore[j]
                     if restore is None:
                         raise CommandError(f"clear_fault overheat: winding at {temp:.1f} °C is still above its "
                                            f"limit {self.params[j]['temp_limit']:g} °C; let it cool or `reset`")
@@ -327,6 +329,8 @@ class LiveRig:
         else:
             raise CommandError(f"clear_fault: unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
         self.active[j].pop(fault, None)
+        if fault == "overheat":
+            self.overheat_restore[j] = None
         self.emit({"type": "fault_clear_requested", "actuator": self.names[j], "fault": fault})
         return {}
 
@@ -369,6 +373,7 @@ class LiveRig:
             self._push("set_enable", j, 1.0)
             self.bus_faults[j] = BusFaults()
             self.active[j] = {}
+            self.overheat_restore[j] = None
 
     def _cmd_step(self, cmd: dict) -> dict:
         """Lock-step mode: advance n ticks, wait for them, return the state."""

@@ -59,20 +59,17 @@ class StatePublisher(threading.Thread):
         self.flags = [0] * len(live.names)
         self.published = 0
         self._halt = threading.Event()
-        self._wall0: float | None = None
+        # epoch time = monotonic time + this offset (both clocks read once, back to back)
+        self._epoch_minus_monotonic = time.time() - time.monotonic_ns() * 1e-9
         self._packer = msgpack.Packer()
 
     def stop(self) -> None:
         self._halt.set()
 
-    def _timestamp(self, tick: int, t: float) -> bytes:
+    def _timestamp(self, deadline_ns: int, t: float) -> bytes:
         if self.live.rig.loop.lockstep:
             return b"%.9f" % t
-        if self._wall0 is None:
-            tel = self.live.loop.telemetry()
-            # epoch time of the loop's first deadline: wall clock now minus monotonic time since it
-            self._wall0 = time.time() - (time.monotonic_ns() - tel["start_ns"]) * 1e-9
-        return b"%.9f" % (self._wall0 + tick * self.live.period_s)
+        return b"%.9f" % (self._epoch_minus_monotonic + deadline_ns * 1e-9)
 
     def publish_pending(self) -> int:
         samples = self.live.loop.drain()
@@ -81,15 +78,15 @@ class StatePublisher(threading.Thread):
         live, send, pack = self.live, self.sock.send_multipart, self._packer.pack
         bus_flags = [b.flags() for b in live.bus_faults]
         # tolist() converts the whole batch in C; per-field numpy scalar access would cost µs per message
-        for (seq, tick, j, t, theta, theta_meas, omega, torque, current, voltage, temperature, u, enable, ext, law,
-             flags) in samples.tolist():
+        for (seq, _tick, deadline_ns, j, t, theta, theta_meas, omega, torque, current, voltage, temperature, u,
+             enable, ext, law, flags) in samples.tolist():
             flags |= bus_flags[j]
             payload = {"seq": seq, "t": t, "position": theta, "position_measured": theta_meas, "velocity": omega,
                        "torque": torque, "current": current, "voltage": voltage, "goal": u, "enable": enable,
                        "external_torque": ext, "mode": law, "fault_flags": flags}
             if temperature == temperature:  # not NaN: the actuator has a thermal model
                 payload["temperature"] = temperature
-            send([self.topics[j], pack(payload), self._timestamp(tick, t)])
+            send([self.topics[j], pack(payload), self._timestamp(deadline_ns, t)])
             if flags != self.flags[j]:
                 self._flags_changed(j, flags, t, payload.get("temperature"))
         self.published += len(samples)

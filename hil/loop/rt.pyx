@@ -78,6 +78,7 @@ cdef packed struct Command:
 cdef packed struct Sample:
     int64_t seq                # publish number: gap-free unless the ring overflowed
     int64_t tick
+    int64_t deadline_ns        # CLOCK_MONOTONIC deadline of the tick (its wake-up time in lock-step)
     int64_t index
     double t
     double theta
@@ -94,7 +95,7 @@ cdef packed struct Sample:
     int64_t fault_flags
 
 SAMPLE_DTYPE = np.dtype([
-    ("seq", "<i8"), ("tick", "<i8"), ("index", "<i8"), ("t", "<f8"), ("theta", "<f8"), ("theta_meas", "<f8"),
+    ("seq", "<i8"), ("tick", "<i8"), ("deadline_ns", "<i8"), ("index", "<i8"), ("t", "<f8"), ("theta", "<f8"), ("theta_meas", "<f8"),
     ("omega", "<f8"), ("torque", "<f8"), ("current", "<f8"), ("voltage", "<f8"), ("temperature", "<f8"),
     ("u", "<f8"), ("enable", "<f8"), ("external_torque", "<f8"), ("law", "<i8"), ("fault_flags", "<i8")])
 
@@ -117,6 +118,7 @@ cdef struct Shared:
     int64_t rt_mode
     int64_t snap_seq
     int64_t start_ns
+    int64_t deadline_ns        # deadline of the tick being computed
     int64_t hist[HIST_BINS]
 
 
@@ -244,6 +246,7 @@ cdef class RealtimeLoop:
             o = &self.samples[(head + j) % self.smp_cap]
             o.seq = seq
             o.tick = self.sh.tick
+            o.deadline_ns = self.sh.deadline_ns
             o.index = j
             o.t = self.S[j].k * self.dt
             o.theta = self.S[j].theta
@@ -274,6 +277,7 @@ cdef class RealtimeLoop:
             if self.lockstep:
                 self._apply_commands()
                 if self.sh.tick < hil_load(&self.sh.steps_requested):
+                    self.sh.deadline_ns = hil_now_ns()
                     self._tick()
                 else:
                     hil_sleep_until(hil_now_ns() + 20000)  # poll the host every 20 µs
@@ -300,6 +304,7 @@ cdef class RealtimeLoop:
                     next_ns = now
             self._apply_commands()
             if not self.sh.paused:
+                self.sh.deadline_ns = next_ns
                 self._tick()
 
     # ---------------------------------------------------------------- Python side
