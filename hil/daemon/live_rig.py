@@ -338,14 +338,20 @@ class LiveRig:
         _check_args(cmd, ())
         return {"faults": {n: self.active[j] for j, n in enumerate(self.names)}}
 
+    def _no_clock_in_lockstep(self, name: str) -> None:
+        if self.rig.loop.lockstep:
+            raise CommandError(f"{name}: a lock-step rig advances only on `step`; there is no clock to {name}")
+
     def _cmd_pause(self, cmd: dict) -> dict:
         _check_args(cmd, ())
+        self._no_clock_in_lockstep("pause")
         self._push("pause")
         self.emit({"type": "paused"})
         return {}
 
     def _cmd_resume(self, cmd: dict) -> dict:
         _check_args(cmd, ())
+        self._no_clock_in_lockstep("resume")
         self._push("resume")
         self.emit({"type": "resumed"})
         return {}

@@ -215,7 +215,17 @@ cdef class RealtimeLoop:
                 elif c.kind == CMD_SET_TEMPERATURE:
                     self.S[c.index].temp_rise = c.a - self.P[c.index].ambient
             tail += 1
+        if tail != self.sh.cmd_tail:
+            self._snapshot()   # readers see commands applied even while paused / between steps
         hil_store(&self.sh.cmd_tail, tail)
+
+    cdef void _snapshot(self) noexcept nogil:
+        # seqlock: the counter is odd while the copy is being written
+        hil_add(&self.sh.snap_seq, 1)
+        hil_fence()
+        memcpy(self.snap_states, self.S, self.n * sizeof(State))
+        memcpy(self.snap_inputs, self.I, self.n * sizeof(Input))
+        hil_add(&self.sh.snap_seq, 1)
 
     cdef void _tick(self) noexcept nogil:
         cdef int s
@@ -226,12 +236,7 @@ cdef class RealtimeLoop:
             step_all(self.P, self.S, self.I, self.n, self.dt)
         self.sh.work_ns += hil_now_ns() - t0
         self.sh.tick += 1
-        # state snapshot for readers (seqlock: odd while writing)
-        hil_add(&self.sh.snap_seq, 1)
-        hil_fence()
-        memcpy(self.snap_states, self.S, self.n * sizeof(State))
-        memcpy(self.snap_inputs, self.I, self.n * sizeof(Input))
-        hil_add(&self.sh.snap_seq, 1)
+        self._snapshot()
         if self.sh.tick % self.publish_every:
             return
         head = self.sh.smp_head
