@@ -115,7 +115,8 @@ class MqttPlane(threading.Thread):
             self.host, self.port, username=self.cfg.username, password=self.cfg.password,
             identifier=f"servo-hil-{self.live.rig.name}-{os.getpid()}",
             will=aiomqtt.Will(f"{self.prefix}/online", b"offline", qos=1, retain=True),
-            tls_params=tls_params, tls_insecure=self.cfg.tls_insecure or None, keepalive=10)
+            tls_params=tls_params, tls_insecure=self.cfg.tls_insecure or None, keepalive=10,
+            timeout=2.0)  # a broker that resets the connection mid-CONNECT is retried after 2 s, not 10
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()

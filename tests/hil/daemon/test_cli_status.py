@@ -1,0 +1,70 @@
+"""`servo-hil status` against a running daemon, and against nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from . import free_port, ok
+from .conftest import SERVO_HIL
+from .test_lifecycle import run_cli
+
+
+def test_status_table(shared_daemon):
+    daemon = shared_daemon
+    ok(daemon.rig.cmd, "inject_fault", actuator="mx", fault="wrong_baud")
+    res = run_cli("status", "--command", daemon.rig.cmd)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert repr(daemon.rig.name) in out, out
+    assert "SCHED_" in out and "1000 Hz" in out
+    for joint in ("arm", "mx"):
+        assert joint in out
+    assert "dxl_pwm" in out and "position" in out and "wrong_baud" in out
+    assert "lateness p50" in out and "hypervisor steal" in out
+
+
+def test_status_json(shared_daemon):
+    daemon = shared_daemon
+    res = run_cli("status", "--command", daemon.rig.cmd, "--json")
+    assert res.returncode == 0, res.stderr
+    st = json.loads(res.stdout)
+    assert st["rig"] == daemon.rig.name and st["pid"] == daemon.proc.pid
+    assert st["rate_hz"] == 1000.0 and st["tick"] > 0 and set(st["actuators"]) == {"arm", "mx"}
+
+
+def test_status_check_healthy(shared_daemon):
+    daemon = shared_daemon
+    res = run_cli("status", "--command", daemon.rig.cmd, "--check")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert res.stdout.strip() == "healthy"
+
+
+def test_status_without_daemon():
+    """`status --check` and plain `status` (run concurrently) with nothing listening: exit 1, one line."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    procs = {mode: subprocess.Popen([*SERVO_HIL, "status", "--command", endpoint, "--timeout", "0.5", *extra],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for mode, extra in (("check", ["--check"]), ("table", []))}
+    for mode, proc in procs.items():
+        out, err = proc.communicate(timeout=20.0)
+        assert proc.returncode == 1, (mode, out, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("servo-hil: error:") and endpoint in lines[0], (mode, err)
+        assert "Traceback" not in err
+    assert time.monotonic() - t0 < 10.0
+
+
+def test_status_check_after_the_daemon_stopped(daemon):
+    assert daemon.terminate(2.0) == 0
+    assert run_cli("status", "--command", daemon.rig.cmd, "--check", "--timeout", "0.5").returncode == 1
+
+
+def test_status_check_lockstep_before_the_first_step(make_rig, start_daemon):
+    """Regression: a lock-step daemon not stepped yet (tick 0) used to be reported unhealthy."""
+    rig = make_rig(joints=("arm",), lockstep=True)
+    start_daemon(rig)
+    res = run_cli("status", "--command", rig.cmd, "--check", "--timeout", "1")
+    assert res.returncode == 0, (res.stdout, res.stderr)

@@ -1,0 +1,130 @@
+"""Start-up and shutdown of `servo-hil run`: signals, bad rig files, ports in use, `[mqtt] enabled`."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from . import MqttClient, Stream, free_port, ok
+from .conftest import SERVO_HIL
+
+
+def run_cli(*args: str, timeout: float = 20.0, cwd=None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([*SERVO_HIL, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`servo-hil {' '.join(args)}` still running after {timeout} s (hang): {exc.stderr!r}")
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> str:
+    assert res.returncode == 2, f"exit {res.returncode}\nstderr: {res.stderr}"
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{res.stderr}"
+    assert lines[0].startswith("servo-hil: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_cleanly(make_rig, start_daemon, mqtt_broker, sig):
+    """Exit 0 within 2 s, `offline` published (retained), no traceback. SIGINT case: paused, commands queued."""
+    rig = make_rig(mqtt_port=mqtt_broker.port)
+    d = start_daemon(rig)
+    with MqttClient(mqtt_broker.port, [f"servo-hil/{rig.name}/online"]) as mq, Stream(rig.pub) as stream:
+        mq.wait(lambda m: m.payload == b"online", 5.0, "online")
+        stream.first()
+        if sig == signal.SIGINT:
+            ok(rig.cmd, "pause")
+            ok(rig.cmd, "set_goal", actuator="arm", value=5.0)
+        t0 = time.monotonic()
+        d.proc.send_signal(sig)
+        try:
+            rc = d.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            d.kill()
+            pytest.fail(f"still running 2 s after {sig.name}\n{d.stderr()}")
+        elapsed = time.monotonic() - t0
+        mq.wait(lambda m: m.payload == b"offline", 2.0, "offline after the signal")
+        stream.drain()
+    assert rc == 0, d.stderr()
+    assert elapsed < 2.0
+    err = d.stderr()
+    assert f"{sig.name} received" in err and "stopped" in err
+    assert "Traceback" not in err and " ERROR " not in err, err
+    with MqttClient(mqtt_broker.port, [f"servo-hil/{rig.name}/online"]) as late:
+        m = late.wait(lambda m: True, 2.0, "retained online/offline")
+    assert m.payload == b"offline" and m.retain
+
+
+BAD_RIGS = {
+    "loop-key": (("[loop]\n", "[loop]\nbogus_key = 1\n"), ("loop.bogus_key", "unknown key")),
+    "top-level-key": (('name = "', 'colour = "red"\nname = "'), ("colour", "unknown key")),
+    "zmq-key": (("[zmq]\n", "[zmq]\npublish = 1\n"), ("zmq.publish", "unknown key")),
+    "actuator-key": (('joint = "arm"\n', 'joint = "arm"\nresistence = 2\n'), ("actuators.0.resistence", "unknown key")),
+    "duplicate-joint": (('joint = "mx"', 'joint = "arm"'), ("arm", "used twice")),
+    "bad-joint-name": (('joint = "mx"', 'joint = "m x/1"'), ("actuators.1.joint",)),
+    "unknown-catalog": (('catalog = "mx64"', 'catalog = "mx65"'), ("mx65",)),
+    "toml-syntax": (("[zmq]\n", "[zmq\n"), ("toml-syntax.toml",)),
+    "missing-file": (None, ("missing-file.toml", "no such file")),
+}
+
+
+def test_bad_rig_files_are_one_line_exit_2(make_rig):
+    """Each bad rig (run concurrently, one subprocess each): exit 2, one stderr line naming the key."""
+    procs = {}
+    for case, (patch, _) in BAD_RIGS.items():
+        rig = make_rig(name=case)
+        path = rig.path.with_name(f"{case}.toml")
+        if patch is not None:
+            text = rig.path.read_text()
+            assert patch[0] in text, case
+            path.write_text(text.replace(patch[0], patch[1], 1))
+        procs[case] = subprocess.Popen([*SERVO_HIL, "run", str(path), "--no-mqtt"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    problems = []
+    for case, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=20.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            problems.append(f"{case}: still running after 20 s")
+            continue
+        try:
+            assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+                                  *BAD_RIGS[case][1])
+        except AssertionError as exc:
+            problems.append(f"{case}: {exc}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("which", ["pub", "command"])
+def test_port_in_use_is_one_line_exit_2(make_rig, which):
+    """Regression: used to end in two tracebacks and exit 1 (stop() joined the never-started loop thread)."""
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        rig = make_rig(**{"pub_port" if which == "pub" else "cmd_port": port})
+        res = run_cli("run", str(rig.path), "--no-mqtt", timeout=10.0)
+    assert_one_line_error(res, str(port))
+
+
+def test_mqtt_enabled_false_in_the_rig_is_honoured(make_rig, start_daemon):
+    """Regression: `servo-hil run` used to start MQTT (an embedded broker on 1883) whatever the rig said."""
+    port = free_port()
+    rig = make_rig(extra=f"embedded_port = {port}\n")  # lands in the [mqtt] table, after enabled = false
+    assert "enabled = false\nembedded_port" in rig.path.read_text()
+    d = start_daemon(rig, no_mqtt_flag=False)  # `servo-hil run RIG`, no option: the rig decides
+    deadline = time.monotonic() + 1.0  # the MQTT plane would start just after the command socket answers
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            listening = s.connect_ex(("127.0.0.1", port)) == 0
+        assert not listening, "an MQTT broker was started although the rig says [mqtt] enabled = false"
+        time.sleep(0.05)
+    assert "MQTT" not in d.stderr(), d.stderr()
