@@ -12,16 +12,12 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from hil.params import catalog
 from hil.params.bam import BAM_DEFAULT_R_OHM
 from hil.params.dcmotor import RPM, DCMotor
-
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
-BAM_PARAMS = REFERENCE / "bam_params"
 
 # catalog entry -> bam parameter directory (None: bam has no identified set for it)
 BAM_DIR = {
@@ -44,10 +40,8 @@ def raw(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bam_params() -> Path:
-    if not BAM_PARAMS.is_dir():
-        pytest.skip(f"bam reference parameters not found at {BAM_PARAMS} (shared/reference is not checked out)")
-    return BAM_PARAMS
+def bam_params(reference):
+    return reference / "bam_params"
 
 
 def test_catalog_lists_exactly_the_expected_entries():
