@@ -119,14 +119,19 @@ class SimConfig(Strict):
     integrator: Literal["euler", "bam"] = "euler"
 
 
-class OfflineRig(Strict):
-    """One actuator and its load, for `servo-hil simulate`."""
+class JointSetup(Strict):
+    """What surrounds one actuator in a rig: its load, encoder, faults at start and initial state."""
 
-    actuator: ActuatorConfig
     load: LoadConfig = LoadConfig()
     encoder: EncoderConfig = EncoderConfig()
     faults: FaultConfig = FaultConfig()
     initial: InitialConfig = InitialConfig()
+
+
+class OfflineRig(JointSetup):
+    """One actuator and its load, for `servo-hil simulate`."""
+
+    actuator: ActuatorConfig
     sim: SimConfig = SimConfig()
 
 

@@ -22,7 +22,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, field_validator, mo
 from hil.kernel import Kernel
 from hil.params.actuator import ActuatorSpec
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
-from hil.rig import ActuatorConfig, EncoderConfig, FaultConfig, InitialConfig, LoadConfig, kernel_params
+from hil.rig import ActuatorConfig, JointSetup, kernel_params
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -33,12 +33,10 @@ def _check_name(value: str) -> str:
     return value
 
 
-class RigActuator(ActuatorConfig):
+class RigActuator(ActuatorConfig, JointSetup):
+    """One `[[actuators]]` entry: where the actuator comes from, its joint name and its surroundings."""
+
     joint: str
-    load: LoadConfig = LoadConfig()
-    encoder: EncoderConfig = EncoderConfig()
-    faults: FaultConfig = FaultConfig()
-    initial: InitialConfig = InitialConfig()
 
     _joint = field_validator("joint")(classmethod(lambda cls, v: _check_name(v)))
 
