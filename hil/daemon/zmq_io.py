@@ -61,39 +61,26 @@ class StatePublisher(threading.Thread):
         self._halt = threading.Event()
         # epoch time = monotonic time + this offset (both clocks read once, back to back)
         self._epoch_minus_monotonic = time.time() - time.monotonic_ns() * 1e-9
-        self._packer = msgpack.Packer()
 
     def stop(self) -> None:
         self._halt.set()
 
-    def _timestamp(self, deadline_ns: int, t: float) -> bytes:
-        if self.live.rig.loop.lockstep:
-            return b"%.9f" % t
-        return b"%.9f" % (self._epoch_minus_monotonic + deadline_ns * 1e-9)
-
     def publish_pending(self) -> int:
-        samples = self.live.loop.drain()
-        if not len(samples):
-            return 0
-        # three send() calls with SNDMORE: a third of send_multipart's cost per message (measured 4.8 vs 13.4 µs)
-        live, send, pack, more = self.live, self.sock.send, self._packer.pack, zmq.SNDMORE
-        bus_flags = [b.flags() for b in live.bus_faults]
-        # tolist() converts the whole batch in C; per-field numpy scalar access would cost µs per message
-        for (seq, _tick, deadline_ns, j, t, theta, theta_meas, omega, torque, current, voltage, temperature, u,
-             enable, ext, law, flags) in samples.tolist():
-            flags |= bus_flags[j]
-            payload = {"seq": seq, "t": t, "position": theta, "position_measured": theta_meas, "velocity": omega,
-                       "torque": torque, "current": current, "voltage": voltage, "goal": u, "enable": enable,
-                       "external_torque": ext, "mode": law, "fault_flags": flags}
-            if temperature == temperature:  # not NaN: the actuator has a thermal model
-                payload["temperature"] = temperature
-            send(self.topics[j], more)
-            send(pack(payload), more)
-            send(self._timestamp(deadline_ns, t))
-            if flags != self.flags[j]:
-                self._flags_changed(j, flags, t, payload.get("temperature"))
-        self.published += len(samples)
-        return len(samples)
+        live = self.live
+        idx, flags, t, temp, payloads, stamps = live.loop.drain_encoded(
+            [b.flags() for b in live.bus_faults], self._epoch_minus_monotonic, live.rig.loop.lockstep)
+        # frames are encoded in C (hil/loop/rt.pyx drain_encoded); three send() calls with SNDMORE
+        # cost a third of one send_multipart (measured 4.8 vs 13.4 µs per message)
+        send, more, topics, known = self.sock.send, zmq.SNDMORE, self.topics, self.flags
+        for j, payload, stamp in zip(idx, payloads, stamps, strict=True):
+            send(topics[j], more)
+            send(payload, more)
+            send(stamp)
+        for i, (j, f) in enumerate(zip(idx, flags, strict=True)):
+            if f != known[j]:
+                self._flags_changed(j, f, t[i], None if temp[i] != temp[i] else temp[i])
+        self.published += len(payloads)
+        return len(payloads)
 
     def _flags_changed(self, j: int, flags: int, t: float, temperature: float | None) -> None:
         live = self.live

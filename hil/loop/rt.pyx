@@ -14,6 +14,8 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
 from libc.math cimport isnan
+from libc.stdio cimport snprintf
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
 
@@ -98,6 +100,54 @@ SAMPLE_DTYPE = np.dtype([
     ("seq", "<i8"), ("tick", "<i8"), ("deadline_ns", "<i8"), ("index", "<i8"), ("t", "<f8"), ("theta", "<f8"), ("theta_meas", "<f8"),
     ("omega", "<f8"), ("torque", "<f8"), ("current", "<f8"), ("voltage", "<f8"), ("temperature", "<f8"),
     ("u", "<f8"), ("enable", "<f8"), ("external_torque", "<f8"), ("law", "<i8"), ("fault_flags", "<i8")])
+
+cdef inline int _key(char* b, int m, const char* k, int n) noexcept nogil:
+    b[m] = <char>(0xa0 | n)          # msgpack fixstr
+    memcpy(b + m + 1, k, n)
+    return m + 1 + n
+
+
+cdef inline int _f64(char* b, int m, double x) noexcept nogil:
+    cdef uint64_t u
+    memcpy(&u, &x, 8)
+    b[m] = <char>0xcb                # msgpack float 64, big-endian
+    cdef int k
+    for k in range(8):
+        b[m + 1 + k] = <char>((u >> (56 - 8 * k)) & 0xff)
+    return m + 9
+
+
+cdef inline int _i64(char* b, int m, int64_t x) noexcept nogil:
+    cdef uint64_t u = <uint64_t>x
+    b[m] = <char>0xd3                # msgpack int 64, big-endian
+    cdef int k
+    for k in range(8):
+        b[m + 1 + k] = <char>((u >> (56 - 8 * k)) & 0xff)
+    return m + 9
+
+
+cdef int _encode_sample(char* b, const Sample* s, int64_t flags) noexcept nogil:
+    """The state-stream payload of one sample as a msgpack map (schema: hil/daemon/zmq_io.py)."""
+    cdef bint has_temp = not isnan(s.temperature)
+    cdef int m = 1
+    b[0] = <char>(0x80 | (14 if has_temp else 13))   # msgpack fixmap
+    m = _i64(b, _key(b, m, "seq", 3), s.seq)
+    m = _f64(b, _key(b, m, "t", 1), s.t)
+    m = _f64(b, _key(b, m, "position", 8), s.theta)
+    m = _f64(b, _key(b, m, "position_measured", 17), s.theta_meas)
+    m = _f64(b, _key(b, m, "velocity", 8), s.omega)
+    m = _f64(b, _key(b, m, "torque", 6), s.torque)
+    m = _f64(b, _key(b, m, "current", 7), s.current)
+    m = _f64(b, _key(b, m, "voltage", 7), s.voltage)
+    m = _f64(b, _key(b, m, "goal", 4), s.u)
+    m = _f64(b, _key(b, m, "enable", 6), s.enable)
+    m = _f64(b, _key(b, m, "external_torque", 15), s.external_torque)
+    m = _i64(b, _key(b, m, "mode", 4), s.law)
+    m = _i64(b, _key(b, m, "fault_flags", 11), flags)
+    if has_temp:
+        m = _f64(b, _key(b, m, "temperature", 11), s.temperature)
+    return m
+
 
 cdef struct Shared:
     int64_t stop
@@ -365,6 +415,36 @@ cdef class RealtimeLoop:
             view[i] = self.samples[(tail + i) % self.smp_cap]
         hil_store(&self.sh.smp_tail, tail + n)
         return out
+
+    def drain_encoded(self, list bus_flags, double stamp_offset_s, bint stamp_sim_time,
+                      int64_t max_samples=1 << 16):
+        """Drain samples as ready-to-send ZeroMQ frames, encoded in C (the publisher's hot path).
+
+        Returns lists: index, fault_flags, t, temperature, msgpack payloads (the map documented in
+        hil/daemon/zmq_io.py, `bus_flags[index]` OR-ed into fault_flags) and timestamp frames
+        ("%.9f": deadline + stamp_offset_s, or the simulation time with stamp_sim_time).
+        """
+        cdef int64_t tail = self.sh.smp_tail
+        cdef int64_t head = hil_load(&self.sh.smp_head)
+        cdef int64_t n = min(head - tail, max_samples), i, flags
+        cdef Sample* smp
+        cdef char buf[512]
+        cdef char ts[32]
+        cdef int m
+        idx, fl, tt, temp, payloads, stamps = [], [], [], [], [], []
+        for i in range(n):
+            smp = &self.samples[(tail + i) % self.smp_cap]
+            flags = smp.fault_flags | <int64_t>bus_flags[smp.index]
+            idx.append(smp.index)
+            fl.append(flags)
+            tt.append(smp.t)
+            temp.append(smp.temperature)
+            m = _encode_sample(buf, smp, flags)
+            payloads.append(PyBytes_FromStringAndSize(buf, m))
+            m = snprintf(ts, 32, "%.9f", smp.t if stamp_sim_time else smp.deadline_ns * 1e-9 + stamp_offset_s)
+            stamps.append(PyBytes_FromStringAndSize(ts, m))
+        hil_store(&self.sh.smp_tail, tail + n)
+        return idx, fl, tt, temp, payloads, stamps
 
     def snapshot(self):
         """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
