@@ -14,7 +14,7 @@ reads (topic → series prefix, third frame → time stamp). Payload keys (SI un
 | current | A | armature current |
 | voltage | V | terminal voltage |
 | temperature | °C | winding temperature (absent without a thermal model) |
-| goal | law unit | the command u (rad for position laws, V, A or N·m) |
+| goal | law unit | the command u: output rad (dxl_pwm, erob_pd), gear·rad (dcmotor position), V, A, N·m |
 | enable | 0/1 | torque enable |
 | external_torque | N·m | co-simulation torque applied at the output |
 | mode | – | firmware law code (0 voltage, 1 position, 2 velocity, 3 dxl_pwm, 4 erob_pd, 5 current, 6 torque) |

