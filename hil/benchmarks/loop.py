@@ -23,7 +23,7 @@ import msgpack
 import numpy as np
 import zmq
 
-from hil.daemon.telemetry import StealMeter
+from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import request
 
 STEAL_LIMIT = 0.02
@@ -58,16 +58,6 @@ def _drain(sub: zmq.Socket, into: list) -> None:
         # the other frames of a multipart message are already here; recv() is cheaper than recv_multipart()
         payload, ts = recv(), recv()
         into.append((clock(), topic, payload, ts))
-
-
-def _percentiles(hist: dict[int, int]) -> dict[str, float | None]:
-    if not hist:
-        return {"p50": None, "p99": None, "p999": None}
-    bins = np.array(sorted(hist))
-    counts = np.cumsum([hist[b] for b in bins])
-    total = counts[-1]
-    return {name: float(bins[np.searchsorted(counts, q * total)]) for name, q in
-            (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
 
 
 def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publish_every: int = 1,
@@ -134,11 +124,12 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
     steal_fraction = steal.fraction()
     sub.close()
     ctx.term()
-    hist = {int(b): c - t0["histogram_us"].get(b, 0) for b, c in t1["histogram_us"].items()}
-    hist = {b: c for b, c in hist.items() if c}
+    hist = np.zeros(max(t1["histogram_us"], default=0) + 1, dtype=np.int64)  # window = end − start counts
+    for b, c in t1["histogram_us"].items():
+        hist[int(b)] = c - t0["histogram_us"].get(b, 0)
     wakeups = t1["wakeups"] - t0["wakeups"]
     overruns = t1["overruns"] - t0["overruns"]
-    pct = _percentiles({int(b): c for b, c in hist.items()})
+    pct = {name: percentile_us(hist, q) for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
     lat_us = np.array(lat) * 1e6
     expected = wall * rate / publish_every * actuators
     out = {

@@ -134,14 +134,6 @@ class LiveRig:
             raise CommandError(f"{cmd['cmd']}: unknown actuator {name!r} (known: {', '.join(self.names)})")
         return self.index[name]
 
-    def wait_applied(self, timeout: float = 1.0) -> None:
-        """Block until the loop has taken every queued command (it does so once per tick)."""
-        deadline = time.monotonic() + timeout
-        while self.loop.commands_pending():
-            if time.monotonic() > deadline:
-                raise CommandError("the loop did not take the commands in time")
-            time.sleep(5e-5)
-
     # ------------------------------------------------------------------ views
     def now(self) -> float:
         return self.loop.telemetry()["tick"] * self.period_s

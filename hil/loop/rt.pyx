@@ -96,11 +96,6 @@ cdef packed struct Sample:
     int64_t law
     int64_t fault_flags
 
-SAMPLE_DTYPE = np.dtype([
-    ("seq", "<i8"), ("tick", "<i8"), ("deadline_ns", "<i8"), ("index", "<i8"), ("t", "<f8"), ("theta", "<f8"), ("theta_meas", "<f8"),
-    ("omega", "<f8"), ("torque", "<f8"), ("current", "<f8"), ("voltage", "<f8"), ("temperature", "<f8"),
-    ("u", "<f8"), ("enable", "<f8"), ("external_torque", "<f8"), ("law", "<i8"), ("fault_flags", "<i8")])
-
 cdef inline int _key(char* b, int m, const char* k, int n) noexcept nogil:
     b[m] = <char>(0xa0 | n)          # msgpack fixstr
     memcpy(b + m + 1, k, n)
@@ -404,18 +399,6 @@ cdef class RealtimeLoop:
         """Lock-step: allow n more ticks; returns the tick count to wait for."""
         return hil_add(&self.sh.steps_requested, n)
 
-    def drain(self, int64_t max_samples=1 << 16):
-        """Samples published since the last drain, as a structured numpy array (SAMPLE_DTYPE)."""
-        cdef int64_t tail = self.sh.smp_tail
-        cdef int64_t head = hil_load(&self.sh.smp_head)
-        cdef int64_t n = min(head - tail, max_samples), i
-        out = np.empty(n, dtype=SAMPLE_DTYPE)
-        cdef Sample[::1] view = out
-        for i in range(n):
-            view[i] = self.samples[(tail + i) % self.smp_cap]
-        hil_store(&self.sh.smp_tail, tail + n)
-        return out
-
     def drain_encoded(self, list bus_flags, double stamp_offset_s, bint stamp_sim_time,
                       int64_t max_samples=1 << 16):
         """Drain samples as ready-to-send ZeroMQ frames, encoded in C (the publisher's hot path).
@@ -449,7 +432,6 @@ cdef class RealtimeLoop:
     def snapshot(self):
         """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
         cdef int64_t s1, s2, n = self.kernel.n
-        states = np.empty(n, dtype=object)
         while True:
             s1 = hil_load(&self.sh.snap_seq)
             if s1 & 1:
