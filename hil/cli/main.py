@@ -92,9 +92,13 @@ def run(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML (e.g. config/rigs/default.toml)")],
     mqtt: Annotated[bool | None, typer.Option(
         "--mqtt/--no-mqtt", help="run the MQTT control plane (default: the rig's [mqtt] enabled)")] = None,
+    port: Annotated[list[str] | None, typer.Option(
+        "--port", help="create the bus at this path (a pty symlink): PATH for a rig with one bus, "
+                       "or BUS=PATH; repeatable")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
-    """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane."""
+    """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
+    and the rig's servo buses (each prints the port a controller opens)."""
     import logging
 
     import zmq
@@ -105,7 +109,7 @@ def run(
                         format="%(asctime)s servo-hil %(levelname)s %(message)s")
     logging.getLogger("amqtt").setLevel(logging.WARNING)
     logging.getLogger("transitions").setLevel(logging.WARNING)
-    daemon = Daemon(rig, mqtt=mqtt)
+    daemon = Daemon(rig, mqtt=mqtt, ports=port or [])
     try:
         daemon.run_until_signal()
     except zmq.ZMQError as exc:

@@ -78,6 +78,7 @@ class LiveRig:
         self._batching = False
         self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
+        self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -353,6 +354,8 @@ class LiveRig:
         _check_args(cmd, ())
         with self._atomic():
             self._reset_all()
+        for hook in self.reset_hooks:
+            hook()
         self.emit({"type": "reset"})
         return {}
 
@@ -389,3 +392,33 @@ class LiveRig:
             time.sleep(2e-5)
         return {"tick": target, "state": self.state()}
 
+
+
+class LiveJoint:
+    """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` protocol)."""
+
+    def __init__(self, live: LiveRig, j: int):
+        self.live = live
+        self.j = j
+
+    def read_state(self) -> dict:
+        return self.live.loop.state_of(self.j)
+
+    def params(self) -> dict:
+        return self.live.params[self.j]
+
+    def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
+                clear_latches: bool = False) -> None:
+        live, j = self.live, self.j
+        with live._atomic():
+            if params:
+                live._set_params(j, params)
+            if goal is not None:
+                live._push("set_u", j, goal)
+            if enable is not None:
+                live._push("set_enable", j, 1.0 if enable else 0.0)
+            if clear_latches:
+                live._push("clear_latches", j)
+
+    def time_s(self) -> float:
+        return self.live.loop.tick * self.live.period_s

@@ -5,10 +5,16 @@
     [zmq]     pub, command, publish_every
     [mqtt]    url ("" = embedded broker), embedded_port, username, password, tls_ca, tls_cert,
               tls_key, tls_insecure, status_period_s
+    [[buses]]                               # optional: impersonate the servos on their own bus
+    name = "dxl"  protocol = "dynamixel"
+    port = "/tmp/servo-hil-dxl"             # pty symlink to create (or device = "/dev/ttyUSB0")
+    baud = 1000000  fast = false
     [[actuators]]
     joint = "shoulder"                      # the actuator's name in topics and commands
     catalog = "mx64"  model = "m1"          # or mjcf / inline <dcmotor> attributes, as offline
     load = { mass = 0.3, length = 0.1 }     # [actuators.load], .encoder, .faults, .initial as offline
+    bus = "dxl"  id = 1                     # on a bus: its ID there, and
+    registers = { "Return Delay Time" = 0 } # … register values it powers up with (EEPROM as configured)
 """
 
 from __future__ import annotations
@@ -33,10 +39,32 @@ def _check_name(value: str) -> str:
     return value
 
 
+class BusConfig(Strict):
+    """One `[[buses]]` entry: a bus on which the rig's servos answer as the real ones do."""
+
+    name: str
+    protocol: Literal["dynamixel"]
+    port: str | None = Field(None, description="pty symlink path to create; none = print the /dev/pts name")
+    device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
+    baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
+    fast: bool = Field(False, description="answer at once: no return delay, no wire-time pacing (CI throughput)")
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+    @model_validator(mode="after")
+    def _one_port(self) -> BusConfig:
+        if self.port and self.device:
+            raise ValueError("give port (a pty) or device (a serial device), not both")
+        return self
+
+
 class RigActuator(ActuatorConfig, JointSetup):
     """One `[[actuators]]` entry: where the actuator comes from, its joint name and its surroundings."""
 
     joint: str
+    bus: str | None = Field(None, description="name of the [[buses]] entry it answers on")
+    id: int | None = Field(None, ge=0, le=252, description="its ID on that bus")
+    registers: dict[str, int] = Field(default_factory=dict, description="register values at power-up")
 
     _joint = field_validator("joint")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -75,6 +103,7 @@ class Rig(Strict):
     loop: LoopConfig = LoopConfig()
     zmq: ZmqConfig = ZmqConfig()
     mqtt: MqttConfig = MqttConfig()
+    buses: list[BusConfig] = Field(default_factory=list)
     actuators: list[RigActuator] = Field(min_length=1)
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
@@ -86,6 +115,23 @@ class Rig(Strict):
             if a.joint in seen:
                 raise ValueError(f"actuators: joint name {a.joint!r} is used twice")
             seen.add(a.joint)
+        buses = {b.name for b in self.buses}
+        if len(buses) != len(self.buses):
+            raise ValueError("buses: a bus name is used twice")
+        ids: set[tuple[str, int]] = set()
+        for j, a in enumerate(self.actuators):
+            if a.bus is None:
+                if a.id is not None or a.registers:
+                    raise ValueError(f"actuators[{j}] ({a.joint}): id / registers need bus = ...")
+                continue
+            if a.bus not in buses:
+                raise ValueError(f"actuators[{j}] ({a.joint}): bus {a.bus!r} is not among buses "
+                                 f"({', '.join(sorted(buses)) or 'none defined'})")
+            if a.id is None:
+                raise ValueError(f"actuators[{j}] ({a.joint}): an actuator on a bus needs id = ...")
+            if (a.bus, a.id) in ids:
+                raise ValueError(f"actuators[{j}] ({a.joint}): id {a.id} is used twice on bus {a.bus!r}")
+            ids.add((a.bus, a.id))
         return self
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import zmq
 
+from drivers import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
-from hil.daemon.rig import load_rig
+from hil.daemon.rig import Rig, load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher
 from hil.loop.rt import lock_memory
 from hil.params.config_file import ConfigError
@@ -23,8 +24,10 @@ log = logging.getLogger("servo-hil")
 class Daemon:
     """Everything `servo-hil run` starts, in start order; `stop()` reverses it."""
 
-    def __init__(self, rig_path: str | Path, mqtt: bool | None = None):
+    def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = ()):
         self.rig, self.specs, kernel = load_rig(rig_path)
+        self.ports = _bus_ports(self.rig, ports)
+        self.buses: list = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = zmq.Context()
         self.publisher: StatePublisher | None = None
@@ -55,6 +58,13 @@ class Daemon:
         if mode != "SCHED_FIFO" and rig.loop.fifo_priority > 0:
             log.warning("SCHED_FIFO priority %d refused; loop runs as %s (give the process CAP_SYS_NICE / "
                         "rtprio to get FIFO)", rig.loop.fifo_priority, mode)
+        for cfg in rig.buses:
+            bus = open_bus(cfg, self.live, self.ports.get(cfg.name))
+            self.buses.append(bus)
+            bus.start()
+            ids = ", ".join(str(s.id) for s in bus.bus.servos)
+            print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} (IDs {ids}, {cfg.baud} bit/s"
+                  f"{', fast' if cfg.fast else ''})", flush=True)
         if self.mqtt_enabled:
             self.mqtt = MqttPlane(self.live, rig.mqtt)
             self.mqtt.start()  # connects in the background; run_until_signal reports how it went
@@ -67,6 +77,8 @@ class Daemon:
 
         Safe after a start that failed half-way (e.g. a port in use): parts never started are closed.
         """
+        for bus in self.buses:
+            bus.stop()
         self.live.stop()
         parts = [p for p in (self.publisher, self.commands) if p is not None]
         for part in parts:
@@ -96,6 +108,9 @@ class Daemon:
             while not stop.wait(0.1):
                 if not self.live.running:
                     raise RuntimeError("the real-time loop thread ended unexpectedly")
+                for bus in self.buses:
+                    if bus.error is not None:
+                        raise RuntimeError(f"bus {bus.name} failed: {bus.error}")
                 if self.mqtt is not None:
                     if self.mqtt.failed:
                         raise ConfigError(f"MQTT control plane: {self.mqtt.failed}")
@@ -108,3 +123,20 @@ class Daemon:
             self.stop()
             for s, h in old.items():
                 signal.signal(s, h)
+
+
+def _bus_ports(rig: Rig, ports: list[str]) -> dict[str, str]:
+    """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path}."""
+    names = [b.name for b in rig.buses]
+    out: dict[str, str] = {}
+    for arg in ports:
+        name, sep, path = arg.partition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ConfigError(f"--port {arg}: the rig has {len(names)} buses; use --port BUS=PATH "
+                                  f"(buses: {', '.join(names) or 'none'})")
+            name, path = names[0], arg
+        if name not in names:
+            raise ConfigError(f"--port {arg}: no bus named {name!r} (buses: {', '.join(names) or 'none'})")
+        out[name] = path
+    return out

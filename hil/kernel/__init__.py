@@ -4,6 +4,15 @@ Parameter and state fields, their units and the step order are documented in `co
 `core.pyx`; `default_params()` returns every parameter with its neutral value.
 """
 
-from hil.kernel.core import FAULT_BITS, INTEGRATORS, LAWS, OUTPUTS, Kernel, default_params, friction_budget
+from hil.kernel.core import (
+    DXL_MODES,
+    FAULT_BITS,
+    INTEGRATORS,
+    LAWS,
+    OUTPUTS,
+    Kernel,
+    default_params,
+    friction_budget,
+)
 
-__all__ = ["FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget"]
+__all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget"]

@@ -13,6 +13,14 @@ cdef enum:
     LAW_EROB_PD = 4       # bam eRob current law: u = goal position [rad]
     LAW_CURRENT = 5       # u = motor current [A]
     LAW_TORQUE = 6        # u = output torque [N·m]
+    LAW_DXL = 7           # Dynamixel firmware (modes, profile, PID): u = goal in the unit of dxl_mode
+
+    DXL_CURRENT = 0           # dxl_mode, the Operating Mode register value: u = goal current [A]
+    DXL_VELOCITY = 1          # u = goal velocity [rad/s]
+    DXL_POSITION = 3          # u = goal position [rad]
+    DXL_EXTENDED_POSITION = 4
+    DXL_CURRENT_POSITION = 5  # current-based position: u = goal position [rad]
+    DXL_PWM = 16              # u = goal duty [-1, 1]
 
     INTEGRATOR_EULER = 0  # MuJoCo's semi-implicit Euler with implicit damping
     INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
@@ -24,6 +32,7 @@ cdef enum:
     FAULT_OVERHEAT = 16       # winding above temp_limit: torque shut down (latched)
     FAULT_ENCODER_STUCK = 32
     FAULT_ENCODER_SLIP = 64
+    FAULT_OVERLOAD = 128      # |i| above overload_current for longer than overload_time (latched)
 
 
 cdef packed struct Params:
@@ -114,6 +123,24 @@ cdef packed struct Params:
     double encoder_slip        # measured position drifts away from the true one [rad/s]
     uint64_t seed              # noise seed
     double temp_limit          # overheating shutdown above this winding temperature [°C]; 0 = none
+    double overload_current    # overload latch: |i| above this [A] …; 0 = no overload detection
+    double overload_time       # … for longer than this [s]
+    int64_t shutdown_mask      # latched fault bits that turn the torque off (FAULT_OVERHEAT | FAULT_OVERLOAD)
+    # -- Dynamixel firmware (LAW_DXL), register values already converted to SI by firmware_models
+    int64_t dxl_mode           # Operating Mode: DXL_* above
+    int64_t dxl_time_profile   # Drive Mode bit 2: dxl_prof_vel / dxl_prof_acc are times [s]
+    double dxl_kpp             # position P [duty/rad]
+    double dxl_kpi             # position I [duty/(rad·s)]
+    double dxl_kpd             # position D [duty·s/rad]
+    double dxl_kff1            # velocity feed-forward [duty·s/rad]
+    double dxl_kff2            # acceleration feed-forward [duty·s²/rad]
+    double dxl_kvp             # velocity P [duty·s/rad]
+    double dxl_kvi             # velocity I [duty/rad]
+    double dxl_goal_duty       # Goal PWM as a duty clamp [0, 1] (below max_duty = PWM Limit)
+    double dxl_goal_current    # Goal Current as a current clamp in current-based position [A]
+    double dxl_prof_vel        # Profile Velocity [rad/s] (0 = none), or the move time t3 [s] if time-based
+    double dxl_prof_acc        # Profile Acceleration [rad/s²] (0 = none), or the ramp time t1 [s]
+    double dxl_vel_limit       # Velocity Limit [rad/s]; 0 = none
     # -- derived by prepare() from the fields above and dt; any value given here is overwritten
     double _inertia            # total inertia about the output axis [kg·m²]
     double _decay              # 1 − exp(−dt/t_e) of the exact current update
@@ -131,7 +158,22 @@ cdef packed struct State:
     double current             # armature current state [A] (inductive model)
     double oc_timer            # steps |i| has exceeded oc_current in a row
     int64_t oc_active          # open-circuit fault latched
-    int64_t shutdown           # overheating shutdown latched (torque off until cleared)
+    int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)
+    int64_t latched            # latched fault bits (FAULT_OVERHEAT, FAULT_OVERLOAD)
+    double ol_timer            # steps |i| has exceeded overload_current in a row
+    # -- Dynamixel firmware state (LAW_DXL)
+    int64_t traj_valid         # 0: the trajectory restarts from the measured shaft position
+    double dxl_goal            # goal the running profile was planned for (NaN: plan on the next step)
+    double traj_pos            # Position Trajectory [rad]
+    double traj_vel            # Velocity Trajectory [rad/s]
+    double traj_acc            # [rad/s²]
+    double prof_vmax           # this move's profile velocity [rad/s]
+    double prof_amax           # this move's profile acceleration [rad/s²]
+    int64_t prof_active        # profile ongoing (Moving Status bit 1)
+    int64_t prof_type          # Moving Status bits 5..4: 0 step, 1 rectangular, 2 triangular, 3 trapezoidal
+    double pos_integral        # ∫ position error dt [rad·s]
+    double vel_integral        # ∫ velocity error dt [rad]
+    double duty                # PWM duty the firmware applied this step [-1, 1] (Present PWM)
     double enc_offset          # accumulated encoder slip [rad]
     int64_t fault_flags
     int64_t k                  # steps taken; t = k·dt

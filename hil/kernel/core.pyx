@@ -17,11 +17,14 @@ cnp.import_array()
 
 # Names exported to Python (hil.kernel): the enum values above live only in C.
 LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
-        "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE}
+        "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE,
+        "dxl": LAW_DXL}
+DXL_MODES = {"current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
+             "extended_position": DXL_EXTENDED_POSITION, "current_position": DXL_CURRENT_POSITION, "pwm": DXL_PWM}
 INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
 FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
-              "encoder_slip": FAULT_ENCODER_SLIP}
+              "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
 
 cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
 
@@ -108,6 +111,137 @@ cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w
             + p.friction_viscous * fabs(w))
 
 
+cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil:
+    """A new goal position: plan the move from the running trajectory (velocity override, e-manual
+    "Profile Velocity"); velocity- or time-based (Drive Mode bit 2), notes/dynamixel.md §4.3."""
+    cdef double d = fabs(goal - s.traj_pos), t3, t1, v, a
+    s.dxl_goal = goal
+    s.prof_active = 1
+    if p.dxl_time_profile:
+        t3 = p.dxl_prof_vel
+        t1 = min(p.dxl_prof_acc, 0.5 * t3)      # the firmware clips t1 to half the move time
+        if t3 <= 0:
+            v, a = 0.0, 0.0
+        elif t1 <= 0:
+            v, a = d / t3, 0.0
+        else:
+            v = d / (t3 - t1)
+            a = v / t1
+    else:
+        v, a = p.dxl_prof_vel, p.dxl_prof_acc
+    if p.dxl_vel_limit > 0 and v > p.dxl_vel_limit:
+        v = p.dxl_vel_limit              # Profile Velocity never exceeds the Velocity Limit
+    s.prof_vmax = v
+    s.prof_amax = a
+    if v <= 0:
+        s.prof_type = 0                  # step: the trajectory jumps to the goal
+    elif a <= 0:
+        s.prof_type = 1                  # rectangular
+    elif d * a < v * v - 1e-12 * v * v:  # distance too short to reach v (from rest): triangular
+        s.prof_type = 2
+    else:
+        s.prof_type = 3                  # trapezoidal
+
+
+cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
+    """Advance Position/Velocity Trajectory one step toward s.dxl_goal (online trapezoid: the largest
+    speed within prof_vmax from which prof_amax still stops at the goal)."""
+    cdef double rem = s.dxl_goal - s.traj_pos, v0 = s.traj_vel, vd, v1, step, amax = s.prof_amax
+    if not s.prof_active:
+        s.traj_acc = 0.0
+        return
+    if s.prof_type == 0:
+        s.traj_pos = s.dxl_goal
+        s.traj_vel = 0.0
+        s.traj_acc = 0.0
+        s.prof_active = 0
+        return
+    if amax <= 0:
+        v1 = sign(rem) * s.prof_vmax
+    else:
+        vd = sign(rem) * min(s.prof_vmax, sqrt(2.0 * amax * fabs(rem)))
+        v1 = v0 + clip(vd - v0, -amax * dt, amax * dt)
+    step = 0.5 * (v0 + v1) * dt if amax > 0 else v1 * dt
+    if fabs(step) >= fabs(rem) and sign(step) == sign(rem) or rem == 0.0:
+        s.traj_pos = s.dxl_goal          # arrives within this step
+        s.traj_acc = -v0 / dt if amax > 0 else 0.0
+        s.traj_vel = 0.0
+        s.prof_active = 0
+        return
+    s.traj_pos += step
+    s.traj_acc = (v1 - v0) / dt
+    s.traj_vel = v1
+
+
+cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double vs, double R,
+                                double emf, bint enabled, double dt) noexcept nogil:
+    """Dynamixel firmware (e-manual control block diagrams, notes/dynamixel.md §4.1): the duty cycle
+    [-1, 1] the inverter applies. Current loops are modelled as ideal with voltage feed-forward
+    (V = R·i* + back-EMF), clamped by Goal PWM like the real current controller's output."""
+    cdef double clamp = min(p.dxl_goal_duty, p.max_duty), duty = 0.0, e, ev, i_star, ilim, acc
+    cdef int64_t mode = p.dxl_mode
+    if not enabled or not s.traj_valid:
+        # torque off (or a teleported shaft): the trajectory follows the shaft, so a move starts from it
+        s.traj_pos = thm
+        s.traj_vel = 0.0
+        s.traj_acc = 0.0
+        s.prof_active = 0
+        s.dxl_goal = NAN
+        s.pos_integral = 0.0
+        s.vel_integral = 0.0
+        s.duty = 0.0
+        s.traj_valid = enabled
+        if not enabled:
+            return 0.0
+    if vs <= 0:
+        vs = 1e-9
+    if mode == DXL_PWM:
+        duty = clip(u, -clamp, clamp)
+    elif mode == DXL_CURRENT:
+        duty = clip((R * u + emf) / vs, -clamp, clamp)
+    elif mode == DXL_VELOCITY:
+        if p.dxl_vel_limit > 0:
+            u = clip(u, -p.dxl_vel_limit, p.dxl_vel_limit)
+        # velocity mode uses Profile Acceleration only; time-based, it is the time to reach the goal [s]
+        acc = p.dxl_prof_acc
+        if p.dxl_time_profile:
+            acc = fabs(u) / acc if acc > 0 else 0.0
+        s.prof_type = 3 if acc > 0 else 0
+        if acc > 0:
+            s.traj_acc = clip(u - s.traj_vel, -acc * dt, acc * dt) / dt
+        else:
+            s.traj_acc = (u - s.traj_vel) / dt
+        s.traj_vel += s.traj_acc * dt
+        s.prof_active = s.traj_vel != u
+        s.traj_pos = thm
+        ev = s.traj_vel - s.omega
+        duty = p.dxl_kvp * ev + p.dxl_kvi * s.vel_integral
+        if p.dxl_kvi > 0 and (fabs(duty) < clamp or duty * ev < 0):
+            s.vel_integral += ev * dt    # anti-windup: integrate only while unsaturated
+        duty = clip(duty, -clamp, clamp)
+    else:   # position modes 3, 4, 5
+        if u != s.dxl_goal:
+            dxl_plan(p, s, u)
+        dxl_profile(s, dt)
+        e = s.traj_pos - thm
+        duty = (p.dxl_kpp * e + p.dxl_kpi * s.pos_integral + p.dxl_kpd * (s.traj_vel - s.omega)
+                + p.dxl_kff1 * s.traj_vel + p.dxl_kff2 * s.traj_acc)
+        if p.dxl_kpi > 0 and (fabs(duty) < clamp or duty * e < 0):
+            s.pos_integral += e * dt
+        if mode == DXL_CURRENT_POSITION:
+            # the PID output is a desired current: the current duty would drive at stall, capped by Goal Current
+            i_star = clip(duty * vs / R, -p.dxl_goal_current, p.dxl_goal_current)
+            duty = clip((R * i_star + emf) / vs, -clamp, clamp)
+        else:
+            duty = clip(duty, -clamp, clamp)
+    if p.max_current > 0 and mode != DXL_PWM:
+        # firmware current limiter (bam XL330): |(duty·vin − emf)/R| ≤ max_current
+        ilim = R * p.max_current
+        duty = clip(duty, (emf - ilim) / vs, (emf + ilim) / vs)
+    s.duty = duty
+    return duty
+
+
 cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexcept nogil:
     cdef double g = p.gear
     cdef double t = s.k * dt
@@ -154,11 +288,13 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         R = p.resistance * (1.0 + p.tempcoef * (T + p.ambient - p.reftemp))
     s.temperature = T + p.ambient if p.thermal_r > 0 else NAN
     if p.temp_limit > 0 and s.temperature > p.temp_limit:
+        s.latched |= FAULT_OVERHEAT
+    if s.latched & p.shutdown_mask:
         s.shutdown = 1
+    s.fault_flags |= s.latched
     if s.shutdown:
-        # Overheating protection: torque off until the host clears the latch (firmware behaviour).
+        # Overheating / overload protection: torque off until the host clears the latch (firmware behaviour).
         enabled = 0
-        s.fault_flags |= FAULT_OVERHEAT
 
     # -- firmware control law
     if isnan(u):
@@ -197,6 +333,9 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         if p.max_current > 0:
             e = clip(e, (K * Ld - R * p.max_current) / vs, (K * Ld + R * p.max_current) / vs)
         V = vs * clip(e, -p.max_duty, p.max_duty)
+    elif p.law == LAW_DXL:
+        voltage_mode = 1
+        V = vs * dxl_firmware(p, s, u, thm, vs, R, K * Ld, enabled, dt)
     elif p.law == LAW_EROB_PD or p.law == LAW_CURRENT:
         if p.law == LAW_EROB_PD:
             i = p.pd_kp * (u - thm) - p.pd_damping * sqrt(p.pd_kp) * s.omega if enabled else 0.0
@@ -265,6 +404,16 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
                 s.oc_active = 1
         else:
             s.oc_timer = 0.0
+
+    # -- overload: |i| above the limit for longer than the duration (Dynamixel Hardware Error bit 5)
+    if p.overload_current > 0:
+        if fabs(s.i_out) > p.overload_current:
+            s.ol_timer += 1.0
+            if s.ol_timer * dt >= p.overload_time * (1.0 - 1e-12):
+                s.latched |= FAULT_OVERLOAD
+                s.fault_flags |= FAULT_OVERLOAD
+        else:
+            s.ol_timer = 0.0
 
     # -- load and integration
     tau_e = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length * sin(s.theta + p.q_offset) \
@@ -337,6 +486,9 @@ cdef Params _zero_params() noexcept:
     p.supply_override = NAN
     p.max_duty = 1.0
     p.seed = 1
+    p.shutdown_mask = FAULT_OVERHEAT | FAULT_OVERLOAD
+    p.dxl_mode = DXL_POSITION
+    p.dxl_goal_duty = 1.0
     return p
 
 
@@ -424,16 +576,19 @@ cdef class Kernel:
                   clear_latches=False):
         """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A].
 
-        `clear_latches` resets the open-circuit and overheating latches and the encoder slip.
+        `clear_latches` resets the open-circuit, overheating and overload latches and the encoder slip.
         """
         self._check(j)
         if clear_latches:
             self.states[j].oc_active = 0
             self.states[j].oc_timer = 0.0
             self.states[j].shutdown = 0
+            self.states[j].latched = 0
+            self.states[j].ol_timer = 0.0
             self.states[j].enc_offset = 0.0
         if theta is not None:
             self.states[j].theta = theta
+            self.states[j].traj_valid = 0
         if omega is not None:
             self.states[j].omega = omega
         if temperature is not None:

@@ -250,12 +250,15 @@ cdef class RealtimeLoop:
                 elif c.kind == CMD_SET_STATE:
                     if not isnan(c.a):
                         self.S[c.index].theta = c.a
+                        self.S[c.index].traj_valid = 0
                     if not isnan(c.b):
                         self.S[c.index].omega = c.b
                 elif c.kind == CMD_CLEAR_LATCHES:
                     self.S[c.index].oc_active = 0
                     self.S[c.index].oc_timer = 0.0
                     self.S[c.index].shutdown = 0
+                    self.S[c.index].latched = 0
+                    self.S[c.index].ol_timer = 0.0
                     self.S[c.index].enc_offset = 0.0
                 elif c.kind == CMD_SET_TEMPERATURE:
                     self.S[c.index].temp_rise = c.a - self.P[c.index].ambient
@@ -442,6 +445,27 @@ cdef class RealtimeLoop:
             s2 = hil_load(&self.sh.snap_seq)
             if s1 == s2:
                 return st, inp
+
+    def state_of(self, int64_t j):
+        """The kernel State (a dict) of actuator j, consistent with one tick (cheaper than snapshot())."""
+        cdef int64_t s1, s2
+        cdef State st
+        if not 0 <= j < self.kernel.n:
+            raise IndexError(f"actuator index {j} out of range")
+        while True:
+            s1 = hil_load(&self.sh.snap_seq)
+            if s1 & 1:
+                continue
+            st = self.snap_states[j]
+            hil_fence()
+            s2 = hil_load(&self.sh.snap_seq)
+            if s1 == s2:
+                return st
+
+    @property
+    def tick(self):
+        """Ticks run so far."""
+        return hil_load(&self.sh.tick)
 
     def telemetry(self):
         """Counters and the lateness histogram (µs bins) of the loop so far."""

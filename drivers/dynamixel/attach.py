@@ -1,0 +1,61 @@
+"""Build a rig's Dynamixel bus: one simulated servo per `[[actuators]]` entry on it, the port, the server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.server import BusServer
+from drivers.ports import PtyPort, SerialDevicePort
+from firmware_models.dynamixel.control_table import load_model, model_names
+from firmware_models.dynamixel.servo import DynamixelServo
+from hil.params.config_file import ConfigError
+
+if TYPE_CHECKING:
+    from hil.daemon.live_rig import LiveRig
+    from hil.daemon.rig import BusConfig
+
+
+def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer:
+    """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
+    from hil.daemon.live_rig import LiveJoint
+
+    servos, faults = [], []
+    for j, a in enumerate(live.rig.actuators):
+        if a.bus != cfg.name:
+            continue
+        where = f"actuators[{j}] ({a.joint})"
+        if a.catalog not in model_names():
+            raise ConfigError(f"{where}: a Dynamixel bus needs catalog = one of {', '.join(model_names())} "
+                              f"(the models with a control table), got {a.catalog!r}")
+        spec = load_model(a.catalog)
+        bauds = {bps: value for value, bps in spec.baud_rates.items()}
+        if cfg.baud not in bauds:
+            raise ConfigError(f"buses ({cfg.name}): baud {cfg.baud} is not a {a.catalog} Baud Rate "
+                              f"(one of {', '.join(str(b) for b in sorted(bauds))})")
+        registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
+        for name, value in a.registers.items():
+            try:
+                item = spec.item(name)
+            except KeyError:
+                raise ConfigError(f"{where}: registers: {a.catalog} has no item {name!r}") from None
+            if not item.min <= value <= item.max:
+                raise ConfigError(f"{where}: registers.{name}: {value} is outside {item.min}..{item.max}")
+            registers[name] = value
+        servos.append(DynamixelServo(spec, LiveJoint(live, j), registers))
+        faults.append(live.bus_faults[j])
+    if not servos:
+        raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
+    bus = DynamixelBus(servos, faults)
+    path = port or cfg.port
+    device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
+    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name)
+    lock = server.lock
+
+    def power_cycle() -> None:   # `reset` of the rig: the servos power up again (EEPROM kept)
+        with lock:
+            for s in servos:
+                s.reboot()
+
+    live.reset_hooks.append(power_cycle)
+    return server

@@ -1,0 +1,268 @@
+"""A Protocol 2.0 bus of simulated servos: who executes an instruction, who answers, and when.
+
+`DynamixelBus.handle` takes one received packet and returns the status packets the servos on the
+bus send back, each with its start time after the end of the instruction on the wire (Return Delay
+Time, the replies before it in a Sync/Bulk Read, the per-ID slot of a broadcast Ping). Reply rules:
+notes/dynamixel.md §1.5 (broadcast, Status Return Level, secondary ID), §2 (instructions), §2.1–2.2
+(Fast reads, order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from drivers.dynamixel.protocol import (
+    BROADCAST_ID,
+    CorruptPacket,
+    ErrorCode,
+    Instruction,
+    Packet,
+    ProtocolError,
+    decode_bulk_read,
+    decode_bulk_write,
+    decode_read,
+    decode_sync_read,
+    decode_sync_write,
+    decode_write,
+    encode_fast_status,
+    encode_status,
+)
+from drivers.ports import wire_time_s
+from firmware_models.dynamixel.servo import DynamixelServo, Reply
+from hil.daemon.faults import BusFaults
+
+_PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
+_READS = (Instruction.SYNC_READ, Instruction.FAST_SYNC_READ, Instruction.BULK_READ, Instruction.FAST_BULK_READ)
+_KNOWN = frozenset(int(i) for i in Instruction) - {Instruction.STATUS}
+
+
+@dataclass(frozen=True, slots=True)
+class Transmission:
+    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
+
+    data: bytes
+    offset_s: float
+    servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
+
+
+class DynamixelBus:
+    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (daemon issue)."""
+
+    def __init__(self, servos: Sequence[DynamixelServo], faults: Sequence[BusFaults] | None = None):
+        self.servos = list(servos)
+        self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
+        self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
+
+    # ------------------------------------------------------------------ entry point
+    def handle(self, packet: Packet | CorruptPacket, baud: int | None) -> list[Transmission]:
+        """Execute `packet` on every servo it addresses that listens at `baud` (None: all listen)."""
+        self.stats["instructions"] += 1
+        listening = [i for i, s in enumerate(self.servos)
+                     if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
+        bps = baud or (self.servos[listening[0]].baud_bps if listening else 1_000_000)
+        if isinstance(packet, CorruptPacket):
+            self.stats["crc_errors"] += 1
+            i = self._primary(listening, packet.id)
+            if i is None or not self._due(self.servos[i], packet.instruction):
+                return []
+            return self._finish([self._status(i, ErrorCode.CRC, b"", self.servos[i].return_delay_s)], bps)
+        targets = listening if packet.id == BROADCAST_ID else \
+            [i for i in listening if self.servos[i].id == packet.id or self._secondary(i, packet.id)]
+        for i in targets:
+            self.servos[i].note_instruction()
+        try:
+            out = self._dispatch(packet, listening, targets, bps)
+        except ProtocolError:
+            out = self._unicast_error(packet, listening, ErrorCode.DATA_LENGTH)
+        return self._finish(out, bps)
+
+    # ------------------------------------------------------------------ dispatch
+    def _dispatch(self, pkt: Packet, listening: list[int], targets: list[int], bps: int) -> list[Transmission]:
+        ins, p = pkt.instruction, pkt.params
+        if ins in _READS:
+            return self._group_read(pkt, listening, bps) if pkt.id == BROADCAST_ID else []
+        if ins == Instruction.SYNC_WRITE:
+            address, _, items = decode_sync_write(p)
+            self._group_write(listening, [(sid, address, data) for sid, data in items])
+            return []
+        if ins == Instruction.BULK_WRITE:
+            self._group_write(listening, decode_bulk_write(p))
+            return []
+        if ins == Instruction.PING:
+            return self._ping(pkt, listening, bps)
+        if pkt.id == BROADCAST_ID:
+            self._broadcast(ins, p, targets)
+            return []
+        primary = self._primary(targets, pkt.id)
+        if primary is None:
+            for i in targets:                   # addressed through the secondary ID: execute, never answer
+                self._secondary_write(i, ins, p)
+            return []
+        servo = self.servos[primary]
+        if ins not in _KNOWN or not servo.supports(ins):
+            reply = Reply(ErrorCode.INSTRUCTION)
+        elif ins == Instruction.READ:
+            reply = servo.read(*decode_read(p))
+        elif ins == Instruction.WRITE:
+            reply = servo.write(*decode_write(p))
+        elif ins == Instruction.REG_WRITE:
+            reply = servo.reg_write(*decode_write(p))
+        elif ins == Instruction.ACTION:
+            reply = servo.action()
+        elif ins in (Instruction.REBOOT, Instruction.FACTORY_RESET):
+            return self._then_reset(primary, ins, p)
+        elif ins == Instruction.CLEAR:
+            reply = servo.clear(p)
+        elif ins == Instruction.CONTROL_TABLE_BACKUP:
+            reply = servo.backup(p)
+        else:
+            reply = Reply(ErrorCode.INSTRUCTION)
+        if not self._due(servo, ins):
+            return []
+        return [self._status(primary, reply.error, reply.params, servo.return_delay_s)]
+
+    def _then_reset(self, i: int, ins: int, params: bytes) -> list[Transmission]:
+        """Reboot / Factory Reset: the status goes out with the settings before the reset (notes §2)."""
+        servo = self.servos[i]
+        if ins == Instruction.FACTORY_RESET and len(params) != 1:
+            raise ProtocolError("Factory Reset takes one parameter")
+        out = [self._status(i, 0, b"", servo.return_delay_s)] if self._due(servo, ins) else []
+        reply = servo.reboot() if ins == Instruction.REBOOT else servo.factory_reset(params[0])
+        if reply.error and out:
+            out = [self._status(i, reply.error, b"", out[0].offset_s)]
+        return out
+
+    def _broadcast(self, ins: int, p: bytes, targets: list[int]) -> None:
+        """Broadcast Write, Reg Write, Action, Reboot, Factory Reset, Clear: executed, never answered."""
+        if ins == Instruction.FACTORY_RESET and p[:1] == b"\xff":
+            return   # refused since FW42: a broadcast reset-all would give every servo ID 1 (notes §2)
+        for i in targets:
+            s = self.servos[i]
+            if not s.supports(ins):
+                continue
+            if ins == Instruction.WRITE:
+                s.write(*decode_write(p))
+            elif ins == Instruction.REG_WRITE:
+                s.reg_write(*decode_write(p))
+            elif ins == Instruction.ACTION:
+                s.action()
+            elif ins == Instruction.REBOOT:
+                s.reboot()
+            elif ins == Instruction.FACTORY_RESET and len(p) == 1:
+                s.factory_reset(p[0])
+            elif ins == Instruction.CLEAR:
+                s.clear(p)
+
+    def _secondary_write(self, i: int, ins: int, p: bytes) -> None:
+        """Through a secondary ID only RAM can be written (notes §1.5)."""
+        if ins in (Instruction.WRITE, Instruction.REG_WRITE):
+            address, data = decode_write(p)
+            if address >= 64:
+                (self.servos[i].write if ins == Instruction.WRITE else self.servos[i].reg_write)(address, data)
+        elif ins == Instruction.ACTION:
+            self.servos[i].action()
+
+    def _group_write(self, listening: list[int], items: list[tuple[int, int, bytes]]) -> None:
+        for sid, address, data in items:
+            i = self._primary(listening, sid)
+            if i is not None:
+                self.servos[i].note_instruction()
+                self.servos[i].write(address, data)
+
+    def _ping(self, pkt: Packet, listening: list[int], bps: int) -> list[Transmission]:
+        if pkt.id != BROADCAST_ID:
+            i = self._primary(listening, pkt.id)
+            if i is None:
+                return []
+            r = self.servos[i].ping()
+            return [self._status(i, r.error, r.params, self.servos[i].return_delay_s)]
+        # Broadcast: every servo answers in its own slot, ID × one ping reply's wire time after its
+        # return delay, so replies never overlap and come back in ID order (our slot model; the
+        # e-manual says only "in arranged order", notes §2.2).
+        slot = wire_time_s(_PING_REPLY_BYTES, bps)
+        out = []
+        for i in sorted(listening, key=lambda k: self.servos[k].id):
+            s = self.servos[i]
+            r = s.ping()
+            out.append(self._status(i, r.error, r.params, s.return_delay_s + s.id * slot))
+        return out
+
+    def _group_read(self, pkt: Packet, listening: list[int], bps: int) -> list[Transmission]:
+        ins = pkt.instruction
+        if ins in (Instruction.SYNC_READ, Instruction.FAST_SYNC_READ):
+            address, length, ids = decode_sync_read(pkt.params)
+            wanted = [(sid, address, length) for sid in ids]
+        else:
+            wanted = decode_bulk_read(pkt.params)
+        fast = ins in (Instruction.FAST_SYNC_READ, Instruction.FAST_BULK_READ)
+        members = []
+        for sid, address, length in wanted:
+            i = self._primary(listening, sid)
+            if i is None:
+                continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
+            s = self.servos[i]
+            s.note_instruction()
+            if s.status_return_level < 1 or (fast and not s.supports(ins)):
+                continue
+            members.append((i, s.read(address, length), length))
+        if not members:
+            return []
+        if fast:
+            # one packet from ID 0xFE: each device appends its segment (notes §2.1)
+            segs = [(self.servos[i].id, self._error_byte(i, r.error), r.params if not r.error else bytes(n))
+                    for i, r, n in members]
+            return [Transmission(encode_fast_status(segs), self.servos[members[0][0]].return_delay_s, None)]
+        out, t = [], 0.0
+        for i, r, _ in members:
+            # each servo starts its Return Delay Time after the previous status packet ends
+            t += self.servos[i].return_delay_s
+            tx = self._status(i, r.error, r.params, t)
+            out.append(tx)
+            t += wire_time_s(len(tx.data), bps)
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _primary(self, candidates: list[int], sid: int) -> int | None:
+        for i in candidates:
+            if self.servos[i].id == sid:
+                return i
+        return None
+
+    def _secondary(self, i: int, sid: int) -> bool:
+        return self.servos[i].secondary_id == sid
+
+    @staticmethod
+    def _due(servo: DynamixelServo, instruction: int) -> bool:
+        """Status Return Level: 0 = Ping only, 1 = Ping and Read, 2 = all (notes §1.5)."""
+        if instruction == Instruction.PING:
+            return True
+        level = servo.status_return_level
+        return level >= 1 if instruction == Instruction.READ else level >= 2
+
+    def _error_byte(self, i: int, error: int) -> int:
+        return int(error) | (0x80 if self.servos[i].alert else 0)
+
+    def _status(self, i: int, error: int, params: bytes, offset_s: float) -> Transmission:
+        return Transmission(encode_status(self.servos[i].id, self._error_byte(i, error), params), offset_s, i)
+
+    def _unicast_error(self, pkt: Packet, listening: list[int], error: int) -> list[Transmission]:
+        if pkt.id == BROADCAST_ID:
+            return []
+        i = self._primary(listening, pkt.id)
+        if i is None or not self._due(self.servos[i], pkt.instruction):
+            return []
+        return [self._status(i, error, b"", self.servos[i].return_delay_s)]
+
+    def _finish(self, out: list[Transmission], bps: int) -> list[Transmission]:
+        """Apply each sender's injected bus faults (drop, corrupt, delay)."""
+        done = []
+        for tx in out:
+            if tx.servo is None:
+                done.append(tx)
+                continue
+            data, extra = self.faults[tx.servo].apply(tx.data)
+            if data is not None:
+                done.append(Transmission(data, tx.offset_s + extra, tx.servo))
+        self.stats["replies"] += len(done)
+        return done

@@ -1,0 +1,107 @@
+"""Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire.
+
+A thread per bus. Received bytes go through the resynchronising parser; each packet is executed by
+the bus; each status packet starts at (end of the instruction on the wire) + its offset (Return
+Delay Time, earlier replies) and its bytes are paced at the baud rate the controller set on its side
+(notes/dynamixel.md §6.4; DESIGN "Timing"). `fast` drops the pacing and the delays for CI
+throughput. Between packets the servos' firmware housekeeping (hardware errors, Bus Watchdog) runs
+every `housekeeping_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+
+from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.protocol import Parser
+from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
+
+log = logging.getLogger("servo-hil")
+
+
+class BusServer(threading.Thread):
+    """The thread that answers for every servo of `bus` on `port`."""
+
+    def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
+                 housekeeping_s: float = 0.01, name: str = "dynamixel"):
+        super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
+        self.bus = bus
+        self.port = port
+        self.fast = fast
+        self.housekeeping_s = housekeeping_s
+        self.parser = Parser()
+        self.writer = PacedWriter(port)
+        self.lock = threading.Lock()   # the servos are touched by this thread and by rig `reset`
+        self._stop_r, self._stop_w = os.pipe()
+        self.error: BaseException | None = None
+        self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
+
+    @property
+    def path(self) -> str:
+        return self.port.path
+
+    def stop(self, timeout: float = 1.0) -> None:
+        os.write(self._stop_w, b"x")
+        if self.ident is not None:
+            self.join(timeout)
+        self.port.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+    def run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # a dead bus must be visible: the daemon checks `error`
+            self.error = exc
+            log.exception("bus %s stopped", self.name)
+
+    def _serve(self) -> None:
+        fd = self.port.fileno()
+        next_housekeeping = time.monotonic()
+        while True:
+            ready, _, _ = select.select([fd, self._stop_r], [], [], self.housekeeping_s)
+            if self._stop_r in ready:
+                return
+            now = time.monotonic()
+            if fd in ready:
+                data = self.port.read()
+                if data:
+                    self._answer(self.parser.feed(data, now), now)
+            if now >= next_housekeeping:
+                with self.lock:
+                    for servo in self.bus.servos:
+                        servo.refresh()
+                next_housekeeping = now + self.housekeeping_s
+
+    def _answer(self, packets: list, received: float) -> None:
+        for packet in packets:
+            baud = self.port.baud()
+            with self.lock:
+                replies = self.bus.handle(packet, baud)
+            if not replies:
+                if baud and not self.fast:
+                    self._wire_free = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
+                continue
+            if self.fast or not baud:
+                for tx in replies:
+                    self._write(tx.data, 0.0, None)
+                continue
+            # the pty delivers an instruction at once; on the wire it takes its bytes' time, after
+            # whatever the controller sent before it (a Sync Write just ahead of a Sync Read)
+            end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
+            self._wire_free = end
+            for tx in replies:
+                last = self._write(tx.data, end + tx.offset_s, baud)
+                self._wire_free = max(self._wire_free, last)
+
+    def _write(self, data: bytes, start: float, baud: int | None) -> float:
+        try:
+            return self.writer.write_at(data, start, baud)
+        except PortError as exc:
+            # nobody reads the port (controller gone): the reply is lost, as on an open bus
+            log.debug("reply dropped: %s", exc)
+            return start

@@ -1,0 +1,82 @@
+"""Per-model firmware constants: gain scalings and the thresholds ROBOTIS does not publish.
+
+Read from the `[firmware]` table of `config/dynamixel/<model>.toml`. The e-manual documents the gain
+scalings in register units (notes/dynamixel.md §3.2: K_PP = P/128, K_PI = I/65536, K_PD = D/16,
+K_FF = FF/4, K_VP = VP/128, K_VI = VI/65536: PWM units per pulse, per 0.229 rpm, per control period).
+Here they become SI gains of the kernel's Dynamixel law, in duty (PWM 885 = 1.0) per rad and per rad/s:
+
+    kpp = P / position_p_divisor · (4096 / 2π) / 885          [duty/rad]
+    kpi = I / 65536 · (4096 / 2π) / 885 / control_period_s    [duty/(rad·s)]
+    kpd = D / 16 · (4096 / 2π) / 885 · control_period_s       [duty·s/rad]
+    kff1 = FF1 / 4 · (4096 / 2π) / 885 · control_period_s     [duty·s/rad]
+    kff2 = FF2 / 4 · (4096 / 2π) / 885 · control_period_s²    [duty·s²/rad]
+    kvp = VP / 128 / (0.229 rpm in rad/s) / 885               [duty·s/rad]
+    kvi = VI / 65536 / (0.229 rpm in rad/s) / 885 / control_period_s   [duty/rad]
+
+Where a model was measured otherwise the measurement wins (issue text, notes/bam.md §2.2):
+`position_p_duty_per_rad` replaces the P scaling (MX: bam's oscilloscope gain), `position_p_divisor`
+changes the divisor (XL330: 256, bam 1.0.2).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+from pydantic import Field, PositiveFloat
+
+from hil.params.catalog import config_dir
+from hil.params.config_file import ConfigError, Strict, read_toml, validate
+
+_PULSE_PER_RAD = 4096 / (2.0 * math.pi)
+_PER_VELOCITY_UNIT = 1.0 / (0.229 * 2.0 * math.pi / 60.0)
+_PWM_FULL = 885.0
+
+
+class FirmwareConstants(Strict):
+    """`[firmware]` of a control-table file; every value cites its source in the TOML."""
+
+    source: str = Field(description="where the constants come from")
+    sources: dict[str, str] = Field(default_factory=dict)
+    control_period_s: PositiveFloat = Field(description="position/velocity loop period [s]")
+    position_p_divisor: PositiveFloat = 128.0
+    position_p_duty_per_rad: PositiveFloat | None = Field(
+        None, description="measured duty per (Position P Gain unit · rad); replaces the divisor")
+    current_limiter: bool = Field(False, description="Current Limit also caps the current in voltage modes")
+    in_position_window_pulses: float = Field(ge=0, description="Moving Status bit 0 window [pulses]")
+    following_error_window_pulses: float = Field(gt=0, description="Moving Status bit 3 threshold [pulses]")
+    overload_stall_fraction: float = Field(gt=0, le=2, description="overload above this × stall current [1]")
+    overload_time_s: PositiveFloat = Field(description="… held this long [s]")
+
+    def position_p(self, p: int) -> float:
+        if self.position_p_duty_per_rad is not None:
+            return p * self.position_p_duty_per_rad
+        return p / self.position_p_divisor * _PULSE_PER_RAD / _PWM_FULL
+
+    def position_i(self, i: int) -> float:
+        return i / 65536.0 * _PULSE_PER_RAD / _PWM_FULL / self.control_period_s
+
+    def position_d(self, d: int) -> float:
+        return d / 16.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s
+
+    def feedforward_1st(self, ff: int) -> float:
+        return ff / 4.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s
+
+    def feedforward_2nd(self, ff: int) -> float:
+        return ff / 4.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s ** 2
+
+    def velocity_p(self, vp: int) -> float:
+        return vp / 128.0 * _PER_VELOCITY_UNIT / _PWM_FULL
+
+    def velocity_i(self, vi: int) -> float:
+        return vi / 65536.0 * _PER_VELOCITY_UNIT / _PWM_FULL / self.control_period_s
+
+
+@cache
+def load_firmware_constants(model: str) -> FirmwareConstants:
+    """The `[firmware]` table of config/dynamixel/<model>.toml."""
+    path = config_dir() / "dynamixel" / f"{model}.toml"
+    data = read_toml(path)
+    if "firmware" not in data:
+        raise ConfigError(f"{path}: missing [firmware] table (gain scalings and thresholds)")
+    return validate(FirmwareConstants, data["firmware"], f"{path}: firmware")

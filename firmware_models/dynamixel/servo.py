@@ -1,0 +1,436 @@
+"""One simulated Dynamixel servo: its control table and what its firmware does with it.
+
+The bus (`drivers/dynamixel/bus.py`) calls the instruction methods below with decoded packets; this
+module turns register writes into kernel parameters and goals (SI), and kernel state into Present
+registers in the model's units. Behaviour follows the ROBOTIS e-manual as summarised in
+notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
+from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
+from hil.joint import Joint
+from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
+
+PULSES_PER_REV = 4096                          # 12-bit absolute encoder (notes §3.4)
+RAD_PER_PULSE = 2.0 * math.pi / PULSES_PER_REV
+ZERO_PULSE = 2048                              # 0 rad = middle of the range (the SDK's easy models agree)
+RPM = 2.0 * math.pi / 60.0
+VELOCITY_UNIT = 0.229 * RPM                    # Present/Goal Velocity, Profile Velocity [rad/s per unit]
+ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0   # Profile Acceleration [rad/s² per unit]
+PWM_FULL = 885                                 # Goal/Present PWM and PWM Limit: 885 = 100 %
+BUS_WATCHDOG_UNIT_S = 0.020
+
+# Hardware Error Status (70) and Shutdown (63) bits (notes §3.3)
+HW_INPUT_VOLTAGE = 0x01
+HW_OVERHEATING = 0x04
+HW_MOTOR_ENCODER = 0x08
+HW_ELECTRICAL_SHOCK = 0x10
+HW_OVERLOAD = 0x20
+
+# kernel fault bits behind each hardware error
+_KERNEL_TO_HW = {FAULT_BITS["overheat"]: HW_OVERHEATING, FAULT_BITS["overload"]: HW_OVERLOAD,
+                 FAULT_BITS["encoder_stuck"]: HW_MOTOR_ENCODER, FAULT_BITS["open_circuit"]: HW_ELECTRICAL_SHOCK}
+
+POSITION_MODES = (3, 4, 5)
+GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Goal Position")
+CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
+BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x02 (restore)
+
+# items whose change alters the kernel parameters of the firmware law
+_PARAM_ITEMS = {"Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit",
+                "Shutdown", "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain",
+                "Position P Gain", "Feedforward 2nd Gain", "Feedforward 1st Gain", "Goal PWM", "Goal Current",
+                "Profile Acceleration", "Profile Velocity", "Bus Watchdog"}
+
+
+@dataclass
+class Reply:
+    """What an instruction produced: the Protocol 2.0 error number (0 = none) and the status params."""
+
+    error: int = 0
+    params: bytes = b""
+
+
+class DynamixelServo:
+    """A Dynamixel servo of model `spec` driving actuator `joint` of the kernel.
+
+    `registers` overrides EEPROM defaults at power-up (ID, Baud Rate, Return Delay Time, …) as a
+    rig file gives them; they survive Reboot but not Factory Reset, like values written by a user.
+    """
+
+    def __init__(self, spec: ModelSpec, joint: Joint, registers: dict[str, int] | None = None,
+                 constants: FirmwareConstants | None = None):
+        self.spec = spec
+        self.joint = joint
+        self.fw = constants or load_firmware_constants(spec.name)
+        self.table = ControlTable(spec)
+        for name, value in (registers or {}).items():
+            self.table.set(name, value)
+        base = joint.params()
+        self._hw_max_duty = base["max_duty"]          # measured maximum duty at PWM Limit 885 (bam: MX 0.9625)
+        self._supply_param = ("supply_override", "supply_v")
+        self._registered: tuple[int, bytes] | None = None
+        self._backup: bytearray | None = None
+        self._hw_error = 0
+        self._turn_offset = 0          # pulses removed from the continuous count (multi-turn reset)
+        self._last_instruction_s = 0.0
+        self._power_up()
+
+    # ------------------------------------------------------------------ identity, as the bus needs it
+    @property
+    def id(self) -> int:
+        return self.table.get("ID")
+
+    @property
+    def secondary_id(self) -> int | None:
+        sid = self.table.get("Secondary(Shadow) ID")
+        return sid if sid <= 252 else None
+
+    @property
+    def baud_bps(self) -> int:
+        return self.spec.baud_rates[self.table.get("Baud Rate")]
+
+    @property
+    def return_delay_s(self) -> float:
+        return self.table.get("Return Delay Time") * 2e-6
+
+    @property
+    def status_return_level(self) -> int:
+        return self.table.get("Status Return Level")
+
+    @property
+    def alert(self) -> bool:
+        """Bit 7 of every status packet's error byte while a hardware error is latched (notes §1.4)."""
+        return self._hw_error != 0
+
+    def supports(self, instruction: int) -> bool:
+        return instruction in self.spec.instructions
+
+    # ------------------------------------------------------------------ instructions
+    def ping(self) -> Reply:
+        return Reply(0, self.table.get("Model Number").to_bytes(2, "little")
+                     + bytes([self.table.get("Firmware Version")]))
+
+    def read(self, address: int, length: int) -> Reply:
+        self.refresh()
+        try:
+            return Reply(0, self.table.read(address, length))
+        except ControlTableError as exc:
+            return Reply(exc.code)   # the firmware answers an error with no parameters (notes §1.4)
+
+    def write(self, address: int, data: bytes) -> Reply:
+        self.refresh()
+        wakes = self._torque_on_by_goal(address, data)
+        if wakes:
+            self.table.set("Torque Enable", 1)
+        try:
+            changed = self.table.write(address, data)
+        except ControlTableError as exc:
+            if wakes:
+                self.table.set("Torque Enable", 0)
+            return Reply(exc.code)
+        if wakes:
+            changed = ["Torque Enable", *changed]
+        err = self._apply(changed, goal_wakes=wakes)
+        return Reply(err)
+
+    def reg_write(self, address: int, data: bytes) -> Reply:
+        """Hold the write until Action; Registered Instruction (69) shows it (notes §4.5)."""
+        self._registered = (address, bytes(data))
+        self.table.set("Registered Instruction", 1)
+        return Reply()
+
+    def action(self) -> Reply:
+        if self._registered is None:
+            return Reply(2)          # Instruction Error: Action with nothing registered (notes §1.4)
+        address, data = self._registered
+        self._registered = None
+        self.table.set("Registered Instruction", 0)
+        return self.write(address, data)
+
+    def reboot(self) -> Reply:
+        self._power_up(reboot=True)
+        return Reply()
+
+    def factory_reset(self, option: int) -> Reply:
+        if option not in (0x01, 0x02, 0xFF):
+            return Reply(4)
+        self.table.factory_reset(option)
+        self._backup = None
+        self._power_up(reboot=True)
+        return Reply()
+
+    def clear(self, params: bytes) -> Reply:
+        """Clear (0x10): the multi-turn count back to one turn, only while stopped (notes §2)."""
+        if params != CLEAR_KEY:
+            return Reply(4)
+        self.refresh()
+        if self.table.get("Moving"):
+            return Reply(1)          # Result Fail
+        self._single_turn()
+        self.refresh()
+        return Reply()
+
+    def backup(self, params: bytes) -> Reply:
+        """Control Table Backup (0x20): store, or restore the EEPROM and reboot; torque must be off."""
+        if len(params) != 5 or params[1:] != BACKUP_KEY or params[0] not in (1, 2):
+            return Reply(4)
+        if self.table.get("Torque Enable"):
+            return Reply(1)
+        if params[0] == 1:
+            self._backup = bytearray(self.table.data)
+            self._set_if_present("Backup Ready", 1)
+            return Reply()
+        if self._backup is None:
+            return Reply(1)
+        self.table.data[:64] = self._backup[:64]
+        self._power_up(reboot=True)
+        return Reply()
+
+    def note_instruction(self) -> None:
+        """An instruction packet reached this servo: the Bus Watchdog restarts (notes §4.5)."""
+        self._last_instruction_s = self.joint.time_s()
+
+    # ------------------------------------------------------------------ power-up / reboot
+    def _power_up(self, reboot: bool = False) -> None:
+        """Power-up and Reboot: RAM to defaults, torque off, multi-turn reset, latches released."""
+        if reboot:
+            self.table.reset_ram()
+        self._registered = None
+        self._hw_error = 0
+        startup = self._get_if_present("Startup Configuration")
+        if startup & 0x02 and self._backup is not None:
+            self.table.data[64:] = self._backup[64:len(self.table.data)]
+        self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
+        self._single_turn()
+        self.refresh()
+        self._set_goal_from_present()
+        if startup & 0x01:
+            self.table.set("Torque Enable", 1)
+            self._torque(True)
+        self._last_instruction_s = self.joint.time_s()
+
+    def _single_turn(self) -> None:
+        raw = self._raw_pulses(_measured(self.joint.read_state()))
+        self._turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
+
+    # ------------------------------------------------------------------ write side effects
+    def _torque_on_by_goal(self, address: int, data: bytes) -> bool:
+        """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (notes §4.1)."""
+        if self.table.get("Torque Enable") or not self.table.get("Drive Mode") & 0x08 or self._hw_shutdown():
+            return False
+        end = address + len(data)
+        return any(address <= self.spec.item(n).address < end for n in GOAL_ITEMS if self._has(n))
+
+    def _apply(self, changed: list[str], goal_wakes: bool = False) -> int:
+        if not changed:
+            return 0
+        if "Torque Enable" in changed:
+            on = self.table.get("Torque Enable") == 1
+            if on and self._hw_shutdown():
+                # Only a reboot allows torque on after a shutdown (notes §3.3); e-manual silent on the reply.
+                self.table.set("Torque Enable", 0)
+                return 1
+            self._torque(on, keep_goal=goal_wakes)
+        if "Operating Mode" in changed:
+            for name, value in self.table.mode_defaults(self.table.get("Operating Mode")).items():
+                self.table.set(name, value)
+            if self.table.get("Operating Mode") == 3:
+                self._single_turn()
+            self._set_goal_from_present()
+        if "Bus Watchdog" in changed and self.table.get("Bus Watchdog") == 0:
+            self._last_instruction_s = self.joint.time_s()
+        if any(n in _PARAM_ITEMS for n in changed):
+            self.joint.command(params=self._kernel_params())
+        if any(n in GOAL_ITEMS or n in ("Homing Offset", "Drive Mode", "Operating Mode") for n in changed):
+            self.joint.command(goal=self._kernel_goal())
+        return 0
+
+    def _torque(self, on: bool, keep_goal: bool = False) -> None:
+        if on:
+            mode = self.table.get("Operating Mode")
+            self.refresh()
+            if mode == 3:
+                self._single_turn()   # Present Position re-initialised on torque on in Position mode
+                self.refresh()
+            if mode in POSITION_MODES and not keep_goal:
+                # Goal Position follows Present Position when the torque comes on, so the servo holds
+                # where it is (our reading of the firmware; the e-manual does not say).
+                self._set_goal_from_present()
+            self.joint.command(goal=self._kernel_goal(), enable=True)
+        else:
+            self.joint.command(enable=False)
+
+    def _set_goal_from_present(self) -> None:
+        if self.table.get("Operating Mode") in POSITION_MODES:
+            self.table.set("Goal Position", self.table.get("Present Position"))
+
+    # ------------------------------------------------------------------ register ⇄ SI
+    @property
+    def _sign(self) -> int:
+        return -1 if self.table.get("Drive Mode") & 0x01 else 1   # reverse mode (notes §4.1)
+
+    def _raw_pulses(self, theta: float) -> int:
+        return ZERO_PULSE + round(self._sign * theta / RAD_PER_PULSE)
+
+    def _position_register(self, theta: float) -> int:
+        return self._raw_pulses(theta) - self._turn_offset + self.table.get("Homing Offset")
+
+    def _position_si(self, register: int) -> float:
+        raw = register - self.table.get("Homing Offset") + self._turn_offset
+        return self._sign * (raw - ZERO_PULSE) * RAD_PER_PULSE
+
+    def _current_unit_a(self) -> float:
+        return self.spec.item("Present Current").si_per_unit
+
+    def _kernel_goal(self) -> float:
+        mode, s = self.table.get("Operating Mode"), self._sign
+        if mode in POSITION_MODES:
+            return self._position_si(self.table.get("Goal Position"))
+        if mode == 1:
+            return s * self.table.get("Goal Velocity") * VELOCITY_UNIT
+        if mode == 0:
+            return s * self.table.get("Goal Current") * self._current_unit_a()
+        return s * self.table.get("Goal PWM") / PWM_FULL * self._hw_max_duty
+
+    def _kernel_params(self) -> dict:
+        """Kernel parameters of the firmware law from the registers (gain scalings: FirmwareConstants)."""
+        t, fw = self.table, self.fw
+        mode = t.get("Operating Mode")
+        time_based = bool(t.get("Drive Mode") & 0x04)
+        pv, pa = t.get("Profile Velocity"), t.get("Profile Acceleration")
+        if self._watchdog_tripped():
+            pv = pa = 0   # the watchdog stop uses Profile Velocity and Acceleration 0 (notes §4.5)
+        duty_per_pwm = self._hw_max_duty / PWM_FULL
+        shutdown = t.get("Shutdown")
+        mask = (FAULT_BITS["overheat"] if shutdown & HW_OVERHEATING else 0) | \
+            (FAULT_BITS["overload"] if shutdown & HW_OVERLOAD else 0)
+        p = self.joint.params()
+        stall_a = p["supply_v"] / p["resistance"]
+        current_limit_a = t.get("Current Limit") * self._current_unit_a() if self._has("Current Limit") else 0.0
+        return {
+            "law": LAWS["dxl"], "dxl_mode": DXL_MODES_BY_REGISTER[mode], "dxl_time_profile": int(time_based),
+            "dxl_kpp": fw.position_p(t.get("Position P Gain")),
+            "dxl_kpi": fw.position_i(t.get("Position I Gain")),
+            "dxl_kpd": fw.position_d(t.get("Position D Gain")),
+            "dxl_kff1": fw.feedforward_1st(t.get("Feedforward 1st Gain")),
+            "dxl_kff2": fw.feedforward_2nd(t.get("Feedforward 2nd Gain")),
+            "dxl_kvp": fw.velocity_p(t.get("Velocity P Gain")),
+            "dxl_kvi": fw.velocity_i(t.get("Velocity I Gain")),
+            "max_duty": t.get("PWM Limit") * duty_per_pwm,
+            "dxl_goal_duty": abs(t.get("Goal PWM")) * duty_per_pwm,
+            "dxl_goal_current": abs(t.get("Goal Current")) * self._current_unit_a(),
+            "max_current": current_limit_a if fw.current_limiter else 0.0,
+            "dxl_prof_vel": pv * 1e-3 if time_based else pv * VELOCITY_UNIT,
+            "dxl_prof_acc": pa * 1e-3 if time_based else pa * ACCELERATION_UNIT,
+            "dxl_vel_limit": t.get("Velocity Limit") * VELOCITY_UNIT,
+            "temp_limit": float(t.get("Temperature Limit")),
+            "shutdown_mask": mask,
+            "overload_current": fw.overload_stall_fraction * stall_a * self._hw_max_duty,
+            "overload_time": fw.overload_time_s,
+        }
+
+    # ------------------------------------------------------------------ kernel state → registers
+    def refresh(self) -> None:
+        """Present items, Moving, Moving Status, Realtime Tick and hardware errors from the kernel state."""
+        st = self.joint.read_state()
+        t, s = self.table, self._sign
+        mode = t.get("Operating Mode")
+        now = self.joint.time_s()
+        present = self._position_register(_measured(st))
+        velocity = round(s * st["omega"] / VELOCITY_UNIT)
+        t.set("Present Position", present)
+        t.set("Present Velocity", velocity)
+        t.set("Present Current", round(s * st["i_out"] / self._current_unit_a()))
+        t.set("Present PWM", round(s * st["duty"] / self._hw_max_duty * PWM_FULL))
+        t.set("Velocity Trajectory", round(s * st["traj_vel"] / VELOCITY_UNIT))
+        t.set("Position Trajectory", self._position_register(st["traj_pos"]))
+        p = self.joint.params()
+        vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
+        t.set("Present Input Voltage", round(vin * 10))
+        temp = st["temperature"]
+        t.set("Present Temperature", round(temp if temp == temp else p["ambient"]))
+        t.set("Realtime Tick", int(now * 1000.0) % 32768)
+        profiling = bool(st["prof_active"]) and mode in (*POSITION_MODES, 1)
+        t.set("Moving", int(abs(velocity) > t.get("Moving Threshold") or profiling))
+        status = (st["prof_type"] & 3) << 4 if mode in (*POSITION_MODES, 1) else 0
+        if profiling:
+            status |= 0x02
+        if mode in POSITION_MODES and t.get("Torque Enable"):
+            if abs(t.get("Goal Position") - present) <= self.fw.in_position_window_pulses and not profiling:
+                status |= 0x01
+            if abs(st["traj_pos"] - _measured(st)) / RAD_PER_PULSE > self.fw.following_error_window_pulses:
+                status |= 0x08
+        t.set("Moving Status", status)
+        self._hardware_errors(st, vin, now)
+
+    def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
+        t = self.table
+        hw = 0
+        for bit, hw_bit in _KERNEL_TO_HW.items():
+            if st["fault_flags"] & bit:
+                hw |= hw_bit
+        if not t.get("Min Voltage Limit") <= round(vin * 10) <= t.get("Max Voltage Limit"):
+            hw |= HW_INPUT_VOLTAGE
+        new = hw & ~self._hw_error
+        self._hw_error |= hw            # latched until reboot (notes §3.3)
+        t.set("Hardware Error Status", self._hw_error)
+        if new & t.get("Shutdown") and t.get("Torque Enable"):
+            t.set("Torque Enable", 0)
+            self.joint.command(enable=False)
+        if self._hw_shutdown() and t.get("Torque Enable"):
+            t.set("Torque Enable", 0)
+        wd = t.get("Bus Watchdog")
+        if wd > 0 and t.get("Torque Enable") and now - self._last_instruction_s > wd * BUS_WATCHDOG_UNIT_S:
+            self._trip_watchdog()
+
+    def _hw_shutdown(self) -> bool:
+        return bool(self._hw_error & self.table.get("Shutdown"))
+
+    def _watchdog_tripped(self) -> bool:
+        return self._has("Bus Watchdog") and self.table.get("Bus Watchdog") in (-1, 255)
+
+    def _trip_watchdog(self) -> None:
+        """No instruction for the watchdog time with torque on: stop at once and read −1 (notes §4.5)."""
+        t = self.table
+        t.set("Bus Watchdog", -1 if self.spec.item("Bus Watchdog").signed else 255)
+        mode = t.get("Operating Mode")
+        if mode in POSITION_MODES:
+            t.set("Goal Position", t.get("Present Position"))
+        elif mode == 1:
+            t.set("Goal Velocity", 0)
+        elif mode == 0:
+            t.set("Goal Current", 0)
+        else:
+            t.set("Goal PWM", 0)
+        self.joint.command(params=self._kernel_params(), goal=self._kernel_goal())
+
+    # ------------------------------------------------------------------ helpers
+    def _has(self, name: str) -> bool:
+        try:
+            self.spec.item(name)
+        except KeyError:
+            return False
+        return True
+
+    def _get_if_present(self, name: str) -> int:
+        return self.table.get(name) if self._has(name) else 0
+
+    def _set_if_present(self, name: str, value: int) -> None:
+        if self._has(name):
+            self.table.set(name, value)
+
+
+# Operating Mode register value → kernel dxl_mode (the same numbers; named for readability)
+DXL_MODES_BY_REGISTER = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: DXL_MODES["position"],
+                         4: DXL_MODES["extended_position"], 5: DXL_MODES["current_position"], 16: DXL_MODES["pwm"]}
+
+
+def _measured(state: dict) -> float:
+    """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
+    return state["theta_meas"] if state["k"] > 0 else state["theta"]

@@ -1,0 +1,74 @@
+"""One actuator of a running simulation, as a firmware model sees it.
+
+A firmware model (`firmware_models/…`) turns register or object writes into kernel parameters and
+goals, and kernel state into register values. It reaches the simulation only through `Joint`:
+`LiveJoint` (hil/daemon/live_rig.py) drives an actuator of the real-time loop, `KernelJoint` below
+drives an offline `Kernel` that the caller steps (tests, scripted runs).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from hil.kernel import Kernel
+
+
+class Joint(Protocol):
+    """An actuator of the kernel: SI state out, parameters / goal / torque enable in."""
+
+    def read_state(self) -> dict:
+        """The kernel `State` fields of this actuator (SI; see hil/kernel/core.pxd), one tick's worth."""
+        ...
+
+    def params(self) -> dict:
+        """The kernel parameters in force (faults injected at run time included)."""
+        ...
+
+    def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
+                clear_latches: bool = False) -> None:
+        """Change parameters (only the keys given), the goal u and/or torque enable; the loop applies
+        everything given in one call at the same tick. `clear_latches` releases the fault latches."""
+        ...
+
+    def time_s(self) -> float:
+        """Simulation time k·dt [s]."""
+        ...
+
+
+class KernelJoint:
+    """Actuator j of an offline `Kernel`: commands take effect at the caller's next `step()`."""
+
+    def __init__(self, kernel: Kernel, j: int = 0):
+        self.kernel = kernel
+        self.j = j
+        self.u = 0.0
+        self.enable = 1.0
+
+    def read_state(self) -> dict:
+        return self.kernel.get_state(self.j)
+
+    def params(self) -> dict:
+        return self.kernel.get_params(self.j)
+
+    def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
+                clear_latches: bool = False) -> None:
+        if params:
+            self.kernel.set_params(self.j, self.kernel.get_params(self.j) | params)
+        if goal is not None:
+            self.u = goal
+        if enable is not None:
+            self.enable = 1.0 if enable else 0.0
+        if clear_latches:
+            self.kernel.set_state(self.j, clear_latches=True)
+
+    def time_s(self) -> float:
+        return self.kernel.get_state(self.j)["k"] * self.kernel.dt
+
+    def step(self, n: int = 1, external_torque: float = 0.0) -> None:
+        """Advance the kernel n steps with this joint's goal and enable (other actuators: u = 0)."""
+        u = [0.0] * self.kernel.n
+        en = [1.0] * self.kernel.n
+        ext = [0.0] * self.kernel.n
+        u[self.j], en[self.j], ext[self.j] = self.u, self.enable, external_torque
+        for _ in range(n):
+            self.kernel.step(u, en, ext)
