@@ -199,11 +199,15 @@ class DynamixelBus:
         members = []
         for sid, address, length in wanted:
             i = self._primary(listening, sid)
-            if i is None:
+            if i is None or (fast and not self.servos[i].supports(ins)):
+                if fast:
+                    # the devices build one packet between them: a missing link breaks the chain and
+                    # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
+                    return []
                 continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
             s = self.servos[i]
             s.note_instruction()
-            if s.status_return_level < 1 or (fast and not s.supports(ins)):
+            if s.status_return_level < 1:
                 continue
             members.append((i, s.read(address, length), length))
         if not members:

@@ -74,7 +74,7 @@ class BusServer(threading.Thread):
             if now >= next_housekeeping:
                 with self.lock:
                     for servo in self.bus.servos:
-                        servo.refresh()
+                        servo.housekeeping()
                 next_housekeeping = now + self.housekeeping_s
 
     def _answer(self, packets: list, received: float) -> None:

@@ -41,6 +41,10 @@ GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Goal Position")
 CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
 BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x02 (restore)
 
+# items kept as attributes by _cache()
+_CACHED_ITEMS = frozenset({"ID", "Secondary(Shadow) ID", "Baud Rate", "Return Delay Time", "Status Return Level",
+                           "Drive Mode", "Operating Mode", "Homing Offset", "Moving Threshold"})
+
 # items whose change alters the kernel parameters of the firmware law
 _PARAM_ITEMS = {"Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit",
                 "Shutdown", "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain",
@@ -48,7 +52,7 @@ _PARAM_ITEMS = {"Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "V
                 "Profile Acceleration", "Profile Velocity", "Bus Watchdog"}
 
 
-@dataclass
+@dataclass(slots=True)
 class Reply:
     """What an instruction produced: the Protocol 2.0 error number (0 = none) and the status params."""
 
@@ -79,29 +83,29 @@ class DynamixelServo:
         self._hw_error = 0
         self._turn_offset = 0          # pulses removed from the continuous count (multi-turn reset)
         self._last_instruction_s = 0.0
+        self._vin = 0.0
+        self._present = _present_layout(spec)
+        self._refresh_plan: dict[tuple[int, int], list] = {}
+        self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
+        self._indirect_lo = min(b.data for b in spec.indirect) if spec.indirect else 1 << 30
+        self._cache()
+        self._sense()
         self._power_up()
 
     # ------------------------------------------------------------------ identity, as the bus needs it
-    @property
-    def id(self) -> int:
-        return self.table.get("ID")
-
-    @property
-    def secondary_id(self) -> int | None:
-        sid = self.table.get("Secondary(Shadow) ID")
-        return sid if sid <= 252 else None
-
-    @property
-    def baud_bps(self) -> int:
-        return self.spec.baud_rates[self.table.get("Baud Rate")]
-
-    @property
-    def return_delay_s(self) -> float:
-        return self.table.get("Return Delay Time") * 2e-6
-
-    @property
-    def status_return_level(self) -> int:
-        return self.table.get("Status Return Level")
+    def _cache(self) -> None:
+        """Register values the bus reads on every packet, kept as attributes (refreshed after writes)."""
+        t = self.table
+        self.id = t.get("ID")
+        sid = t.get("Secondary(Shadow) ID")
+        self.secondary_id = sid if sid <= 252 else None
+        self.baud_bps = self.spec.baud_rates[t.get("Baud Rate")]
+        self.return_delay_s = t.get("Return Delay Time") * 2e-6
+        self.status_return_level = t.get("Status Return Level")
+        self._s = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (notes §4.1)
+        self._mode = t.get("Operating Mode")
+        self._homing = t.get("Homing Offset")
+        self._moving_threshold = t.get("Moving Threshold")
 
     @property
     def alert(self) -> bool:
@@ -117,14 +121,18 @@ class DynamixelServo:
                      + bytes([self.table.get("Firmware Version")]))
 
     def read(self, address: int, length: int) -> Reply:
-        self.refresh()
+        if address <= 70 and address + length > 64:
+            self.housekeeping()   # Torque Enable / Hardware Error Status as of now
+        else:
+            self.refresh(address, length)
         try:
             return Reply(0, self.table.read(address, length))
         except ControlTableError as exc:
             return Reply(exc.code)   # the firmware answers an error with no parameters (notes §1.4)
 
     def write(self, address: int, data: bytes) -> Reply:
-        self.refresh()
+        if address <= 64 < address + len(data):
+            self.housekeeping()   # a torque-on must see the hardware errors as of now
         wakes = self._torque_on_by_goal(address, data)
         if wakes:
             self.table.set("Torque Enable", 1)
@@ -201,16 +209,19 @@ class DynamixelServo:
         """Power-up and Reboot: RAM to defaults, torque off, multi-turn reset, latches released."""
         if reboot:
             self.table.reset_ram()
+        self._cache()
         self._registered = None
         self._hw_error = 0
         startup = self._get_if_present("Startup Configuration")
         if startup & 0x02 and self._backup is not None:
             self.table.data[64:] = self._backup[64:len(self.table.data)]
+            self._cache()
         self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
         self._single_turn()
         self.refresh()
         self._set_goal_from_present()
-        if startup & 0x01:
+        self.housekeeping()
+        if startup & 0x01 and not self._hw_shutdown():
             self.table.set("Torque Enable", 1)
             self._torque(True)
         self._last_instruction_s = self.joint.time_s()
@@ -222,6 +233,8 @@ class DynamixelServo:
     # ------------------------------------------------------------------ write side effects
     def _torque_on_by_goal(self, address: int, data: bytes) -> bool:
         """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (notes §4.1)."""
+        if address > 116 or address + len(data) <= 100:
+            return False                          # no goal item (100..119) in the write
         if self.table.get("Torque Enable") or not self.table.get("Drive Mode") & 0x08 or self._hw_shutdown():
             return False
         end = address + len(data)
@@ -230,6 +243,8 @@ class DynamixelServo:
     def _apply(self, changed: list[str], goal_wakes: bool = False) -> int:
         if not changed:
             return 0
+        if not _CACHED_ITEMS.isdisjoint(changed):
+            self._cache()
         if "Torque Enable" in changed:
             on = self.table.get("Torque Enable") == 1
             if on and self._hw_shutdown():
@@ -238,7 +253,7 @@ class DynamixelServo:
                 return 1
             self._torque(on, keep_goal=goal_wakes)
         if "Operating Mode" in changed:
-            for name, value in self.table.mode_defaults(self.table.get("Operating Mode")).items():
+            for name, value in self.table.mode_defaults(self._mode).items():
                 self.table.set(name, value)
             if self.table.get("Operating Mode") == 3:
                 self._single_turn()
@@ -271,31 +286,24 @@ class DynamixelServo:
             self.table.set("Goal Position", self.table.get("Present Position"))
 
     # ------------------------------------------------------------------ register ⇄ SI
-    @property
-    def _sign(self) -> int:
-        return -1 if self.table.get("Drive Mode") & 0x01 else 1   # reverse mode (notes §4.1)
-
     def _raw_pulses(self, theta: float) -> int:
-        return ZERO_PULSE + round(self._sign * theta / RAD_PER_PULSE)
+        return ZERO_PULSE + round(self._s * theta / RAD_PER_PULSE)
 
     def _position_register(self, theta: float) -> int:
-        return self._raw_pulses(theta) - self._turn_offset + self.table.get("Homing Offset")
+        return self._raw_pulses(theta) - self._turn_offset + self._homing
 
     def _position_si(self, register: int) -> float:
-        raw = register - self.table.get("Homing Offset") + self._turn_offset
-        return self._sign * (raw - ZERO_PULSE) * RAD_PER_PULSE
-
-    def _current_unit_a(self) -> float:
-        return self.spec.item("Present Current").si_per_unit
+        raw = register - self._homing + self._turn_offset
+        return self._s * (raw - ZERO_PULSE) * RAD_PER_PULSE
 
     def _kernel_goal(self) -> float:
-        mode, s = self.table.get("Operating Mode"), self._sign
+        mode, s = self._mode, self._s
         if mode in POSITION_MODES:
             return self._position_si(self.table.get("Goal Position"))
         if mode == 1:
             return s * self.table.get("Goal Velocity") * VELOCITY_UNIT
         if mode == 0:
-            return s * self.table.get("Goal Current") * self._current_unit_a()
+            return s * self.table.get("Goal Current") * self._current_a
         return s * self.table.get("Goal PWM") / PWM_FULL * self._hw_max_duty
 
     def _kernel_params(self) -> dict:
@@ -312,7 +320,7 @@ class DynamixelServo:
             (FAULT_BITS["overload"] if shutdown & HW_OVERLOAD else 0)
         p = self.joint.params()
         stall_a = p["supply_v"] / p["resistance"]
-        current_limit_a = t.get("Current Limit") * self._current_unit_a() if self._has("Current Limit") else 0.0
+        current_limit_a = t.get("Current Limit") * self._current_a if self._has("Current Limit") else 0.0
         return {
             "law": LAWS["dxl"], "dxl_mode": DXL_MODES_BY_REGISTER[mode], "dxl_time_profile": int(time_based),
             "dxl_kpp": fw.position_p(t.get("Position P Gain")),
@@ -324,7 +332,7 @@ class DynamixelServo:
             "dxl_kvi": fw.velocity_i(t.get("Velocity I Gain")),
             "max_duty": t.get("PWM Limit") * duty_per_pwm,
             "dxl_goal_duty": abs(t.get("Goal PWM")) * duty_per_pwm,
-            "dxl_goal_current": abs(t.get("Goal Current")) * self._current_unit_a(),
+            "dxl_goal_current": abs(t.get("Goal Current")) * self._current_a,
             "max_current": current_limit_a if fw.current_limiter else 0.0,
             "dxl_prof_vel": pv * 1e-3 if time_based else pv * VELOCITY_UNIT,
             "dxl_prof_acc": pa * 1e-3 if time_based else pa * ACCELERATION_UNIT,
@@ -336,38 +344,87 @@ class DynamixelServo:
         }
 
     # ------------------------------------------------------------------ kernel state → registers
-    def refresh(self) -> None:
-        """Present items, Moving, Moving Status, Realtime Tick and hardware errors from the kernel state."""
+    def refresh(self, address: int = 0, length: int = 1 << 16) -> None:
+        """Present items, Moving, Moving Status and Realtime Tick from the kernel state: those a read
+        of address..address+length returns (all of them by default; Indirect Data may map any)."""
+        end = address + length
+        if end > self._indirect_lo:
+            address, end = 0, 1 << 16
+        key = (address, end)
+        items = self._refresh_plan.get(key)
+        if items is None:
+            items = [(a, n, getattr(self, "_r_" + name.lower().replace(" ", "_")))
+                     for a, n, name in self._present if a < end and a + n > address]
+            self._refresh_plan[key] = items
+        if not items:
+            return
         st = self.joint.read_state()
-        t, s = self.table, self._sign
-        mode = t.get("Operating Mode")
-        now = self.joint.time_s()
-        present = self._position_register(_measured(st))
-        velocity = round(s * st["omega"] / VELOCITY_UNIT)
-        t.set("Present Position", present)
-        t.set("Present Velocity", velocity)
-        t.set("Present Current", round(s * st["i_out"] / self._current_unit_a()))
-        t.set("Present PWM", round(s * st["duty"] / self._hw_max_duty * PWM_FULL))
-        t.set("Velocity Trajectory", round(s * st["traj_vel"] / VELOCITY_UNIT))
-        t.set("Position Trajectory", self._position_register(st["traj_pos"]))
-        p = self.joint.params()
-        vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
-        t.set("Present Input Voltage", round(vin * 10))
+        data = self.table.data
+        for a, n, compute in items:
+            lo = -(1 << (8 * n - 1))
+            v = min(max(compute(st), lo), -lo - 1)   # saturate rather than wrap
+            data[a:a + n] = (v & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+    # one function per Present item (register units), from the kernel state `st`
+    def _r_realtime_tick(self, st: dict) -> int:
+        return int(self.joint.time_s() * 1000.0) % 32768
+
+    def _r_present_position(self, st: dict) -> int:
+        return self._position_register(_measured(st))
+
+    def _r_present_velocity(self, st: dict) -> int:
+        return round(self._s * st["omega"] / VELOCITY_UNIT)
+
+    def _r_present_current(self, st: dict) -> int:
+        return round(self._s * st["i_out"] / self._current_a)
+
+    def _r_present_pwm(self, st: dict) -> int:
+        return round(self._s * st["duty"] / self._hw_max_duty * PWM_FULL)
+
+    def _r_velocity_trajectory(self, st: dict) -> int:
+        return round(self._s * st["traj_vel"] / VELOCITY_UNIT)
+
+    def _r_position_trajectory(self, st: dict) -> int:
+        return self._position_register(st["traj_pos"])
+
+    def _r_present_input_voltage(self, st: dict) -> int:
+        return round(self._vin * 10)
+
+    def _r_present_temperature(self, st: dict) -> int:
         temp = st["temperature"]
-        t.set("Present Temperature", round(temp if temp == temp else p["ambient"]))
-        t.set("Realtime Tick", int(now * 1000.0) % 32768)
-        profiling = bool(st["prof_active"]) and mode in (*POSITION_MODES, 1)
-        t.set("Moving", int(abs(velocity) > t.get("Moving Threshold") or profiling))
-        status = (st["prof_type"] & 3) << 4 if mode in (*POSITION_MODES, 1) else 0
-        if profiling:
-            status |= 0x02
-        if mode in POSITION_MODES and t.get("Torque Enable"):
-            if abs(t.get("Goal Position") - present) <= self.fw.in_position_window_pulses and not profiling:
+        return round(temp if temp == temp else self._ambient)
+
+    def _r_moving(self, st: dict) -> int:
+        profiling = st["prof_active"] and self._mode in (1, 3, 4, 5)
+        return int(abs(self._r_present_velocity(st)) > self._moving_threshold or bool(profiling))
+
+    def _r_moving_status(self, st: dict) -> int:
+        """Bits: 0 in position, 1 profile ongoing, 3 following error, 5..4 profile type (notes §4.4)."""
+        mode = self._mode
+        if mode not in (1, 3, 4, 5):
+            return 0
+        profiling = bool(st["prof_active"])
+        status = (st["prof_type"] & 3) << 4 | (0x02 if profiling else 0)
+        if mode != 1 and self.table.data[64]:
+            goal = int.from_bytes(self.table.data[116:120], "little", signed=True)
+            if abs(goal - self._r_present_position(st)) <= self.fw.in_position_window_pulses and not profiling:
                 status |= 0x01
             if abs(st["traj_pos"] - _measured(st)) / RAD_PER_PULSE > self.fw.following_error_window_pulses:
                 status |= 0x08
-        t.set("Moving Status", status)
-        self._hardware_errors(st, vin, now)
+        return status
+
+    def housekeeping(self) -> None:
+        """What the firmware watches between packets: hardware errors, shutdown, Bus Watchdog (notes §3.3,
+        §4.5). The bus server calls it every few milliseconds."""
+        self._sense()
+        self._hardware_errors(self.joint.read_state(), self._vin, self.joint.time_s())
+        self.refresh()
+
+    def _sense(self) -> None:
+        """Supply voltage (with injected sag) and ambient temperature from the kernel parameters."""
+        p = self.joint.params()
+        self._vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
+        self._ambient = p["ambient"]
 
     def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
         t = self.table
@@ -434,3 +491,13 @@ DXL_MODES_BY_REGISTER = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: D
 def _measured(state: dict) -> float:
     """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
     return state["theta_meas"] if state["k"] > 0 else state["theta"]
+
+
+_PRESENT_ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
+                  "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
+                  "Present Temperature")
+
+
+def _present_layout(spec: ModelSpec) -> list[tuple[int, int, str]]:
+    """(address, size, name) of the items `refresh` computes, for the ones this model has."""
+    return [(spec.item(n).address, spec.item(n).size, n) for n in _PRESENT_ITEMS if spec.has(n)]

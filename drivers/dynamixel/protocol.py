@@ -1,0 +1,522 @@
+"""Dynamixel Protocol 2.0 codec: CRC-16, byte stuffing, packet encoders, parameter decoders and a
+resynchronising receive-side parser.
+
+Wire layout (ROBOTIS e-manual "Protocol 2.0"; notes = shared/reference/notes/dynamixel.md §1)::
+
+    instruction:  FF FF FD 00 | ID | LEN_L LEN_H | INST | PARAM 1..N        | CRC_L CRC_H
+    status:       FF FF FD 00 | ID | LEN_L LEN_H | 55   | ERR | PARAM 1..N  | CRC_L CRC_H
+
+LEN counts INST + params + CRC *after* byte stuffing; the CRC covers everything from the first FF up
+to the last parameter byte, also after stuffing (notes §1.2, §1.3). Multi-byte parameters are
+little-endian. Nothing here knows about control tables or timing; the bus server decides what a
+packet means and when to answer.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ALERT",
+    "BROADCAST_ID",
+    "HEADER",
+    "MAX_WIRE_LEN",
+    "CorruptPacket",
+    "ErrorCode",
+    "Instruction",
+    "Packet",
+    "Parser",
+    "ProtocolError",
+    "crc16",
+    "decode_bulk_read",
+    "decode_bulk_write",
+    "decode_read",
+    "decode_status",
+    "decode_sync_read",
+    "decode_sync_write",
+    "decode_write",
+    "encode_fast_status",
+    "encode_instruction",
+    "encode_status",
+    "stuff",
+    "unstuff",
+]
+
+HEADER = b"\xff\xff\xfd\x00"
+"""Header (FF FF FD) plus the reserved byte, which is always 00 and acts as part of the header (notes §1.1)."""
+BROADCAST_ID = 0xFE
+"""Packet ID that every device executes (notes §1.5); also the ID of a Fast Sync/Bulk Read reply (§2.1)."""
+ALERT = 0x80
+"""Error-byte bit 7: a hardware error is latched, see Hardware Error Status (notes §1.4, §3.3)."""
+
+_STATUS = 0x55
+_STUFF_PATTERN = b"\xff\xff\xfd"  # notes §1.3: sender inserts FD after every FF FF FD
+_STUFFED = b"\xff\xff\xfd\xfd"
+_PREFIX_LEN = 7  # FF FF FD 00 ID LEN_L LEN_H
+_MIN_LENGTH = 3  # INST + CRC_L + CRC_H: the smallest legal LEN field
+_MAX_LENGTH = 0xFFFF  # LEN is 16 bits
+MAX_WIRE_LEN = _PREFIX_LEN + _MAX_LENGTH
+"""Largest possible packet on the wire, in bytes (header to CRC): 7 + 65535."""
+
+
+class Instruction(enum.IntEnum):
+    """Instruction byte (e-manual "Instruction"; notes §2)."""
+
+    PING = 0x01
+    READ = 0x02
+    WRITE = 0x03
+    REG_WRITE = 0x04
+    ACTION = 0x05
+    FACTORY_RESET = 0x06
+    REBOOT = 0x08
+    CLEAR = 0x10
+    CONTROL_TABLE_BACKUP = 0x20
+    STATUS = 0x55
+    SYNC_READ = 0x82
+    SYNC_WRITE = 0x83
+    FAST_SYNC_READ = 0x8A
+    BULK_READ = 0x92
+    BULK_WRITE = 0x93
+    FAST_BULK_READ = 0x9A
+
+
+class ErrorCode(enum.IntEnum):
+    """Error number in bits 6..0 of a status packet's error byte; a single value, not a bitmask (notes §1.4)."""
+
+    NONE = 0
+    RESULT_FAIL = 1
+    INSTRUCTION = 2
+    CRC = 3
+    DATA_RANGE = 4
+    DATA_LENGTH = 5
+    DATA_LIMIT = 6
+    ACCESS = 7
+
+
+class ProtocolError(ValueError):
+    """A packet whose parameters do not fit its instruction."""
+
+
+# --------------------------------------------------------------------------------------------------
+# CRC-16 (notes §1.2): CRC-16/UMTS, polynomial 0x8005, init 0, MSB first, no final XOR.
+
+
+def _build_byte_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i << 8
+        for _ in range(8):
+            c = ((c << 1) ^ 0x8005) if c & 0x8000 else (c << 1)
+        table.append(c & 0xFFFF)
+    return table
+
+
+_CRC_TABLE = _build_byte_table()  # one byte per step: 0x0000, 0x8005, 0x800F, 0x000A, ...
+
+
+def _build_pair_table() -> list[int]:
+    # Two bytes per step. With a 16-bit register, feeding the big-endian word w = b0 << 8 | b1 shifts the
+    # old register out completely, so the new register depends only on (crc ^ w): crc' = T2[crc ^ w],
+    # where T2[v] is the CRC (init 0) of the two bytes of v. Built row by row from the byte table.
+    t = _CRC_TABLE
+    table: list[int] = []
+    for hi in range(256):
+        c1 = t[hi]  # register after the first byte
+        shifted, top = (c1 << 8) & 0xFFFF, c1 >> 8
+        table.extend([shifted ^ t[top ^ lo] for lo in range(256)])
+    return table
+
+
+_CRC_PAIR_TABLE = _build_pair_table()  # 65536 entries, built once at import (a few ms)
+# Big-endian word unpackers for the usual packet sizes, so crc16 does not format a struct string per call.
+_WORD_UNPACKERS = [struct.Struct(f">{k}H").unpack for k in range(256)]
+
+
+def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC-16/UMTS of `data` (poly 0x8005, init 0, MSB first; notes §1.2), returned as an int 0..0xFFFF.
+
+    `crc` continues a running CRC: crc16(a + b) == crc16(b, crc16(a)). This is how the intermediate CRCs of a
+    Fast Sync/Bulk Read reply are formed (notes §2.1). On the wire the CRC is sent low byte first.
+    """
+    if not 0 <= crc <= 0xFFFF:
+        raise ValueError(f"crc must be 0..0xFFFF, got {crc}")
+    n = len(data)
+    if n & 1:  # odd length: one byte step first, then whole words
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[(crc >> 8) ^ data[0]]
+        data = data[1:]
+        n -= 1
+    words = n >> 1
+    unpack = _WORD_UNPACKERS[words] if words < 256 else struct.Struct(f">{words}H").unpack
+    table = _CRC_PAIR_TABLE
+    for word in unpack(data):
+        crc = table[crc ^ word]
+    return crc
+
+
+# --------------------------------------------------------------------------------------------------
+# Byte stuffing (notes §1.3). FF FF FD cannot overlap itself, so a single left-to-right replace is exactly the
+# e-manual's scan, and its inverse.
+
+
+def stuff(body: bytes) -> bytes:
+    """Insert an FD after every FF FF FD in `body` (instruction + parameters, never the CRC; notes §1.3).
+
+    After stuffing, every FF FF FD inside the body is followed by FD, so no header can appear inside a packet.
+    """
+    return bytes(body).replace(_STUFF_PATTERN, _STUFFED)
+
+
+def unstuff(body: bytes) -> bytes:
+    """Inverse of `stuff`: turn every FF FF FD FD back into FF FF FD (notes §1.3)."""
+    return bytes(body).replace(_STUFFED, _STUFF_PATTERN)
+
+
+# --------------------------------------------------------------------------------------------------
+# Packets
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """A received packet with a good CRC.
+
+    id: Packet ID (0..252 device, 0xFE broadcast). instruction: instruction byte (unknown values are kept, so
+    the bus can answer Instruction Error). params: parameters, already unstuffed. wire_len: bytes it occupied on
+    the wire, header to CRC inclusive (stuffed), for wire-time accounting.
+    """
+
+    id: int
+    instruction: int
+    params: bytes
+    wire_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptPacket:
+    """Framing was recognised (header and LEN) but the CRC did not match.
+
+    id / instruction are as received and may themselves be corrupt; wire_len is 7 + LEN as claimed, in bytes.
+    The bus may answer CRC Error (0x03) where a reply is due (notes §8.1, unverified on hardware).
+    """
+
+    id: int
+    instruction: int
+    wire_len: int
+
+
+def _frame(id: int, body: bytes) -> bytes:
+    """Header + ID + LEN + already-stuffed `body` + CRC."""
+    length = len(body) + 2
+    if length > _MAX_LENGTH:
+        raise ValueError(f"packet too long: LEN would be {length} > 65535")
+    head = HEADER + bytes((id, length & 0xFF, length >> 8))  # bytes() rejects an id outside 0..255
+    crc = crc16(body, crc16(head))
+    return head + body + bytes((crc & 0xFF, crc >> 8))
+
+
+def encode_instruction(id: int, instruction: int, params: bytes = b"") -> bytes:
+    """Instruction packet: header, `id`, LEN, `instruction`, stuffed `params`, CRC (e-manual "Packet Process").
+
+    Used by tests, the bench and the hardware mirror. id and instruction must be bytes (0..255); 253 and 255 are
+    not valid device IDs (notes §1.1) but are not refused here, so tests can build odd packets.
+    """
+    return _frame(id, stuff(bytes((instruction,)) + bytes(params)))
+
+
+def encode_status(id: int, error: int, params: bytes = b"") -> bytes:
+    """Status packet (instruction 0x55) from device `id` with `error` byte (ErrorCode | ALERT) and `params`.
+
+    Instruction, error and params are stuffed (notes §1.3), as the SDK's `rxPacket` expects.
+    """
+    return _frame(id, stuff(bytes((_STATUS, error)) + bytes(params)))
+
+
+def encode_fast_status(segments: Sequence[tuple[int, int, bytes]]) -> bytes:
+    """The single combined Fast Sync Read / Fast Bulk Read reply (notes §2.1), never stuffed.
+
+    segments: (id, error, data) per device, in the order the instruction listed them. Layout:
+    FF FF FD 00 FE LEN_L LEN_H 55 | ERR1 ID1 DATA1 CRC1 | ... | ERRn IDn DATAn CRCn with
+    LEN = 1 + sum(len(data_i) + 4). CRC_k is the running CRC of the whole packet from the first FF through the
+    end of DATA_k (earlier segments' CRC bytes included), so the last one is the ordinary packet CRC.
+    """
+    if not segments:
+        raise ValueError("a fast status packet needs at least one segment")
+    length = 1 + sum(len(data) + 4 for _, _, data in segments)
+    if length > _MAX_LENGTH:
+        raise ValueError(f"packet too long: LEN would be {length} > 65535")
+    out = bytearray(HEADER)
+    out += bytes((BROADCAST_ID, length & 0xFF, length >> 8, _STATUS))
+    crc = crc16(out)
+    for dev_id, error, data in segments:
+        seg = bytes((error, dev_id)) + bytes(data)
+        crc = crc16(seg, crc)
+        crc_bytes = bytes((crc & 0xFF, crc >> 8))
+        out += seg
+        out += crc_bytes
+        crc = crc16(crc_bytes, crc)
+    return bytes(out)
+
+
+def decode_status(packet: Packet) -> tuple[int, bytes]:
+    """(error byte, params) of a normal status packet (instruction 0x55). Not for Fast Sync/Bulk Read replies."""
+    if packet.instruction != _STATUS:
+        raise ProtocolError(f"not a status packet: instruction 0x{packet.instruction:02X}")
+    if not packet.params:
+        raise ProtocolError("status packet without an error byte")
+    return packet.params[0], bytes(packet.params[1:])
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter decoders for incoming instructions (e-manual "Instruction Details"; notes §2). They check the
+# *structure* of the parameter block only; whether an address or length suits a control table is the firmware
+# model's business. A block that asks for nothing (zero data length, no device listed) is treated as malformed.
+
+
+def _u16(p: bytes, i: int) -> int:
+    return p[i] | (p[i + 1] << 8)
+
+
+def decode_read(params: bytes) -> tuple[int, int]:
+    """Read / (REG) params: address L/H, length L/H → (address, length in bytes)."""
+    if len(params) != 4:
+        raise ProtocolError(f"Read needs 4 parameter bytes, got {len(params)}")
+    length = _u16(params, 2)
+    if length == 0:
+        raise ProtocolError("Read of 0 bytes")
+    return _u16(params, 0), length
+
+
+def decode_write(params: bytes) -> tuple[int, bytes]:
+    """Write / Reg Write params: address L/H, data... → (address, data); at least one data byte."""
+    if len(params) < 3:
+        raise ProtocolError(f"Write needs an address and at least 1 data byte, got {len(params)} bytes")
+    return _u16(params, 0), bytes(params[2:])
+
+
+def decode_sync_read(params: bytes) -> tuple[int, int, list[int]]:
+    """Sync Read / Fast Sync Read params: address L/H, length L/H, ID... → (address, length in bytes, ids).
+
+    The IDs keep their order: the replies must come back in it (notes §2.2).
+    """
+    if len(params) < 5:
+        raise ProtocolError(f"Sync Read needs address, length and at least one ID, got {len(params)} bytes")
+    length = _u16(params, 2)
+    if length == 0:
+        raise ProtocolError("Sync Read of 0 bytes")
+    return _u16(params, 0), length, list(params[4:])
+
+
+def decode_sync_write(params: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
+    """Sync Write params: address L/H, length L/H, then per device ID + `length` data bytes.
+
+    Returns (address, length in bytes, [(id, data)]).
+    """
+    if len(params) < 4:
+        raise ProtocolError(f"Sync Write needs address and length, got {len(params)} bytes")
+    address, length = _u16(params, 0), _u16(params, 2)
+    if length == 0:
+        raise ProtocolError("Sync Write of 0 bytes")
+    stride = length + 1
+    n = len(params) - 4
+    if n == 0 or n % stride:
+        raise ProtocolError(f"Sync Write: {n} bytes after the header is not a positive multiple of 1 + {length}")
+    return address, length, [(params[i], bytes(params[i + 1 : i + stride])) for i in range(4, len(params), stride)]
+
+
+def decode_bulk_read(params: bytes) -> list[tuple[int, int, int]]:
+    """Bulk Read / Fast Bulk Read params: per device ID, address L/H, length L/H → [(id, address, length)].
+
+    The same ID twice is a ProtocolError (e-manual: "The same ID cannot be used multiple times").
+    """
+    n = len(params)
+    if n == 0 or n % 5:
+        raise ProtocolError(f"Bulk Read needs a positive multiple of 5 parameter bytes, got {n}")
+    out = []
+    seen = set()
+    for i in range(0, n, 5):
+        dev_id, address, length = params[i], _u16(params, i + 1), _u16(params, i + 3)
+        if dev_id in seen:
+            raise ProtocolError(f"Bulk Read lists ID {dev_id} twice")
+        if length == 0:
+            raise ProtocolError(f"Bulk Read of 0 bytes from ID {dev_id}")
+        seen.add(dev_id)
+        out.append((dev_id, address, length))
+    return out
+
+
+def decode_bulk_write(params: bytes) -> list[tuple[int, int, bytes]]:
+    """Bulk Write params: per device ID, address L/H, length L/H, data → [(id, address, data)].
+
+    The same ID twice is a ProtocolError (e-manual: "it can only write once for each individual device").
+    """
+    n = len(params)
+    if n == 0:
+        raise ProtocolError("Bulk Write without any device")
+    out = []
+    seen = set()
+    i = 0
+    while i < n:
+        if n - i < 5:
+            raise ProtocolError(f"Bulk Write: truncated device header at parameter byte {i}")
+        dev_id, address, length = params[i], _u16(params, i + 1), _u16(params, i + 3)
+        if dev_id in seen:
+            raise ProtocolError(f"Bulk Write lists ID {dev_id} twice")
+        if length == 0:
+            raise ProtocolError(f"Bulk Write of 0 bytes to ID {dev_id}")
+        end = i + 5 + length
+        if end > n:
+            raise ProtocolError(f"Bulk Write: ID {dev_id} announces {length} bytes, only {n - i - 5} present")
+        seen.add(dev_id)
+        out.append((dev_id, address, bytes(params[i + 5 : end])))
+        i = end
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Receive side
+
+
+def _header_prefix_len(buf: bytes | bytearray, start: int) -> int:
+    """Length of the longest suffix of buf[start:] that could still grow into a header (0..3)."""
+    if buf.endswith(b"\xff\xff\xfd", start):
+        return 3
+    if buf.endswith(b"\xff\xff", start):
+        return 2
+    if buf.endswith(b"\xff", start):
+        return 1
+    return 0
+
+
+class Parser:
+    """Resynchronising receive-side parser (notes §1.1, §1.3, §8.1; e-manual "Processing Order of Reception").
+
+    Feed it bytes as they arrive; it returns complete packets. It searches for FF FF FD 00 (FF FF FD FD and any
+    other reserved byte are not headers), reads LEN (< 3 is impossible: that header is dropped), checks the CRC
+    over the stuffed bytes and only then unstuffs. A CRC failure yields a CorruptPacket and the search restarts at
+    the byte after the failed header, because a corrupt LEN may have swallowed real packets. Status packets
+    (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
+
+    Inter-byte gap (e-manual, notes §1.1): if more than `inter_byte_timeout_s` seconds passed since the previous
+    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh.
+
+    Memory: between calls at most one incomplete packet is kept (< MAX_WIRE_LEN = 65542 bytes).
+
+    Counters: garbage_bytes (bytes skipped while hunting for a header, including rejected headers and the rescanned
+    bytes of CRC-failed packets), crc_errors, status_packets_ignored, timeouts (partial packets dropped by the gap
+    rule).
+    """
+
+    def __init__(self, inter_byte_timeout_s: float = 1.5e-3, *, accept_status: bool = False) -> None:
+        """inter_byte_timeout_s: gap in seconds after which a partial packet is dropped (e-manual: 1.5 ms).
+        accept_status: return status packets (0x55) instead of dropping them; for tools and tests that listen to
+        replies. Fast Sync/Bulk Read replies are not stuffed and must not be decoded as normal status packets.
+        """
+        self.inter_byte_timeout_s = inter_byte_timeout_s
+        self.accept_status = accept_status
+        self.garbage_bytes = 0
+        self.crc_errors = 0
+        self.status_packets_ignored = 0
+        self.timeouts = 0
+        self._buf = bytearray()  # unparsed tail: empty, a header prefix, or one incomplete packet
+        self._need = 0  # len(_buf) below which parsing cannot progress
+        self._last = 0.0  # arrival time of the last non-empty chunk
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back waiting for the rest of a packet."""
+        return len(self._buf)
+
+    def reset(self) -> None:
+        """Forget any partial packet (counters are kept)."""
+        self._buf.clear()
+        self._need = 0
+
+    def feed(self, data: bytes, now: float) -> list[Packet | CorruptPacket]:
+        """Add bytes that arrived at time `now` (seconds, monotonic) and return the packets they completed, in
+        wire order. An empty `data` only applies the gap rule.
+        """
+        buf = self._buf
+        if buf and now - self._last > self.inter_byte_timeout_s:  # e-manual: > 1.5 ms between bytes
+            if buf.startswith(HEADER):
+                self.timeouts += 1
+            else:
+                self.garbage_bytes += len(buf)
+            buf.clear()
+            self._need = 0
+        if not data:
+            return []
+        self._last = now
+        out: list[Packet | CorruptPacket] = []
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return out
+            keep = self._scan(buf, out)
+            del buf[:keep]
+        else:
+            if type(data) is not bytes:
+                data = bytes(data)
+            # Fast path: exactly one clean, unstuffed instruction packet (the usual case on a quiet bus).
+            # Anything unusual falls through to the full scan, which gives the same result for this case.
+            n = len(data)
+            if (
+                n >= _PREFIX_LEN + _MIN_LENGTH
+                and data.startswith(HEADER)
+                and n == _PREFIX_LEN + (data[5] | (data[6] << 8))
+                and data[7] != _STATUS
+                and _STUFFED not in data
+                and crc16(data[:-2]) == data[-2] | (data[-1] << 8)
+            ):
+                out.append(Packet(data[4], data[7], data[8:-2], n))
+                return out
+            keep = self._scan(data, out)
+            if keep < len(data):
+                buf += data[keep:]
+        return out
+
+    def _scan(self, buf: bytes | bytearray, out: list[Packet | CorruptPacket]) -> int:
+        """Parse complete packets from `buf` into `out`; return the index from which bytes must be kept.
+
+        Sets self._need to the buffer length (counted from that index) needed before a rescan can progress.
+        """
+        n = len(buf)
+        pos = 0
+        find = buf.find
+        while True:
+            i = find(HEADER, pos)
+            if i < 0:
+                keep = n - _header_prefix_len(buf, pos)
+                self.garbage_bytes += keep - pos
+                self._need = 0
+                return keep
+            self.garbage_bytes += i - pos
+            if n - i < _PREFIX_LEN:
+                self._need = _PREFIX_LEN
+                return i
+            length = buf[i + 5] | (buf[i + 6] << 8)
+            if length < _MIN_LENGTH:  # impossible LEN: not a header after all
+                self.garbage_bytes += 1
+                pos = i + 1
+                continue
+            end = i + _PREFIX_LEN + length
+            if end > n:
+                self._need = _PREFIX_LEN + length
+                return i
+            if crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8):
+                # The LEN field may be the corrupt byte: resynchronise from the next byte, not from `end`.
+                self.crc_errors += 1
+                out.append(CorruptPacket(buf[i + 4], buf[i + 7], end - i))
+                self.garbage_bytes += 1
+                pos = i + 1
+                continue
+            pos = end
+            instruction = buf[i + 7]
+            if instruction == _STATUS and not self.accept_status:
+                self.status_packets_ignored += 1
+                continue
+            body = buf[i + 7 : end - 2]  # instruction + params, still stuffed
+            if _STUFFED in body:
+                body = body.replace(_STUFFED, _STUFF_PATTERN)
+            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), end - i))
