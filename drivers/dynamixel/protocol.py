@@ -401,6 +401,10 @@ class Parser:
     Inter-byte gap (e-manual, notes §1.1): if more than `inter_byte_timeout_s` seconds passed since the previous
     bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh.
 
+    Python dynamixel-sdk 4.1.0 never stuffs (txPacket discards addStuffing's result), so its packets may carry a
+    raw FF FF FD 00 in their data. That is harmless because the body is taken by LEN, not searched; raw
+    FF FF FD FD in such data is unstuffed to FF FF FD here, as the e-manual receiving rule (and a servo) does.
+
     Memory: between calls at most one incomplete packet is kept (< MAX_WIRE_LEN = 65542 bytes).
 
     Counters: garbage_bytes (bytes skipped while hunting for a header, including rejected headers and the rescanned

@@ -167,8 +167,16 @@ cdef packed struct State:
     double traj_pos            # Position Trajectory [rad]
     double traj_vel            # Velocity Trajectory [rad/s]
     double traj_acc            # [rad/s²]
-    double prof_vmax           # this move's profile velocity [rad/s]
+    double prof_vmax           # this move's peak velocity along prof_dir [rad/s]
     double prof_amax           # this move's profile acceleration [rad/s²]
+    double prof_p0             # the move's plan: start position [rad],
+    double prof_v0             # start velocity along prof_dir [rad/s],
+    double prof_dir            # direction ±1, distance along it [rad], and
+    double prof_d
+    double prof_t1             # durations of the ramp to prof_vmax, the cruise and the stop [s]
+    double prof_t2
+    double prof_t3
+    int64_t prof_k             # steps since the plan
     int64_t prof_active        # profile ongoing (Moving Status bit 1)
     int64_t prof_type          # Moving Status bits 5..4: 0 step, 1 rectangular, 2 triangular, 3 trapezoidal
     double pos_integral        # ∫ position error dt [rad·s]

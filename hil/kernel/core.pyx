@@ -113,11 +113,18 @@ cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w
 
 cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil:
     """A new goal position: plan the move from the running trajectory (velocity override, e-manual
-    "Profile Velocity"); velocity- or time-based (Drive Mode bit 2), notes/dynamixel.md §4.3."""
-    cdef double d = fabs(goal - s.traj_pos), t3, t1, v, a
+    "Profile Velocity"), velocity- or time-based (Drive Mode bit 2), notes/dynamixel.md §4.3.
+
+    The plan is exact: a ramp at ±a from the current velocity v0 to the peak vp, a cruise at vp and a
+    stop at −a, along the direction in which the goal lies beyond the point where a stop now would end
+    (so a goal behind a running move first brakes, through zero, then comes back)."""
+    cdef double t3, t1, v, a, d, v0, vp, d1, d3
     s.dxl_goal = goal
     s.prof_active = 1
+    s.prof_k = 0
+    s.prof_p0 = s.traj_pos
     if p.dxl_time_profile:
+        d = fabs(goal - s.traj_pos)
         t3 = p.dxl_prof_vel
         t1 = min(p.dxl_prof_acc, 0.5 * t3)      # the firmware clips t1 to half the move time
         if t3 <= 0:
@@ -131,22 +138,47 @@ cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil
         v, a = p.dxl_prof_vel, p.dxl_prof_acc
     if p.dxl_vel_limit > 0 and v > p.dxl_vel_limit:
         v = p.dxl_vel_limit              # Profile Velocity never exceeds the Velocity Limit
-    s.prof_vmax = v
     s.prof_amax = a
     if v <= 0:
         s.prof_type = 0                  # step: the trajectory jumps to the goal
-    elif a <= 0:
-        s.prof_type = 1                  # rectangular
-    elif d * a < v * v - 1e-12 * v * v:  # distance too short to reach v (from rest): triangular
-        s.prof_type = 2
-    else:
-        s.prof_type = 3                  # trapezoidal
+        return
+    if a <= 0:                           # rectangular: constant velocity, no ramps
+        s.prof_type = 1
+        s.prof_dir = sign(goal - s.traj_pos)
+        s.prof_d = fabs(goal - s.traj_pos)
+        s.prof_v0 = v
+        s.prof_vmax = v
+        s.prof_t1 = 0.0
+        s.prof_t2 = s.prof_d / v
+        s.prof_t3 = 0.0
+        return
+    s.prof_dir = sign(goal - (s.traj_pos + s.traj_vel * fabs(s.traj_vel) / (2.0 * a)))
+    if s.prof_dir == 0:
+        s.prof_dir = 1.0
+    d = s.prof_dir * (goal - s.traj_pos)
+    v0 = s.prof_dir * s.traj_vel
+    vp = sqrt(a * d + 0.5 * v0 * v0)     # peak of a triangle
+    s.prof_type = 2
+    if vp > v:
+        vp = v
+        s.prof_type = 3
+    if v0 > vp:
+        vp = min(v0, v) if v0 > v else v0
+        s.prof_type = 3
+    s.prof_t1 = fabs(vp - v0) / a
+    d1 = 0.5 * (vp + v0) * s.prof_t1
+    s.prof_t3 = vp / a
+    d3 = 0.5 * vp * s.prof_t3
+    s.prof_t2 = max(d - d1 - d3, 0.0) / vp if vp > 0 else 0.0
+    s.prof_d = d
+    s.prof_v0 = v0
+    s.prof_vmax = vp
 
 
 cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
-    """Advance Position/Velocity Trajectory one step toward s.dxl_goal (online trapezoid: the largest
-    speed within prof_vmax from which prof_amax still stops at the goal)."""
-    cdef double rem = s.dxl_goal - s.traj_pos, v0 = s.traj_vel, vd, v1, step, amax = s.prof_amax
+    """Position/Velocity Trajectory at the next step of the planned move."""
+    cdef double tau, x, v, acc, a = s.prof_amax, sg, v0 = s.prof_v0, vp = s.prof_vmax, t1 = s.prof_t1
+    cdef double t2 = s.prof_t2, t3 = s.prof_t3, d1
     if not s.prof_active:
         s.traj_acc = 0.0
         return
@@ -156,21 +188,35 @@ cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
         s.traj_acc = 0.0
         s.prof_active = 0
         return
-    if amax <= 0:
-        v1 = sign(rem) * s.prof_vmax
+    s.prof_k += 1
+    tau = s.prof_k * dt
+    if a <= 0:
+        x, v, acc = vp * tau, vp, 0.0
+        if tau >= t2:
+            x, v = s.prof_d, 0.0
+    elif tau < t1:
+        sg = 1.0 if vp >= v0 else -1.0
+        x = v0 * tau + 0.5 * sg * a * tau * tau
+        v = v0 + sg * a * tau
+        acc = sg * a
     else:
-        vd = sign(rem) * min(s.prof_vmax, sqrt(2.0 * amax * fabs(rem)))
-        v1 = v0 + clip(vd - v0, -amax * dt, amax * dt)
-    step = 0.5 * (v0 + v1) * dt if amax > 0 else v1 * dt
-    if fabs(step) >= fabs(rem) and sign(step) == sign(rem) or rem == 0.0:
-        s.traj_pos = s.dxl_goal          # arrives within this step
-        s.traj_acc = -v0 / dt if amax > 0 else 0.0
-        s.traj_vel = 0.0
+        d1 = 0.5 * (vp + v0) * t1
+        if tau < t1 + t2:
+            x, v, acc = d1 + vp * (tau - t1), vp, 0.0
+        elif tau < t1 + t2 + t3:
+            tau = tau - t1 - t2
+            x = d1 + vp * t2 + vp * tau - 0.5 * a * tau * tau
+            v = vp - a * tau
+            acc = -a
+        else:
+            x, v, acc = s.prof_d, 0.0, 0.0
+    if v == 0.0 and x == s.prof_d:
+        s.traj_pos = s.dxl_goal          # exactly the goal at the end, whatever the round-off
         s.prof_active = 0
-        return
-    s.traj_pos += step
-    s.traj_acc = (v1 - v0) / dt
-    s.traj_vel = v1
+    else:
+        s.traj_pos = s.prof_p0 + s.prof_dir * x
+    s.traj_vel = s.prof_dir * v
+    s.traj_acc = s.prof_dir * acc
 
 
 cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double vs, double R,
