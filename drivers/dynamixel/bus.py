@@ -53,6 +53,7 @@ class DynamixelBus:
         self.servos = list(servos)
         self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
+        self._now = 0.0   # simulation time of the packet being handled [s]
 
     # ------------------------------------------------------------------ entry point
     def handle(self, packet: Packet | CorruptPacket, baud: int | None) -> list[Transmission]:
@@ -69,9 +70,11 @@ class DynamixelBus:
             return self._finish([self._status(i, ErrorCode.CRC, b"", self.servos[i].return_delay_s)], bps)
         targets = listening if packet.id == BROADCAST_ID else \
             [i for i in listening if self.servos[i].id == packet.id or self._secondary(i, packet.id)]
+        now = self.servos[targets[0]].joint.time_s() if targets else 0.0
         for i in targets:
-            self.servos[i].note_instruction()
+            self.servos[i].note_instruction(now)
         try:
+            self._now = now
             out = self._dispatch(packet, listening, targets, bps)
         except ProtocolError:
             out = self._unicast_error(packet, listening, ErrorCode.DATA_LENGTH)
@@ -167,7 +170,7 @@ class DynamixelBus:
         for sid, address, data in items:
             i = self._primary(listening, sid)
             if i is not None:
-                self.servos[i].note_instruction()
+                self.servos[i].note_instruction(self._now)
                 self.servos[i].write(address, data)
 
     def _ping(self, pkt: Packet, listening: list[int], bps: int) -> list[Transmission]:
@@ -206,7 +209,7 @@ class DynamixelBus:
                     return []
                 continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
             s = self.servos[i]
-            s.note_instruction()
+            s.note_instruction(self._now)
             if s.status_return_level < 1:
                 continue
             members.append((i, s.read(address, length), length))

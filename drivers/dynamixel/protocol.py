@@ -462,18 +462,20 @@ class Parser:
         else:
             if type(data) is not bytes:
                 data = bytes(data)
-            # Fast path: exactly one clean, unstuffed instruction packet (the usual case on a quiet bus).
-            # Anything unusual falls through to the full scan, which gives the same result for this case.
+            # Fast path: the chunk is exactly one good instruction packet (the usual case on a quiet bus).
+            # Anything else falls through to the full scan, which would give the same result for this case.
             n = len(data)
             if (
                 n >= _PREFIX_LEN + _MIN_LENGTH
                 and data.startswith(HEADER)
                 and n == _PREFIX_LEN + (data[5] | (data[6] << 8))
                 and data[7] != _STATUS
-                and _STUFFED not in data
                 and crc16(data[:-2]) == data[-2] | (data[-1] << 8)
             ):
-                out.append(Packet(data[4], data[7], data[8:-2], n))
+                body = data[7:-2]
+                if _STUFFED in body:
+                    body = body.replace(_STUFFED, _STUFF_PATTERN)
+                out.append(Packet(data[4], data[7], body[1:], n))
                 return out
             keep = self._scan(data, out)
             if keep < len(data):

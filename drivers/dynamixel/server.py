@@ -61,9 +61,13 @@ class BusServer(threading.Thread):
 
     def _serve(self) -> None:
         fd = self.port.fileno()
-        next_housekeeping = time.monotonic()
+        servos = self.bus.servos
+        # one servo's housekeeping at a time, round robin: each servo every housekeeping_s, and never
+        # all of them between two packets
+        step = self.housekeeping_s / len(servos)
+        due, turn = time.monotonic(), 0
         while True:
-            ready, _, _ = select.select([fd, self._stop_r], [], [], self.housekeeping_s)
+            ready, _, _ = select.select([fd, self._stop_r], [], [], max(0.0, due - time.monotonic()))
             if self._stop_r in ready:
                 return
             now = time.monotonic()
@@ -71,11 +75,11 @@ class BusServer(threading.Thread):
                 data = self.port.read()
                 if data:
                     self._answer(self.parser.feed(data, now), now)
-            if now >= next_housekeeping:
+            if now >= due:
                 with self.lock:
-                    for servo in self.bus.servos:
-                        servo.housekeeping()
-                next_housekeeping = now + self.housekeeping_s
+                    servos[turn % len(servos)].housekeeping()
+                turn += 1
+                due = max(due + step, now)
 
     def _answer(self, packets: list, received: float) -> None:
         for packet in packets:

@@ -123,8 +123,7 @@ class DynamixelServo:
     def read(self, address: int, length: int) -> Reply:
         if address <= 70 and address + length > 64:
             self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        else:
-            self.refresh(address, length)
+        self.refresh(address, length)
         try:
             return Reply(0, self.table.read(address, length))
         except ControlTableError as exc:
@@ -200,9 +199,10 @@ class DynamixelServo:
         self._power_up(reboot=True)
         return Reply()
 
-    def note_instruction(self) -> None:
-        """An instruction packet reached this servo: the Bus Watchdog restarts (notes §4.5)."""
-        self._last_instruction_s = self.joint.time_s()
+    def note_instruction(self, now_s: float | None = None) -> None:
+        """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
+        the Bus Watchdog restarts (notes §4.5)."""
+        self._last_instruction_s = self.joint.time_s() if now_s is None else now_s
 
     # ------------------------------------------------------------------ power-up / reboot
     def _power_up(self, reboot: bool = False) -> None:
@@ -418,7 +418,6 @@ class DynamixelServo:
         §4.5). The bus server calls it every few milliseconds."""
         self._sense()
         self._hardware_errors(self.joint.read_state(), self._vin, self.joint.time_s())
-        self.refresh()
 
     def _sense(self) -> None:
         """Supply voltage (with injected sag) and ambient temperature from the kernel parameters."""
