@@ -62,7 +62,7 @@ class KernelJoint:
             self.kernel.set_state(self.j, clear_latches=True)
 
     def time_s(self) -> float:
-        return self.kernel.get_state(self.j)["k"] * self.kernel.dt
+        return self.kernel.time   # the kernel steps all its actuators together
 
     def step(self, n: int = 1, external_torque: float = 0.0) -> None:
         """Advance the kernel n steps with this joint's goal and enable (other actuators: u = 0)."""

@@ -49,7 +49,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
     bus = DynamixelBus(servos, faults)
     path = port or cfg.port
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
-    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name)
+    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     lock = server.lock
 
     def power_cycle() -> None:   # `reset` of the rig: the servos power up again (EEPROM kept)

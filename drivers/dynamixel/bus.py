@@ -35,6 +35,7 @@ from hil.daemon.faults import BusFaults
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
 _READS = (Instruction.SYNC_READ, Instruction.FAST_SYNC_READ, Instruction.BULK_READ, Instruction.FAST_BULK_READ)
 _KNOWN = frozenset(int(i) for i in Instruction) - {Instruction.STATUS}
+_NO_REINDEX = frozenset({Instruction.PING, Instruction.READ, *_READS})   # instructions that change no register
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +55,18 @@ class DynamixelBus:
         self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
         self._now = 0.0   # simulation time of the packet being handled [s]
+        self._all = list(range(len(self.servos)))
+        self._reindex()
 
     # ------------------------------------------------------------------ entry point
     def handle(self, packet: Packet | CorruptPacket, baud: int | None) -> list[Transmission]:
         """Execute `packet` on every servo it addresses that listens at `baud` (None: all listen)."""
         self.stats["instructions"] += 1
-        listening = [i for i, s in enumerate(self.servos)
-                     if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
+        if (baud is None or baud == self._common_baud) and not any(f.wrong_baud for f in self.faults):
+            listening = self._all
+        else:
+            listening = [i for i, s in enumerate(self.servos)
+                         if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
         bps = baud or (self.servos[listening[0]].baud_bps if listening else 1_000_000)
         if isinstance(packet, CorruptPacket):
             self.stats["crc_errors"] += 1
@@ -68,8 +74,10 @@ class DynamixelBus:
             if i is None or not self._due(self.servos[i], packet.instruction):
                 return []
             return self._finish([self._status(i, ErrorCode.CRC, b"", self.servos[i].return_delay_s)], bps)
-        targets = listening if packet.id == BROADCAST_ID else \
-            [i for i in listening if self.servos[i].id == packet.id or self._secondary(i, packet.id)]
+        if packet.id == BROADCAST_ID:
+            targets = listening
+        else:
+            targets = [i for i in self._addressed.get(packet.id, ()) if listening is self._all or i in listening]
         now = self.servos[targets[0]].joint.time_s() if targets else 0.0
         for i in targets:
             self.servos[i].note_instruction(now)
@@ -78,7 +86,20 @@ class DynamixelBus:
             out = self._dispatch(packet, listening, targets, bps)
         except ProtocolError:
             out = self._unicast_error(packet, listening, ErrorCode.DATA_LENGTH)
+        if packet.instruction not in _NO_REINDEX:
+            self._reindex()      # a write may have changed an ID, secondary ID or Baud Rate
         return self._finish(out, bps)
+
+    def _reindex(self) -> None:
+        self._ids = {s.id: i for i, s in reversed(list(enumerate(self.servos)))}
+        addressed: dict[int, list[int]] = {}
+        for i, s in enumerate(self.servos):
+            addressed.setdefault(s.id, []).insert(0, i)
+            if s.secondary_id is not None and s.secondary_id != s.id:
+                addressed.setdefault(s.secondary_id, []).append(i)
+        self._addressed = addressed
+        bauds = {s.baud_bps for s in self.servos}
+        self._common_baud = bauds.pop() if len(bauds) == 1 else -1
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, pkt: Packet, listening: list[int], targets: list[int], bps: int) -> list[Transmission]:
@@ -231,10 +252,11 @@ class DynamixelBus:
 
     # ------------------------------------------------------------------ helpers
     def _primary(self, candidates: list[int], sid: int) -> int | None:
-        for i in candidates:
-            if self.servos[i].id == sid:
-                return i
-        return None
+        """The servo whose (primary) ID is `sid`, if it is among `candidates`."""
+        i = self._ids.get(sid)
+        if i is None or (candidates is not self._all and i not in candidates):
+            return None
+        return i
 
     def _secondary(self, i: int, sid: int) -> bool:
         return self.servos[i].secondary_id == sid

@@ -10,11 +10,13 @@ every `housekeeping_s`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import threading
 import time
+from collections.abc import Callable
 
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.protocol import Parser
@@ -27,12 +29,14 @@ class BusServer(threading.Thread):
     """The thread that answers for every servo of `bus` on `port`."""
 
     def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
-                 housekeeping_s: float = 0.01, name: str = "dynamixel"):
+                 housekeeping_s: float = 0.01, name: str = "dynamixel",
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         self.bus = bus
         self.port = port
         self.fast = fast
         self.housekeeping_s = housekeeping_s
+        self.batch = batch      # what one packet changes reaches the simulation at one tick (a Sync Write)
         self.parser = Parser()
         self.writer = PacedWriter(port)
         self.lock = threading.Lock()   # the servos are touched by this thread and by rig `reset`
@@ -84,7 +88,7 @@ class BusServer(threading.Thread):
     def _answer(self, packets: list, received: float) -> None:
         for packet in packets:
             baud = self.port.baud()
-            with self.lock:
+            with self.lock, self.batch():
                 replies = self.bus.handle(packet, baud)
             if not replies:
                 if baud and not self.fast:

@@ -24,13 +24,16 @@ answers precomputed, correct status packets on a pty at once. It is the floor of
 pty's) own overhead on this machine; fast-mode numbers are also reported as a ratio to it. The
 peer is a benchmark harness, not an emulator: it knows only the requests this benchmark sends.
 
-Hypervisor steal and the host's non-idle CPU fraction (other load competes with the SDK's busy
-wait and the daemon on a small host) over each run are reported; targets are judged regardless, with a note when it
-reached 2 %. The process exits 0 even when a target is missed: it is a measurement.
+Hypervisor steal over each run is reported, and per phase where the CPU went: cores used by this
+client (the SDK busy-waits, ~1), by the server process, by everything else on the host (other load
+competes with both on a small host), and the server's CPU per exchange above its idle background
+(loop, housekeeping). Targets are judged regardless, with a note when steal reached 2 %. The
+process exits 0 even when a target is missed: it is a measurement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -67,7 +70,9 @@ TARGET_RATIO = 0.10             # paced: p50 within 10 % of the bound ...
 TARGET_SLACK_US = 50.0          # ... or within 50 µs of it
 TARGET_CYCLES_PER_S = 2000.0    # fast: Sync Read + Sync Write cycles per second
 STEAL_LIMIT = 0.02
+OTHER_LOAD_LIMIT = 0.25         # cores used by other processes during a phase before the JSON warns
 DAEMON_START_S = 30.0
+IDLE_S = 0.5                    # server background CPU is measured over this before the client starts
 
 
 def _log(msg: str) -> None:
@@ -100,27 +105,6 @@ def _machine() -> dict:
         sdk = None
     return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
             "python": platform.python_version(), "dynamixel_sdk": sdk}
-
-
-class _BusyMeter:
-    """Fraction of all CPUs' time spent non-idle since construction, from /proc/stat (other load shows here)."""
-
-    @staticmethod
-    def _read() -> tuple[int, int]:
-        try:
-            with open("/proc/stat") as fh:
-                f = [int(x) for x in fh.readline().split()[1:9]]
-        except (OSError, ValueError):
-            return 0, 0
-        return f[3] + f[4], sum(f)   # idle + iowait, total
-
-    def __init__(self) -> None:
-        self.idle0, self.total0 = self._read()
-
-    def fraction(self) -> float:
-        idle, total = self._read()
-        dt = total - self.total0
-        return 1.0 - (idle - self.idle0) / dt if dt > 0 else 0.0
 
 
 def _loadavg() -> list[float] | None:
@@ -216,7 +200,7 @@ def echo_peer(conn, replies: dict[bytes, bytes]) -> None:
 class _Peer:
     """The echo peer in a separate (spawned) process."""
 
-    def __enter__(self) -> str:
+    def __enter__(self) -> _Peer:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=echo_peer, args=(child, _peer_replies()), daemon=True,
@@ -225,9 +209,9 @@ class _Peer:
         child.close()
         if not parent.poll(DAEMON_START_S):
             raise RuntimeError("echo peer did not start")
-        path = parent.recv()
+        self.path = parent.recv()
         parent.close()
-        return path
+        return self
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
@@ -316,8 +300,11 @@ def _stats(samples_ns: list[int]) -> dict:
             "mean_us": float(a.mean()) / 1e3, "max_us": float(a.max()) / 1e3}
 
 
-def _client(path: str, baud: int, reads: int, cycles: int, warmup: int) -> dict:
-    """Time the SDK's read and Sync Read + Sync Write cycle on `path` at `baud`."""
+def _client(path: str, baud: int, reads: int, cycles: int, warmup: int, probe) -> dict:
+    """Time the SDK's read and Sync Read + Sync Write cycle on `path` at `baud`.
+
+    `probe()` is called before and after each timed phase (warm-ups excluded) and its snapshots are returned.
+    """
     from dynamixel_sdk import COMM_SUCCESS, GroupSyncRead, GroupSyncWrite, PacketHandler, PortHandler
 
     port = PortHandler(path)
@@ -328,21 +315,21 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int) -> dict:
             raise RuntimeError(f"setBaudRate({baud}) failed")
         ph = PacketHandler(2.0)
         clock = time.perf_counter_ns
-
-        # (a) 4-byte read of ID 1
         codes: dict[str, int] = {}
 
         def fail(what: str, result: int) -> None:
             key = f"{what}: {ph.getTxRxResult(result)}"
             codes[key] = codes.get(key, 0) + 1
 
+        # (a) 4-byte read of ID 1
+        for _ in range(warmup):
+            ph.read4ByteTxRx(port, 1, PRESENT_POSITION)
         read_ns, read_fail, read_err, value = [], 0, 0, None
-        for k in range(warmup + reads):
+        read_probe = [probe()]
+        for _ in range(reads):
             t0 = clock()
             v, result, error = ph.read4ByteTxRx(port, 1, PRESENT_POSITION)
             t1 = clock()
-            if k < warmup:
-                continue
             if result != COMM_SUCCESS:
                 read_fail += 1
                 fail("read4", result)
@@ -351,8 +338,9 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int) -> dict:
                 read_err += 1
             value = v
             read_ns.append(t1 - t0)
+        read_probe.append(probe())
 
-        # (b) Sync Read of the 12 then Sync Write of goal = present
+        # (b) Sync Read of the 12, then Sync Write of goal = present
         gsr = GroupSyncRead(port, ph, PRESENT_POSITION, DATA_LEN)
         gsw = GroupSyncWrite(port, ph, GOAL_POSITION, DATA_LEN)
         for i in IDS:
@@ -366,34 +354,39 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int) -> dict:
             raise RuntimeError("no Sync Read succeeded: cannot start the cycle")
         for i, v in present.items():
             gsw.addParam(i, list(_u32(v)))
-        cyc_ns, sr_fail, sw_fail = [], 0, 0
+        cyc_ns, sr_ns, sw_ns, sr_fail, sw_fail = [], [], [], 0, 0
+        cycle_probe: list = []
         for k in range(warmup + cycles):
+            if k == warmup:
+                cycle_probe.append(probe())
             t0 = clock()
             r = gsr.txRxPacket()
+            t1 = clock()
             if r == COMM_SUCCESS:
                 for i in IDS:
                     v = gsr.getData(i, PRESENT_POSITION, DATA_LEN)
                     present[i] = v
                     gsw.changeParam(i, [v & 0xFF, (v >> 8) & 0xFF, (v >> 16) & 0xFF, (v >> 24) & 0xFF])
+            t2 = clock()
             w = gsw.txPacket()
-            t1 = clock()
+            t3 = clock()
             if k < warmup:
                 continue
-            ok = True
             if r != COMM_SUCCESS:
                 sr_fail += 1
                 fail("sync read", r)
-                ok = False
             if w != COMM_SUCCESS:
                 sw_fail += 1
                 fail("sync write", w)
-                ok = False
-            if ok:
-                cyc_ns.append(t1 - t0)
+            if r == COMM_SUCCESS and w == COMM_SUCCESS:
+                cyc_ns.append(t3 - t0)
+                sr_ns.append(t1 - t0)
+                sw_ns.append(t3 - t2)
+        cycle_probe.append(probe())
         return {"read_ns": read_ns, "read_failures": read_fail, "read_error_status": read_err,
-                "read_value": value, "cycle_ns": cyc_ns, "sync_read_failures": sr_fail,
-                "sync_write_failures": sw_fail, "present": present,
-                "failure_results": codes}
+                "read_value": value, "cycle_ns": cyc_ns, "sync_read_ns": sr_ns, "sync_write_ns": sw_ns,
+                "sync_read_failures": sr_fail, "sync_write_failures": sw_fail, "present": present,
+                "failure_results": codes, "read_probe": read_probe, "cycle_probe": cycle_probe}
     finally:
         port.closePort()
 
@@ -405,15 +398,57 @@ def _judge_paced(st: dict) -> bool:
     return st["p50_us"] - st["bound_us"] <= slack
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time [ns] of every thread of process `pid` (schedstat: ns resolution, unlike /proc/pid/stat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):   # a thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def _host_jiffies() -> tuple[int, int]:
+    """(non-idle, total) jiffies over all CPUs, from /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(f) - f[3] - f[4], sum(f)
+
+
+def _probe(pid: int):
+    def probe() -> tuple[int, int, int, tuple[int, int]]:
+        return time.perf_counter_ns(), _cpu_ns(pid), time.process_time_ns(), _host_jiffies()
+    return probe
+
+
+def _cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
+    """Where the CPU went during a phase: cores used by this client, the server, and everything else."""
+    wall = (p1[0] - p0[0]) / 1e9
+    if wall <= 0 or ops <= 0:
+        return {}
+    server = (p1[1] - p0[1]) / 1e9 / wall
+    client = (p1[2] - p0[2]) / 1e9 / wall
+    busy_j, total_j = p1[3][0] - p0[3][0], p1[3][1] - p0[3][1]
+    host = (os.cpu_count() or 1) * busy_j / total_j if total_j > 0 else None
+    return {"client_cores": client, "server_cores": server,
+            "server_cpu_us_per_op": max(server - server_idle_cores, 0.0) * wall / ops * 1e6,
+            "host_busy_cores": host,
+            "other_cores": None if host is None else max(host - client - server, 0.0)}
+
+
 def _measure(server: str, path: str, baud: int, fast: bool, return_delay: int, reads: int, cycles: int,
-             warmup: int, pid: int | None) -> dict:
+             warmup: int, pid: int) -> dict:
     """One configuration: raw samples -> the result row."""
     rd_s = 0.0 if fast else return_delay * 2e-6   # fast mode drops the delays
-    steal, busy = StealMeter(), _BusyMeter()
-    cpu0, wall0 = (_proc_cpu_s(pid) if pid else 0.0), time.monotonic()
-    raw = _client(path, baud, reads, cycles, warmup)
+    c0, t0 = _cpu_ns(pid), time.perf_counter_ns()
+    time.sleep(IDLE_S)                             # the server's own background CPU (loop, housekeeping)
+    idle_cores = (_cpu_ns(pid) - c0) / (time.perf_counter_ns() - t0)
+    steal = StealMeter()
+    wall0 = time.monotonic()
+    raw = _client(path, baud, reads, cycles, warmup, _probe(pid))
     wall = time.monotonic() - wall0
-    cpu = (_proc_cpu_s(pid) - cpu0) if pid else None
     steal_fraction = steal.fraction()
 
     read = {"samples": len(raw["read_ns"]), "failures": raw["read_failures"],
@@ -423,17 +458,18 @@ def _measure(server: str, path: str, baud: int, fast: bool, return_delay: int, r
              "sync_write_failures": raw["sync_write_failures"], **_stats(raw["cycle_ns"]),
              **cycle_bound(baud, rd_s, raw["present"])}
     cycle["cycles_per_s"] = 1e6 / cycle["mean_us"] if cycle["mean_us"] else None
+    cycle["sync_read_txrx_p50_us"] = _stats(raw["sync_read_ns"])["p50_us"]
+    cycle["sync_write_tx_p50_us"] = _stats(raw["sync_write_ns"])["p50_us"]
     for st in (read, cycle):
         if st["p50_us"] is not None:
             st["p50_over_bound"] = st["p50_us"] / st["bound_us"]
             st["p50_minus_bound_us"] = st["p50_us"] - st["bound_us"]
-    row = {"server": server, "baud": baud, "pacing": not fast,
-           "return_delay_register": None if fast else return_delay, "return_delay_us": rd_s * 1e6,
-           "read4": read, "cycle": cycle, "failure_results": raw["failure_results"],
-           "steal_fraction": steal_fraction, "host_busy_fraction": busy.fraction(), "seconds": wall}
-    if pid:
-        row["daemon_cpu_percent"] = 100.0 * cpu / wall
-    return row
+    read["cpu"] = _cpu_split(*raw["read_probe"], reads, idle_cores)
+    cycle["cpu"] = _cpu_split(*raw["cycle_probe"], cycles, idle_cores)
+    return {"server": server, "baud": baud, "pacing": not fast,
+            "return_delay_register": None if fast else return_delay, "return_delay_us": rd_s * 1e6,
+            "read4": read, "cycle": cycle, "failure_results": raw["failure_results"],
+            "server_idle_cores": idle_cores, "steal_fraction": steal_fraction, "seconds": wall}
 
 
 def _key(baud: int) -> str:
@@ -453,8 +489,9 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         tmp = Path(tmpdir)
         for baud in bauds:
             _log(f"{_key(baud)}: echo peer (SDK floor)")
-            with _Peer() as path:
-                runs.append(_measure("echo_peer", path, baud, True, 0, reads, cycles, warmup, None))
+            with _Peer() as peer:
+                path = peer.path
+                runs.append(_measure("echo_peer", path, baud, True, 0, reads, cycles, warmup, peer.proc.pid))
             configs = [(True, 0)] + [(False, rd) for rd in return_delays]
             for fast, rd in configs:
                 _log(f"{_key(baud)}: servo-hil {'fast' if fast else f'paced, Return Delay Time {rd}'}")
@@ -488,6 +525,8 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         targets[f"{'paced' if r['pacing'] else 'fast'}_{k}"
                 f"{'_rdt' + str(r['return_delay_register']) if r['pacing'] else ''}_all_comm_success"] = failures == 0
     max_steal = max((r["steal_fraction"] for r in runs), default=0.0)
+    others = [r[w]["cpu"].get("other_cores") or 0.0 for r in runs for w in ("read4", "cycle")]
+    max_other = max(others, default=0.0)
     return {
         "config": {
             "servos": SERVOS, "model": MODEL, "ids": list(IDS), "load": "pendulum 0.3 kg × 0.1 m",
@@ -502,6 +541,10 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
             "echo_peer": "separate process answering canned correct status packets at once on a pty: "
                          "the SDK + pty floor on this machine",
             "daemon": "servo-hil run RIG --port PATH --no-mqtt (loop 1000 Hz), one per configuration",
+            "failures": "exchanges whose result is not COMM_SUCCESS are counted (failure_results) and not timed",
+            "cpu": "per phase, cores used by this client (SDK busy wait), the server process (all threads) and "
+                   "everything else on the host; server_cpu_us_per_op excludes its idle background "
+                   "(server_idle_cores, measured for 0.5 s before the client starts)",
         },
         "machine": {**_machine(), "loadavg_start": load_start, "loadavg_end": _loadavg()},
         "runs": runs,
@@ -510,6 +553,10 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         "steal_max_fraction": max_steal,
         "steal_note": (f"steal reached {100 * max_steal:.2f} % (≥ 2 %): timings are disturbed by the hypervisor"
                        if max_steal >= STEAL_LIMIT else None),
+        "other_load_max_cores": max_other,
+        "other_load_note": (f"other processes used up to {max_other:.2f} of {os.cpu_count()} cores during a phase: "
+                            "the SDK's busy wait and the server were competing for CPU, timings are pessimistic"
+                            if max_other >= OTHER_LOAD_LIMIT else None),
         "elapsed_s": time.monotonic() - t_start,
     }
 

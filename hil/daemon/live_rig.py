@@ -113,7 +113,7 @@ class LiveRig:
                 time.sleep(1e-4)
 
     @contextlib.contextmanager
-    def _atomic(self):
+    def atomic(self):
         """Commands pushed inside reach the loop together: it applies all of them at one tick."""
         with self._push_lock:
             outer = self._batching
@@ -241,7 +241,7 @@ class LiveRig:
         # A new mode starts from a command that holds the joint where it is (or no drive at all).
         theta = self.loop.snapshot()[0][j]["theta_meas"]
         u = theta * self.params[j]["gear"] if law == LAWS["position"] else theta if law in POSITION_LAWS else 0.0
-        with self._atomic():
+        with self.atomic():
             self._set_params(j, {"law": law})
             self._push("set_u", j, u)
         self.emit({"type": "mode", "actuator": self.names[j], "mode": mode})
@@ -313,7 +313,7 @@ class LiveRig:
                     if restore is None:
                         raise CommandError(f"clear_fault overheat: winding at {temp:.1f} °C is still above its "
                                            f"limit {self.params[j]['temp_limit']:g} °C; let it cool or `reset`")
-            with self._atomic():
+            with self.atomic():
                 self._set_params(j, kernel_fault_clear(fault, self.configured[j]))
                 if restore is not None:
                     self._push("set_temperature", j, restore)
@@ -352,7 +352,7 @@ class LiveRig:
     def _cmd_reset(self, cmd: dict) -> dict:
         """Every actuator back to its configured parameters, initial state and goal; faults cleared."""
         _check_args(cmd, ())
-        with self._atomic():
+        with self.atomic():
             self._reset_all()
         for hook in self.reset_hooks:
             hook()
@@ -410,7 +410,7 @@ class LiveJoint:
     def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
                 clear_latches: bool = False) -> None:
         live, j = self.live, self.j
-        with live._atomic():
+        with live.atomic():
             if params:
                 live._set_params(j, params)
             if goal is not None:
