@@ -30,7 +30,10 @@ Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok":
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import select
 import threading
 import time
 
@@ -94,9 +97,13 @@ class StatePublisher(threading.Thread):
                        "temperature": temperature, "t": t})
 
     def run(self) -> None:
+        fd = self.live.loop.notify_fd
         while not self._halt.is_set():
-            if not self.publish_pending():
-                time.sleep(2e-4)
+            # the loop signals its eventfd after each publish: wake exactly then, not on a poll timer
+            if select.select([fd], [], [], 0.1)[0]:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(fd)
+                self.publish_pending()
         self.publish_pending()  # flush what the loop produced before it stopped
         self.sock.close()
 

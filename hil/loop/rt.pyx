@@ -16,6 +16,9 @@ from libc.string cimport memcpy, memset
 from libc.math cimport isnan
 from libc.stdio cimport snprintf
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from posix.unistd cimport write as c_write
+
+import os
 
 import numpy as np
 
@@ -67,6 +70,8 @@ cdef enum:
     CMD_SET_TEMPERATURE = 7    # a = absolute winding temperature [°C]
     CMD_PAUSE = 8
     CMD_RESUME = 9
+
+cdef uint64_t _ONE = 1
 
 RT_MODES = {0: "starting", 1: "SCHED_FIFO", 2: "SCHED_OTHER (timer slack 1 ns)", 3: "SCHED_OTHER"}
 
@@ -189,6 +194,7 @@ cdef class RealtimeLoop:
     cdef readonly int fifo_priority
     cdef readonly int64_t spin_ns
     cdef readonly bint lockstep
+    cdef readonly int notify_fd    # eventfd the loop signals after each publish (the publisher waits on it)
 
     def __cinit__(self, Kernel kernel, double rate_hz, int substeps=1, int publish_every=1,
                   int fifo_priority=50, double spin_us=0.0, bint lockstep=False,
@@ -216,10 +222,13 @@ cdef class RealtimeLoop:
         self.snap_inputs = <Input*> calloc(kernel.n, sizeof(Input))
         if not (self.sh and self.cmds and self.samples and self.snap_states and self.snap_inputs):
             raise MemoryError()
+        self.notify_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         memcpy(self.snap_states, kernel.states, kernel.n * sizeof(State))
         memcpy(self.snap_inputs, kernel.inputs, kernel.n * sizeof(Input))
 
     def __dealloc__(self):
+        if self.notify_fd > 0:
+            os.close(self.notify_fd)
         free(self.sh)
         free(self.cmds)
         free(self.samples)
@@ -315,6 +324,7 @@ cdef class RealtimeLoop:
             o.law = self.P[j].law
             o.fault_flags = self.S[j].fault_flags
         hil_store(&self.sh.smp_head, head + self.n)
+        c_write(self.notify_fd, &_ONE, 8)   # wake the publisher: samples are ready (one syscall, no GIL)
 
     cdef void _run(self) noexcept nogil:
         cdef int64_t next_ns, now, late, b
