@@ -17,9 +17,9 @@ reads (topic → series prefix, third frame → time stamp). Payload keys (SI un
 | goal | law unit | the command u: output rad (dxl_pwm, erob_pd), gear·rad (dcmotor position), V, A, N·m |
 | enable | 0/1 | torque enable |
 | external_torque | N·m | co-simulation torque applied at the output |
-| mode | – | firmware law code (0 voltage, 1 position, 2 velocity, 3 dxl_pwm, 4 erob_pd, 5 current, 6 torque) |
+| mode | – | firmware law code (0 voltage, 1 position, 2 velocity, 3 dxl_pwm, 4 erob_pd, 5 current, 6 torque, 7 dxl) |
 | fault_flags | – | bits: 1 open circuit, 2 supply, 4 encoder noise, 8 derated, 16 overheat, 32 encoder stuck, |
-|  |  | 64 encoder slip, 256 bus drop, 512 bus corrupt, 1024 bus delay, 2048 wrong baud |
+|  |  | 64 encoder slip, 128 overload, 256 bus drop, 512 bus corrupt, 1024 bus delay, 2048 wrong baud |
 
 The timestamp frame is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
 the simulation time in lock-step mode.
@@ -92,9 +92,10 @@ class StatePublisher(threading.Thread):
         for kind, bits in (("fault_raised", raised), ("fault_cleared", cleared)):
             if bits:
                 live.emit({"type": kind, "actuator": live.names[j], "faults": fault_names(bits), "t": t})
-        if raised & FAULT_BITS["overheat"]:
-            live.emit({"type": "shutdown", "actuator": live.names[j], "reason": "overheat",
-                       "temperature": temperature, "t": t})
+        for reason in ("overheat", "overload"):
+            if raised & FAULT_BITS[reason]:
+                live.emit({"type": "shutdown", "actuator": live.names[j], "reason": reason,
+                           "temperature": temperature, "t": t})
 
     def run(self) -> None:
         fd = self.live.loop.notify_fd
