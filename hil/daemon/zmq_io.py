@@ -93,7 +93,7 @@ class StatePublisher(threading.Thread):
             if bits:
                 live.emit({"type": kind, "actuator": live.names[j], "faults": fault_names(bits), "t": t})
         for reason in ("overheat", "overload"):
-            if raised & FAULT_BITS[reason]:
+            if raised & FAULT_BITS[reason] & live.params[j]["shutdown_mask"]:
                 live.emit({"type": "shutdown", "actuator": live.names[j], "reason": reason,
                            "temperature": temperature, "t": t})
 
