@@ -34,6 +34,10 @@ class Joint(Protocol):
         """Simulation time k·dt [s]."""
         ...
 
+    def sync(self) -> None:
+        """Return once the commands given so far are in force (read_state reflects them)."""
+        ...
+
 
 class KernelJoint:
     """Actuator j of an offline `Kernel`: commands take effect at the caller's next `step()`."""
@@ -63,6 +67,9 @@ class KernelJoint:
 
     def time_s(self) -> float:
         return self.kernel.time   # the kernel steps all its actuators together
+
+    def sync(self) -> None:
+        """Commands take effect at once here (parameters and latches); goal/enable at the next step."""
 
     def step(self, n: int = 1, external_torque: float = 0.0) -> None:
         """Advance the kernel n steps with this joint's goal and enable (other actuators: u = 0)."""

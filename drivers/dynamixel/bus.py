@@ -91,7 +91,10 @@ class DynamixelBus:
         return self._finish(out, bps)
 
     def _reindex(self) -> None:
-        self._ids = {s.id: i for i, s in reversed(list(enumerate(self.servos)))}
+        ids: dict[int, list[int]] = {}
+        for i, s in enumerate(self.servos):
+            ids.setdefault(s.id, []).append(i)   # the same ID may sit at two baud rates
+        self._ids = ids
         addressed: dict[int, list[int]] = {}
         for i, s in enumerate(self.servos):
             addressed.setdefault(s.id, []).insert(0, i)
@@ -253,13 +256,10 @@ class DynamixelBus:
     # ------------------------------------------------------------------ helpers
     def _primary(self, candidates: list[int], sid: int) -> int | None:
         """The servo whose (primary) ID is `sid`, if it is among `candidates`."""
-        i = self._ids.get(sid)
-        if i is None or (candidates is not self._all and i not in candidates):
-            return None
-        return i
-
-    def _secondary(self, i: int, sid: int) -> bool:
-        return self.servos[i].secondary_id == sid
+        for i in self._ids.get(sid, ()):
+            if candidates is self._all or i in candidates:
+                return i
+        return None
 
     @staticmethod
     def _due(servo: DynamixelServo, instruction: int) -> bool:

@@ -813,7 +813,10 @@ class ControlTable:
         time_based = tb_hi is not None and data[self._a_drive] & 0x04
         if time_based:
             hi = tb_hi
-        if v < lo or v > hi:
+        limited = limit is not None and not time_based and (modes is None or data[self._a_mode] in modes)
+        if (v < lo or v > hi) and not limited:
+            # an item bounded by a limit item has that limit as its range: beyond it is a Data Limit
+            # Error whatever the limit item's own maximum (notes §3.2 "±PWM Limit", §4.2)
             raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v} outside {lo}..{hi}")
         if choices is not None and v not in choices:
             raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v} is not one of {sorted(choices)}")
@@ -821,7 +824,7 @@ class ControlTable:
             raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v:#x} sets bits outside {mask:#x}")
         if guarded and data[self._a_watchdog] == 0xFF:
             raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name}: the Bus Watchdog has tripped (reads -1)")
-        if limit is None or time_based or (modes is not None and data[self._a_mode] not in modes):
+        if not limited:
             return None
         ua, ue, us, la, le, ls = limit
         top = int.from_bytes(data[ua:ue], "little", signed=us)

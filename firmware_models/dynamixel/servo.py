@@ -36,6 +36,8 @@ HW_OVERLOAD = 0x20
 _KERNEL_TO_HW = {FAULT_BITS["overheat"]: HW_OVERHEATING, FAULT_BITS["overload"]: HW_OVERLOAD,
                  FAULT_BITS["encoder_stuck"]: HW_MOTOR_ENCODER, FAULT_BITS["open_circuit"]: HW_ELECTRICAL_SHOCK}
 
+_LATCHED = FAULT_BITS["overheat"] | FAULT_BITS["overload"]
+
 POSITION_MODES = (3, 4, 5)
 GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Goal Position")
 CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
@@ -87,6 +89,7 @@ class DynamixelServo:
         self._present = _present_layout(spec)
         self._refresh_plan: dict[tuple[int, int], list] = {}
         self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
+        self._a_watchdog = spec.item("Bus Watchdog").address
         self._indirect_lo = min(b.data for b in spec.indirect) if spec.indirect else 1 << 30
         self._cache()
         self._sense()
@@ -202,7 +205,9 @@ class DynamixelServo:
     def note_instruction(self, now_s: float | None = None) -> None:
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
         the Bus Watchdog restarts (notes §4.5)."""
-        self._last_instruction_s = self.joint.time_s() if now_s is None else now_s
+        now = self.joint.time_s() if now_s is None else now_s
+        self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
+        self._last_instruction_s = now
 
     # ------------------------------------------------------------------ power-up / reboot
     def _power_up(self, reboot: bool = False) -> None:
@@ -217,6 +222,7 @@ class DynamixelServo:
             self.table.data[64:] = self._backup[64:len(self.table.data)]
             self._cache()
         self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
+        self.joint.sync()   # the released latches must be what housekeeping reads next
         self._single_turn()
         self.refresh()
         self._set_goal_from_present()
@@ -391,7 +397,8 @@ class DynamixelServo:
         return round(self._vin * 10)
 
     def _r_present_temperature(self, st: dict) -> int:
-        temp = st["temperature"]
+        # the kernel computes `temperature` in each step; before the first, it is ambient + rise
+        temp = st["temperature"] if st["k"] > 0 else self._ambient + st["temp_rise"]
         return round(temp if temp == temp else self._ambient)
 
     def _r_moving(self, st: dict) -> int:
@@ -428,8 +435,11 @@ class DynamixelServo:
     def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
         t = self.table
         hw = 0
+        # latched kernel faults from the latch itself (a reboot's clear is seen as soon as it is applied),
+        # live conditions (encoder stuck, open circuit) from the flags of the last step
+        flags = st["latched"] | (st["fault_flags"] & ~_LATCHED)
         for bit, hw_bit in _KERNEL_TO_HW.items():
-            if st["fault_flags"] & bit:
+            if flags & bit:
                 hw |= hw_bit
         if not t.get("Min Voltage Limit") <= round(vin * 10) <= t.get("Max Voltage Limit"):
             hw |= HW_INPUT_VOLTAGE
@@ -441,8 +451,13 @@ class DynamixelServo:
             self.joint.command(enable=False)
         if self._hw_shutdown() and t.get("Torque Enable"):
             t.set("Torque Enable", 0)
-        wd = t.get("Bus Watchdog")
-        if wd > 0 and t.get("Torque Enable") and now - self._last_instruction_s > wd * BUS_WATCHDOG_UNIT_S:
+        self._check_watchdog(now)
+
+    def _check_watchdog(self, now: float) -> None:
+        """Bus Watchdog: torque on and no instruction for value × 20 ms of simulation time (notes §4.5)."""
+        data = self.table.data
+        wd = data[self._a_watchdog]
+        if 0 < wd < 128 and data[64] and now - self._last_instruction_s > wd * BUS_WATCHDOG_UNIT_S:
             self._trip_watchdog()
 
     def _hw_shutdown(self) -> bool:

@@ -422,3 +422,9 @@ class LiveJoint:
 
     def time_s(self) -> float:
         return self.live.loop.tick * self.live.period_s
+
+    def sync(self, timeout_s: float = 0.1) -> None:
+        # the loop applies queued commands at its next tick (≤ one period) or, idle in lock-step, within µs
+        deadline = time.monotonic() + timeout_s
+        while self.live.loop.commands_pending() and time.monotonic() < deadline and self.live.running:
+            time.sleep(2e-5)

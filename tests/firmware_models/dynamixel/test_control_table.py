@@ -276,9 +276,12 @@ def test_range_errors():
     t = fresh("xm430_w350")
     for addr, raw in [(11, b"\x02"), (11, b"\x11"), (8, b"\x08"), (10, b"\x02"), (31, b"\x65"), (64, b"\x02"),
                       (98, b"\x80"), (98, b"\xff"), (13, b"\x03"), (60, b"\x04"), (32, u(94, 2)), (7, b"\xfd"),
-                      (84, u(16384, 2)), (100, u(886, 2)), (116, u(1_048_576, 4)), (168, u(63, 2)),
-                      (168, u(662, 2))]:
+                      (84, u(16384, 2)), (168, u(63, 2)), (168, u(662, 2))]:
         assert error_of(t.write, addr, raw) == RANGE, (addr, raw)
+    # an item bounded by a limit item has that limit as its range: beyond it is a Limit error, even past
+    # the limit item's own maximum (notes §3.2 "±PWM Limit", §4.2)
+    for addr, raw in [(100, u(886, 2)), (102, u(1194, 2)), (104, u(1024, 4)), (116, u(1_048_576, 4))]:
+        assert error_of(t.write, addr, raw) == LIMIT, (addr, raw)
     assert t.write(10, b"\x0d") == ["Drive Mode"]  # bits 0, 2, 3 are valid on X430
     assert fresh("mx106").write(10, b"\x02") == ["Drive Mode"]  # dual joint: MX-106 only
     assert error_of(fresh("mx64").write, 10, b"\x02") == RANGE
@@ -333,10 +336,10 @@ def test_time_based_profile_range():
 def test_error_precedence_access_length_range_limit():
     t = fresh("xm430_w350")
     t.write(36, u(100, 2))  # PWM Limit 100
-    # Limit (Goal PWM 200) + Range (Goal Current 5000) -> Range, whichever comes first
-    assert error_of(t.write, 100, u(200, 2) + u(5000, 2)) == RANGE
+    # Limit (Goal PWM 200) + Range (Profile Acceleration 40000) -> Range, whichever comes first
+    assert error_of(t.write, 100, u(200, 2) + u(0, 2) + u(0, 4) + u(40000, 4)) == RANGE
     t.write(38, u(10, 2))
-    assert error_of(t.write, 100, u(886, 2) + u(11, 2)) == RANGE
+    assert error_of(t.write, 100, u(886, 2) + u(11, 2)) == LIMIT
     assert error_of(t.write, 100, u(200, 2) + u(0, 2)) == LIMIT
     # Range (Goal Current 5000) + Length (half of Profile Acceleration) -> Length
     assert error_of(t.write, 102, u(5000, 2) + u(0, 4) + u(0, 2)) == LENGTH
@@ -401,7 +404,7 @@ def test_indirect_mixed_packet_and_scattered_slots():
     assert t.write(224, b"\x01" + u(300, 2)[::-1] + b"\x01") == ["Torque Enable", "LED", "Goal PWM"]
     assert (t.get("LED"), t.get("Goal PWM"), t.get("Torque Enable")) == (1, 300, 1)
     before = bytes(t.data)
-    assert error_of(t.write, 224, b"\x00" + u(900, 2)[::-1] + b"\x00") == RANGE  # atomic
+    assert error_of(t.write, 224, b"\x00" + u(900, 2)[::-1] + b"\x00") == LIMIT  # atomic
     assert bytes(t.data) == before
     # a slot pointing at a gap: reads 0, writes are Access errors
     t.write(168, u(66, 2))
