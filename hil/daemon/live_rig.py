@@ -426,5 +426,7 @@ class LiveJoint:
     def sync(self, timeout_s: float = 0.1) -> None:
         # the loop applies queued commands at its next tick (≤ one period) or, idle in lock-step, within µs
         deadline = time.monotonic() + timeout_s
+        with self.live._push_lock:
+            self.live.loop.commit()   # inside a batch (a bus packet) the commands are only staged so far
         while self.live.loop.commands_pending() and time.monotonic() < deadline and self.live.running:
             time.sleep(2e-5)

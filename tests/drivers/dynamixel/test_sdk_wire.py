@@ -1,0 +1,159 @@
+"""The wire as the SDK sees it, on a paced (fast = false) free-running rig: Return Delay Time and byte times at
+the baud rate the SDK set, baud mismatches, and the bus faults injected over the ZeroMQ command socket.
+
+Timing figures (notes/dynamixel.md §1.5, §6.3): a 4-byte Read is 14 instruction bytes and 15 status bytes,
+10 bit times each (8N1); the servo answers Return Delay Time × 2 µs (default 250 = 500 µs) after the
+instruction's last byte. A pty delivers instantly, so every microsecond beyond the SDK's own overhead must
+come from the emulator's pacing: the round trip may never be shorter than the wire.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import dynamixel_sdk as sdk
+import pytest
+
+from .conftest import IDS, JOINT, MODEL, A, Dxl, steal_ticks, write_dxl_rig
+
+OK = sdk.COMM_SUCCESS
+TIMEOUT = sdk.COMM_RX_TIMEOUT
+
+
+@pytest.fixture(scope="module")
+def daemon(module_launcher):
+    return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-wire", fast=False, lockstep=False))
+
+
+@pytest.fixture(scope="module")
+def dxl(daemon):
+    d = Dxl(daemon.rig.port)
+    yield d
+    d.close()
+
+
+@pytest.fixture(autouse=True)
+def clean(daemon, dxl):
+    yield
+    assert daemon.alive, daemon.stderr()
+    for j in JOINT.values():
+        for fault in ("drop", "corrupt", "delay", "wrong_baud"):
+            daemon.ok("clear_fault", actuator=j, fault=fault)
+    dxl.set_baud(1_000_000)
+    for i in IDS:
+        assert dxl.ping(i)[:2] == (MODEL[i], OK), f"ID {i} does not answer at 1 Mbps after the test"
+        assert dxl.read(i, A.RETURN_DELAY) == 250
+
+
+def round_trips(dxl, dxl_id: int, n: int) -> list[float]:
+    """Wall time [s] of n read4ByteTxRx (Present Position) exchanges, each checked."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        _, comm, err = dxl.ph.read4ByteTxRx(dxl.port, dxl_id, A.PRESENT_POSITION[0])
+        out.append(time.perf_counter() - t)
+        assert (comm, err) == (OK, 0), dxl.ph.getTxRxResult(comm)
+    return out
+
+
+def wire_s(baud: int, rdt_units: int = 250) -> float:
+    return (14 + 15) * 10 / baud + rdt_units * 2e-6
+
+
+# ------------------------------------------------------------------------------------------------ 13. timing
+def test_read_round_trip_respects_the_wire(dxl):
+    steal0, t0 = steal_ticks(), time.monotonic()
+    rtt = {}
+    rtt[250] = statistics.median(round_trips(dxl, 3, 200))
+    dxl.write(3, A.RETURN_DELAY, 0)
+    try:
+        rtt[0] = statistics.median(round_trips(dxl, 3, 200))
+    finally:
+        dxl.write(3, A.RETURN_DELAY, 250)
+    steal_s = (steal_ticks() - steal0) / 100.0     # USER_HZ = 100
+    print(f"\nmedian read4ByteTxRx at 1 Mbps: RDT 250 -> {rtt[250] * 1e6:.0f} µs (wire bound "
+          f"{wire_s(1_000_000) * 1e6:.0f} µs); RDT 0 -> {rtt[0] * 1e6:.0f} µs (bound {wire_s(1_000_000, 0) * 1e6:.0f} "
+          f"µs); hypervisor steal {steal_s:.2f} CPU-s over {time.monotonic() - t0:.1f} s")
+    for rdt, median in rtt.items():
+        bound = wire_s(1_000_000, rdt)
+        assert median >= 0.99 * bound, f"RDT {rdt}: {median * 1e6:.0f} µs is faster than the wire ({bound * 1e6:.0f})"
+        assert median < bound + 1e-3, f"RDT {rdt}: {median * 1e6:.0f} µs, more than 1 ms over the wire"
+    assert 0.35e-3 <= rtt[250] - rtt[0] <= 0.65e-3, "Return Delay Time 250 adds 500 µs"
+
+
+def test_sdk_baud_must_match_the_servos(dxl):
+    dxl.set_baud(57_600)
+    for i in IDS:
+        assert dxl.ping(i)[1] == TIMEOUT, f"ID {i} answered at 57600 bps while set to 1 Mbps"
+    dxl.set_baud(1_000_000)
+    assert dxl.ping(1)[:2] == (MODEL[1], OK)
+
+
+def test_servo_baud_rate_register(dxl):
+    """Baud Rate (8) = 1 (57600 bps) on every servo: they answer only at 57600, paced at 57600."""
+    try:
+        for i in IDS:
+            dxl.try_write(i, A.BAUD_RATE, 1)           # which baud the status of this write uses is undocumented
+        for i in IDS:
+            assert dxl.ping(i)[1] == TIMEOUT
+        dxl.set_baud(57_600)
+        for i in IDS:
+            assert dxl.ping(i)[:2] == (MODEL[i], OK)
+            assert dxl.read(i, A.BAUD_RATE) == 1
+        median = statistics.median(round_trips(dxl, 2, 15))
+        print(f"\nmedian read4ByteTxRx at 57600 bps: {median * 1e3:.2f} ms (wire bound {wire_s(57_600) * 1e3:.2f} ms)")
+        assert wire_s(57_600) * 0.99 <= median < wire_s(57_600) + 1e-3
+    finally:
+        dxl.set_baud(57_600)
+        for i in IDS:
+            dxl.try_write(i, A.BAUD_RATE, 3)
+        dxl.set_baud(1_000_000)
+    for i in IDS:
+        assert dxl.ping(i)[:2] == (MODEL[i], OK)
+
+
+# ------------------------------------------------------------------------------------------------ 12. bus faults
+def test_wrong_baud_fault_silences_one_servo(daemon, dxl):
+    daemon.ok("inject_fault", actuator="xm430", fault="wrong_baud", args={})
+    assert "wrong_baud" in daemon.ok("state", actuator="xm430")["state"]["xm430"]["faults"]
+    assert dxl.ping(3)[1] == TIMEOUT
+    assert dxl.try_read(3, A.PRESENT_POSITION)[1] == TIMEOUT
+    for i in (1, 2, 4):
+        assert dxl.ping(i)[:2] == (MODEL[i], OK)
+    sr = sdk.GroupSyncRead(dxl.port, dxl.ph, *A.PRESENT_POSITION)
+    for i in IDS:
+        sr.addParam(i)
+    assert sr.txRxPacket() == TIMEOUT, "a sync read over a silent servo fails (§2.2)"
+    daemon.ok("clear_fault", actuator="xm430", fault="wrong_baud")
+    assert dxl.ping(3)[:2] == (MODEL[3], OK)
+    assert sr.txRxPacket() == OK
+
+
+def test_corrupt_fault(daemon, dxl):
+    daemon.ok("inject_fault", actuator="mx106", fault="corrupt", args={"probability": 1.0})
+    results = [dxl.try_read(2, A.PRESENT_POSITION)[1] for _ in range(12)]
+    assert OK not in results, results
+    assert set(results) <= {sdk.COMM_RX_CORRUPT, TIMEOUT}, results
+    assert sdk.COMM_RX_CORRUPT in results, "a flipped byte mostly lands in the body: Incorrect status packet"
+    assert dxl.ping(1)[:2] == (MODEL[1], OK), "the other servos answer cleanly"
+    daemon.ok("clear_fault", actuator="mx106", fault="corrupt")
+    assert dxl.try_read(2, A.PRESENT_POSITION)[1:] == (OK, 0)
+
+
+def test_drop_fault(daemon, dxl):
+    daemon.ok("inject_fault", actuator="xl330", fault="drop", args={"probability": 1.0})
+    assert dxl.ping(4)[1] == TIMEOUT
+    daemon.ok("clear_fault", actuator="xl330", fault="drop")
+    assert dxl.ping(4)[:2] == (MODEL[4], OK)
+
+
+def test_delay_fault_adds_its_time(daemon, dxl):
+    base = statistics.median(round_trips(dxl, 1, 15))
+    daemon.ok("inject_fault", actuator="mx64", fault="delay", args={"seconds": 0.01})
+    delayed = statistics.median(round_trips(dxl, 1, 15))
+    other = statistics.median(round_trips(dxl, 2, 15))
+    print(f"\nmedian read: {base * 1e3:.2f} ms, with a 10 ms delay fault {delayed * 1e3:.2f} ms")
+    assert delayed - base >= 0.0099
+    assert delayed - base < 0.013
+    assert other < base + 1e-3, "only the faulted servo is late"
