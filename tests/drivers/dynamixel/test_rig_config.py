@@ -1,0 +1,71 @@
+"""A bad bus section of a rig stops `servo-hil run` with one line naming the key, exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hil.daemon.rig import load_rig
+from hil.params import ConfigError
+from tests.hil.daemon import free_port
+
+_BIN = Path(sys.executable).parent / "servo-hil"
+SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+
+
+def rig_text(bus: str = "", actuator: str = "bus = \"dxl\"\nid = 1\n", catalog: str = "xm430_w350") -> str:
+    return f"""name = "cfg"
+[zmq]
+pub = "tcp://127.0.0.1:{free_port()}"
+command = "tcp://127.0.0.1:{free_port()}"
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+{bus}
+[[actuators]]
+joint = "j1"
+catalog = "{catalog}"
+load = {{ mass = 0.1, length = 0.1 }}
+{actuator}"""
+
+
+@pytest.mark.parametrize("bus, actuator, catalog, message", [
+    ("", 'bus = "other"\nid = 1\n', "xm430_w350", "bus 'other' is not among buses (dxl)"),
+    ("", 'bus = "dxl"\n', "xm430_w350", "an actuator on a bus needs id"),
+    ("", 'id = 3\n', "xm430_w350", "id / registers need bus"),
+    ("", 'bus = "dxl"\nid = 253\n', "xm430_w350", "actuators.0.id"),
+    ('port = "/tmp/a"\ndevice = "/dev/ttyUSB0"', 'bus = "dxl"\nid = 1\n', "xm430_w350", "not both"),
+    ("protocl = 1", 'bus = "dxl"\nid = 1\n', "xm430_w350", "buses.0.protocl"),
+])
+def test_rig_errors_name_the_key(tmp_path, bus, actuator, catalog, message):
+    path = tmp_path / "rig.toml"
+    path.write_text(rig_text(bus, actuator, catalog))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_rig(path)
+
+
+@pytest.mark.parametrize("bus, actuator, catalog, extra, message", [
+    ("baud = 1234", 'bus = "dxl"\nid = 1\n', "xm430_w350", [], "baud 1234 is not a xm430_w350 Baud Rate"),
+    ("", 'bus = "dxl"\nid = 1\nregisters = { "Retrun Delay Time" = 0 }\n', "xm430_w350", [],
+     "registers: xm430_w350 has no item 'Retrun Delay Time'"),
+    ("", 'bus = "dxl"\nid = 1\nregisters = { "Return Delay Time" = 300 }\n', "xm430_w350", [],
+     "registers.Return Delay Time: 300 is outside 0..254"),
+    ("", 'bus = "dxl"\nid = 1\n', "erob80_100", [], "a Dynamixel bus needs catalog = one of"),
+    ("", 'bus = "dxl"\nid = 1\n', "xm430_w350", ["--port", "nobus=/tmp/x"], "no bus named 'nobus'"),
+])
+def test_run_stops_with_one_line(tmp_path, bus, actuator, catalog, extra, message):
+    path = tmp_path / "rig.toml"
+    path.write_text(rig_text(bus, actuator, catalog))
+    port = tmp_path / "tty"
+    proc = subprocess.run([*SERVO_HIL, "run", str(path), "--port", f"dxl={port}", *extra],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("servo-hil: error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not port.exists(), "a refused rig leaves no port behind"
