@@ -19,6 +19,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from firmware_models.dynamixel.control_table import ErrorCode  # the servo and the wire share the error numbers
+
 __all__ = [
     "ALERT",
     "BROADCAST_ID",
@@ -81,19 +83,6 @@ class Instruction(enum.IntEnum):
     BULK_READ = 0x92
     BULK_WRITE = 0x93
     FAST_BULK_READ = 0x9A
-
-
-class ErrorCode(enum.IntEnum):
-    """Error number in bits 6..0 of a status packet's error byte; a single value, not a bitmask (notes §1.4)."""
-
-    NONE = 0
-    RESULT_FAIL = 1
-    INSTRUCTION = 2
-    CRC = 3
-    DATA_RANGE = 4
-    DATA_LENGTH = 5
-    DATA_LIMIT = 6
-    ACCESS = 7
 
 
 class ProtocolError(ValueError):

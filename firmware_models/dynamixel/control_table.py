@@ -77,8 +77,10 @@ class Access(enum.StrEnum):
 
 
 class ErrorCode(enum.IntEnum):
-    """Protocol 2.0 status-packet error numbers (low 7 bits of the Error byte; notes §1.4)."""
+    """Protocol 2.0 status-packet error numbers (low 7 bits of the Error byte, a single value, not a
+    bitmask; notes §1.4). The bus codec uses the same enum."""
 
+    NONE = 0
     RESULT_FAIL = 1
     INSTRUCTION = 2
     CRC = 3

@@ -407,3 +407,11 @@ def read_raw(port, n: int, timeout_s: float = 0.1) -> bytes:
         else:
             time.sleep(1e-4)
     return bytes(out)
+
+
+@pytest.fixture(scope="module")
+def dxl(daemon):
+    """dynamixel-sdk on the bus of the test module's `daemon` fixture (one port per module)."""
+    d = Dxl(daemon.rig.port)
+    yield d
+    d.close()

@@ -28,7 +28,6 @@ from .conftest import (
     MX_IDS,
     X_IDS,
     A,
-    Dxl,
     crc16,
     describe,
     firmware_version,
@@ -44,13 +43,6 @@ TIMEOUT = sdk.COMM_RX_TIMEOUT
 @pytest.fixture(scope="module")
 def daemon(module_launcher):
     return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-bus", fast=True, lockstep=True))
-
-
-@pytest.fixture(scope="module")
-def dxl(daemon):
-    d = Dxl(daemon.rig.port)
-    yield d
-    d.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from .conftest import (
     JOINT,
     MODEL,
     A,
-    Dxl,
     describe,
     write_dxl_rig,
 )
@@ -35,13 +34,6 @@ SHUTDOWN_DEFAULT = {1: 0x34, 2: 0x34, 3: 0x34, 4: 0x35}
 @pytest.fixture(scope="module")
 def daemon(module_launcher):
     return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-firmware", fast=True, lockstep=True))
-
-
-@pytest.fixture(scope="module")
-def dxl(daemon):
-    d = Dxl(daemon.rig.port)
-    yield d
-    d.close()
 
 
 @pytest.fixture(autouse=True)

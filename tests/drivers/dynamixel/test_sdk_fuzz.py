@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import IDS, MODEL, Dxl, crc16, write_dxl_rig
+from .conftest import IDS, MODEL, crc16, write_dxl_rig
 
 HEADER = bytes([0xFF, 0xFF, 0xFD, 0x00])
 
@@ -66,13 +66,6 @@ garbage = st.lists(st.one_of(st.binary(min_size=1, max_size=64), mutated()), min
 @pytest.fixture(scope="module")
 def daemon(module_launcher):
     return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-fuzz", fast=True, lockstep=False))
-
-
-@pytest.fixture(scope="module")
-def dxl(daemon):
-    d = Dxl(daemon.rig.port)
-    yield d
-    d.close()
 
 
 def drain(port, quiet_s: float = 0.005, limit_s: float = 0.5) -> None:

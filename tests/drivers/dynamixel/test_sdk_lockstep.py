@@ -16,7 +16,7 @@ from firmware_models.dynamixel.servo import DynamixelServo
 from hil.daemon.rig import load_rig
 from hil.joint import KernelJoint
 
-from .conftest import CATALOG, IDS, JOINT, A, Dxl, write_dxl_rig
+from .conftest import CATALOG, IDS, JOINT, A, write_dxl_rig
 
 RATE_HZ = 1000.0
 
@@ -25,13 +25,6 @@ RATE_HZ = 1000.0
 def daemon(module_launcher):
     return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-lockstep", fast=True, lockstep=True,
                                                rate_hz=RATE_HZ))
-
-
-@pytest.fixture(scope="module")
-def dxl(daemon):
-    d = Dxl(daemon.rig.port)
-    yield d
-    d.close()
 
 
 @pytest.fixture(autouse=True)

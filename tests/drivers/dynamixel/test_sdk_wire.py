@@ -15,7 +15,7 @@ import time
 import dynamixel_sdk as sdk
 import pytest
 
-from .conftest import IDS, JOINT, MODEL, A, Dxl, steal_ticks, write_dxl_rig
+from .conftest import IDS, JOINT, MODEL, A, steal_ticks, write_dxl_rig
 
 OK = sdk.COMM_SUCCESS
 TIMEOUT = sdk.COMM_RX_TIMEOUT
@@ -24,13 +24,6 @@ TIMEOUT = sdk.COMM_RX_TIMEOUT
 @pytest.fixture(scope="module")
 def daemon(module_launcher):
     return module_launcher.start(write_dxl_rig(module_launcher.dir, "sdk-wire", fast=False, lockstep=False))
-
-
-@pytest.fixture(scope="module")
-def dxl(daemon):
-    d = Dxl(daemon.rig.port)
-    yield d
-    d.close()
 
 
 @pytest.fixture(autouse=True)
