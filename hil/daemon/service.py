@@ -59,10 +59,9 @@ class Daemon:
         if mode != "SCHED_FIFO" and rig.loop.fifo_priority > 0:
             log.warning("SCHED_FIFO priority %d refused; loop runs as %s (give the process CAP_SYS_NICE / "
                         "rtprio to get FIFO)", rig.loop.fifo_priority, mode)
-        if rig.buses:
-            # A bus thread must get the GIL within tens of µs of a packet, not after the default 5 ms
-            # a busy thread (the state publisher) may keep it.
-            sys.setswitchinterval(5e-5)
+        # The state publisher (woken by the loop each tick) and the bus threads (woken by a packet) must
+        # get the GIL within tens of µs, not after the default 5 ms a busy thread (MQTT, broker) may keep it.
+        sys.setswitchinterval(5e-5)
         for cfg in rig.buses:
             bus = open_bus(cfg, self.live, self.ports.get(cfg.name))
             self.buses.append(bus)
