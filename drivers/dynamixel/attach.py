@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.mirror import MirrorServer
 from drivers.dynamixel.server import BusServer
 from drivers.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import load_model, model_names
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from hil.daemon.rig import BusConfig
 
 
-def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer:
+def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
     from hil.daemon.live_rig import LiveJoint
 
@@ -48,6 +49,8 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
     bus = DynamixelBus(servos, faults)
     path = port or cfg.port
+    if cfg.real:
+        return _mirror(cfg, live, bus, PtyPort(path))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
     server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     lock = server.lock
@@ -58,4 +61,30 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
                 s.reboot()
 
     live.reset_hooks.append(power_cycle)
+    return server
+
+
+def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:
+    """The bus as a proxy mirror: the controller's packets go to the real bus at cfg.real, and drive `twin`."""
+    recorder = None
+    if cfg.record:
+        from hil.recorder import SideBySideRecorder
+
+        recorder = SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}",
+                                      metadata={"rig": live.rig.name, "bus": cfg.name, "real": cfg.real})
+    joints = {a.id: a.joint for a in live.rig.actuators if a.bus == cfg.name}
+    try:
+        real = SerialDevicePort(cfg.real, cfg.baud)
+    except OSError as exc:
+        controller.close()
+        raise ConfigError(f"buses ({cfg.name}): real = {cfg.real!r}: {exc}") from None
+    server = MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)
+    if recorder is not None:
+        stop = server.stop
+
+        def stop_and_close(timeout: float = 1.0) -> None:
+            stop(timeout)
+            recorder.close()
+
+        server.stop = stop_and_close
     return server

@@ -371,6 +371,35 @@ class DynamixelServo:
             v = min(max(compute(st), lo), -lo - 1)   # saturate rather than wrap
             data[a:a + n] = (v & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
 
+    def decode_state(self, address: int, data: bytes) -> dict:
+        """The joint state in SI that register bytes `data` read at `address` carry (e.g. a real servo's
+        reply seen by the mirror): position [rad], velocity [rad/s], current [A], goal [rad],
+        temperature [°C], voltage [V], enable — each only if its item lies within the bytes."""
+        end = address + len(data)
+        out: dict = {}
+
+        def item(name: str) -> int | None:
+            if not self._has(name):
+                return None
+            it = self.spec.item(name)
+            if it.address < address or it.address + it.size > end:
+                return None
+            raw = data[it.address - address:it.address - address + it.size]
+            return int.from_bytes(raw, "little", signed=it.signed)
+
+        for key, name, convert in (
+                ("position", "Present Position", self._position_si),
+                ("velocity", "Present Velocity", lambda v: self._s * v * VELOCITY_UNIT),
+                ("current", "Present Current", lambda v: self._s * v * self._current_a),
+                ("goal", "Goal Position", self._position_si),
+                ("temperature", "Present Temperature", float),
+                ("voltage", "Present Input Voltage", lambda v: v / 10.0),
+                ("enable", "Torque Enable", bool)):
+            v = item(name)
+            if v is not None:
+                out[key] = convert(v)
+        return out
+
     # one function per Present item (register units), from the kernel state `st`
     def _r_realtime_tick(self, st: dict) -> int:
         return int(self.joint.time_s() * 1000.0) % 32768

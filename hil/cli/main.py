@@ -99,6 +99,11 @@ def run(
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
     and the rig's servo buses (each prints the port a controller opens)."""
+    _serve(rig, mqtt, port or [], log_level)
+
+
+def _serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
+           record: str | None = None) -> None:
     import logging
 
     import zmq
@@ -109,11 +114,28 @@ def run(
                         format="%(asctime)s servo-hil %(levelname)s %(message)s")
     logging.getLogger("amqtt").setLevel(logging.WARNING)
     logging.getLogger("transitions").setLevel(logging.WARNING)
-    daemon = Daemon(rig, mqtt=mqtt, ports=port or [])
+    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record)
     try:
         daemon.run_until_signal()
     except zmq.ZMQError as exc:
         raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None
+
+
+@app.command()
+@one_line_errors
+def mirror(
+    rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
+    real: Annotated[list[str], typer.Option(
+        "--real", help="the real bus (serial device): DEVICE for a rig with one bus, or BUS=DEVICE")],
+    port: Annotated[list[str] | None, typer.Option(
+        "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,
+    record: Annotated[str | None, typer.Option(help="folder for side-by-side MCAP logs (/real, /sim, /bus)")] = None,
+    mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Proxy mirror: forward an unchanged controller's packets to the real servos and their replies back,
+    byte for byte, while the same writes drive a simulated twin of each servo (logged side by side)."""
+    _serve(rig, mqtt, port or [], log_level, real=real, record=record)
 
 
 @app.command()

@@ -48,6 +48,9 @@ class BusConfig(Strict):
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
     fast: bool = Field(False, description="answer at once: no return delay, no wire-time pacing (CI throughput)")
+    real: str | None = Field(None, description="mirror: the real bus (serial device) the controller's packets "
+                                               "are forwarded to; the rig's servos become their simulated twins")
+    record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -55,6 +58,8 @@ class BusConfig(Strict):
     def _one_port(self) -> BusConfig:
         if self.port and self.device:
             raise ValueError("give port (a pty) or device (a serial device), not both")
+        if self.record and not self.real:
+            raise ValueError("record = ... logs a mirror: give real = <the real bus device> too")
         return self
 
 

@@ -25,9 +25,14 @@ log = logging.getLogger("servo-hil")
 class Daemon:
     """Everything `servo-hil run` starts, in start order; `stop()` reverses it."""
 
-    def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = ()):
+    def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
+                 real: list[str] = (), record: str | None = None):
         self.rig, self.specs, kernel = load_rig(rig_path)
-        self.ports = _bus_ports(self.rig, ports)
+        self.ports = _bus_ports(self.rig, ports, "--port")
+        for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
+            k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
+            bus = self.rig.buses[k]
+            self.rig.buses[k] = bus.model_copy(update={"real": device, "record": record or bus.record})
         self.buses: list = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = zmq.Context()
@@ -67,8 +72,8 @@ class Daemon:
             self.buses.append(bus)
             bus.start()
             ids = ", ".join(str(s.id) for s in bus.bus.servos)
-            print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} (IDs {ids}, {cfg.baud} bit/s"
-                  f"{', fast' if cfg.fast else ''})", flush=True)
+            role = f"mirroring {cfg.real}" if cfg.real else f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
+            print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} (IDs {ids}, {role})", flush=True)
         if self.mqtt_enabled:
             self.mqtt = MqttPlane(self.live, rig.mqtt)
             self.mqtt.start()  # connects in the background; run_until_signal reports how it went
@@ -129,18 +134,18 @@ class Daemon:
                 signal.signal(s, h)
 
 
-def _bus_ports(rig: Rig, ports: list[str]) -> dict[str, str]:
-    """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path}."""
+def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
+    """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path} (also --real)."""
     names = [b.name for b in rig.buses]
     out: dict[str, str] = {}
     for arg in ports:
         name, sep, path = arg.partition("=")
         if not sep:
             if len(names) != 1:
-                raise ConfigError(f"--port {arg}: the rig has {len(names)} buses; use --port BUS=PATH "
+                raise ConfigError(f"{option} {arg}: the rig has {len(names)} buses; use {option} BUS=PATH "
                                   f"(buses: {', '.join(names) or 'none'})")
             name, path = names[0], arg
         if name not in names:
-            raise ConfigError(f"--port {arg}: no bus named {name!r} (buses: {', '.join(names) or 'none'})")
+            raise ConfigError(f"{option} {arg}: no bus named {name!r} (buses: {', '.join(names) or 'none'})")
         out[name] = path
     return out
