@@ -1,0 +1,158 @@
+"""Proxy mirror: bytes pass unchanged both ways, the twin executes the controller's instructions.
+
+The "real" bus is a pty whose far end this test plays (byte-exact checks), or a second servo-hil
+daemon (end to end with dynamixel-sdk), as issue 6 asks in place of hardware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import serial
+
+from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.mirror import MirrorServer
+from drivers.dynamixel.protocol import encode_instruction, encode_status
+from drivers.ports import PtyPort, SerialDevicePort
+from firmware_models.dynamixel.control_table import load_model
+from firmware_models.dynamixel.servo import DynamixelServo
+from hil.daemon.zmq_io import request
+from hil.joint import KernelJoint
+from hil.kernel import Kernel
+from hil.params.catalog import entry
+from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.hil.daemon import free_port
+
+_BIN = Path(sys.executable).parent / "servo-hil"
+SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+
+
+def _read_exactly(fd: int, n: int, timeout: float = 2.0) -> bytes:
+    out, end = b"", time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            with contextlib.suppress(BlockingIOError):
+                out += os.read(fd, n - len(out))
+    return out
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    """A mirror whose real bus is a pty this test answers on; its twin is an XM430 (ID 3) on an offline kernel."""
+    kernel = Kernel(1, 1e-3)
+    spec = entry("xm430_w350").actuator()
+    kernel.set_params(0, kernel_params(spec, LoadConfig(mass=0.3, length=0.1), EncoderConfig(), FaultConfig(),
+                                       "euler"))
+    joint = KernelJoint(kernel)
+    twin = DynamixelServo(load_model("xm430_w350"), joint, {"ID": 3, "Baud Rate": 3})
+    real_end = PtyPort(tmp_path / "real")               # we play the real servo on its master side
+    server = MirrorServer(DynamixelBus([twin]), PtyPort(tmp_path / "ctl"),
+                          SerialDevicePort(str(tmp_path / "real"), 1_000_000), {3: "elbow"})
+    server.start()
+    client = serial.Serial(str(tmp_path / "ctl"), 1_000_000, timeout=0)
+    yield client, real_end, twin, joint, server
+    client.close()
+    server.stop()
+    real_end.close()
+
+
+def test_bytes_pass_unchanged_both_ways_and_the_twin_executes(mirror):
+    client, real_end, twin, joint, server = mirror
+    goal = encode_instruction(3, 0x03, (116).to_bytes(2, "little") + (3000).to_bytes(4, "little"))
+    client.write(goal)
+    assert _read_exactly(real_end.fileno(), len(goal)) == goal          # forwarded as sent
+    # whatever the real bus answers reaches the controller as it came, garbage included
+    reply = b"\x00\xfe" + encode_status(3, 0x80) + b"\xff\xff"
+    real_end.write(reply)
+    assert _read_exactly(client.fileno(), len(reply)) == reply
+    # … and the twin executed the write: its register and its kernel goal follow
+    assert twin.table.get("Goal Position") == 3000
+    assert joint.u == pytest.approx((3000 - 2048) * 2 * 3.141592653589793 / 4096)
+    assert server.forwarded == {"to_real": len(goal), "to_controller": len(reply)}
+
+
+def test_the_real_line_follows_the_controllers_baud(mirror, tmp_path):
+    client, real_end, _, _, _ = mirror
+    client.baudrate = 57_600
+    ping = encode_instruction(3, 0x01)
+    client.write(ping)
+    assert _read_exactly(real_end.fileno(), len(ping)) == ping
+    assert real_end.baud() == 57_600
+
+
+def _rig(tmp: Path, name: str, model: str) -> tuple[Path, str]:
+    cmd = f"tcp://127.0.0.1:{free_port()}"
+    text = f"""name = "{name}"
+[zmq]
+pub = "tcp://127.0.0.1:{free_port()}"
+command = "{cmd}"
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+fast = true
+[[actuators]]
+joint = "mx64"
+catalog = "mx64"
+model = "{model}"
+load = {{ mass = 0.5, length = 0.1 }}
+bus = "dxl"
+id = 1
+"""
+    path = tmp / f"{name}.toml"
+    path.write_text(text)
+    return path, cmd
+
+
+def _start(args: list[str], expect: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    assert proc.wait(5) == 0, proc.stderr.read()
+
+
+def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
+    from dynamixel_sdk import GroupSyncRead, PacketHandler, PortHandler
+
+    real_rig, real_cmd = _rig(tmp_path, "real", "m6")        # the "real" servo: bam m6
+    twin_rig, twin_cmd = _rig(tmp_path, "twin", "m1")        # its twin: bam m1
+    real = _start(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    try:
+        mirror = _start(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl")],
+                        "mirroring")
+        try:
+            port = PortHandler(str(tmp_path / "ctl"))
+            assert port.openPort() and port.setBaudRate(1_000_000)
+            ph = PacketHandler(2.0)
+            assert ph.ping(port, 1)[:2] == (311, 0)
+            assert ph.write1ByteTxRx(port, 1, 64, 1) == (0, 0)
+            assert ph.write4ByteTxRx(port, 1, 116, 2048 + 600) == (0, 0)
+            time.sleep(1.5)
+            g = GroupSyncRead(port, ph, 132, 4)
+            g.addParam(1)
+            assert g.txRxPacket() == 0
+            present = g.getData(1, 132, 4)
+            real_state = request(real_cmd, {"cmd": "state"})["state"]["mx64"]
+            twin_state = request(twin_cmd, {"cmd": "state"})["state"]["mx64"]
+            goal = 600 * 2 * 3.141592653589793 / 4096
+            assert real_state["goal"] == pytest.approx(goal) and twin_state["goal"] == pytest.approx(goal)
+            assert abs(present - (2048 + 600)) < 30                          # the real servo got there
+            assert abs(twin_state["position"] - goal) < 0.05                 # and so did its twin
+            port.closePort()
+        finally:
+            _stop(mirror)
+    finally:
+        _stop(real)
