@@ -88,6 +88,40 @@ def replay(
 
 @app.command()
 @one_line_errors
+def report(
+    logs: Annotated[Path, typer.Argument(help="a bam processed log JSON or a side-by-side LOG.mcap, or a folder "
+                                              "of either")],
+    out: Annotated[Path, typer.Option(help="output folder: one PNG per log and joint, report.md, report.json")],
+    actuator: Annotated[str | None, typer.Option(help="JSON logs: catalog actuator to replay them with, "
+                                                      "e.g. xl330_m288")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="JSON logs: bam identified set mN; repeatable")] = None,
+    all_models: Annotated[bool, typer.Option("--all-models", help="JSON logs: every model of the actuator "
+                                                                  "(m1..m6), ranked by mean MAE")] = False,
+    integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
+) -> None:
+    """Sim vs real: plots per log and joint, and MAE / RMSE / max error tables (per friction model for replays)."""
+    from hil.report import report as make_report
+
+    doc = make_report(logs, out, actuator, model or [], all_models, integrator)
+    table = Table(title=f"sim vs real: {logs}")
+    for col in ("log", "joint", "model", "MAE [mrad]", "RMSE [mrad]", "max [mrad]"):
+        table.add_column(col, justify="right" if "mrad" in col else "left")
+    for r in doc["rows"]:
+        table.add_row(r["log"], r["joint"], r["model"] or "sim", f"{1e3 * r['mae_rad']:.2f}",
+                      f"{1e3 * r['rmse_rad']:.2f}", f"{1e3 * r['max_abs_err_rad']:.2f}")
+    console.print(table)
+    if len(doc["model_summary"]) > 1:
+        ranked = Table(title="models by mean MAE over the logs (best first)")
+        for col in ("rank", "model", "mean MAE [mrad]", "best on"):
+            ranked.add_column(col, justify="left" if col == "model" else "right")
+        for s in doc["model_summary"]:
+            ranked.add_row(str(s["rank"]), s["model"], f"{1e3 * s['mean_mae_rad']:.2f}", f"{s['best_on']}/{s['logs']}")
+        console.print(ranked)
+    console.print(f"{len({r['plot'] for r in doc['rows']})} plots, report.md, report.json → {out}")
+
+
+@app.command()
+@one_line_errors
 def run(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML (e.g. config/rigs/default.toml)")],
     mqtt: Annotated[bool | None, typer.Option(
