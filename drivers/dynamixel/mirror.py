@@ -159,7 +159,7 @@ class MirrorServer(threading.Thread):
             real = servo.decode_state(address, data)
             servo.refresh(address, length)
             sim = servo.decode_state(address, bytes(servo.table.data[address:address + length]))
-        if real:
+        if "position" in real:   # a state needs at least the position; other items as the controller read them
             self.record.state("real", joint, t_ns, real)
             self.record.state("sim", joint, t_ns, sim)
 

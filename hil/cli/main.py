@@ -104,7 +104,7 @@ def report(
 
     doc = make_report(logs, out, actuator, model or [], all_models, integrator)
     table = Table(title=f"sim vs real: {logs}")
-    for col in ("log", "joint", "model", "MAE [mrad]", "RMSE [mrad]", "max [mrad]"):
+    for col in ("log", "joint", "model", "MAE (mrad)", "RMSE (mrad)", "max |err| (mrad)"):
         table.add_column(col, justify="right" if "mrad" in col else "left")
     for r in doc["rows"]:
         table.add_row(r["log"], r["joint"], r["model"] or "sim", f"{1e3 * r['mae_rad']:.2f}",
@@ -112,7 +112,7 @@ def report(
     console.print(table)
     if len(doc["model_summary"]) > 1:
         ranked = Table(title="models by mean MAE over the logs (best first)")
-        for col in ("rank", "model", "mean MAE [mrad]", "best on"):
+        for col in ("rank", "model", "mean MAE (mrad)", "best on"):
             ranked.add_column(col, justify="left" if col == "model" else "right")
         for s in doc["model_summary"]:
             ranked.add_row(str(s["rank"]), s["model"], f"{1e3 * s['mean_mae_rad']:.2f}", f"{s['best_on']}/{s['logs']}")

@@ -27,6 +27,7 @@ from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
+from hil.recorder import read_side_by_side
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.hil.daemon import free_port
 
@@ -131,8 +132,8 @@ def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
     twin_rig, twin_cmd = _rig(tmp_path, "twin", "m1")        # its twin: bam m1
     real = _start(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
-        mirror = _start(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl")],
-                        "mirroring")
+        mirror = _start(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
+                         "--record", str(tmp_path / "logs")], "mirroring")
         try:
             port = PortHandler(str(tmp_path / "ctl"))
             assert port.openPort() and port.setBaudRate(1_000_000)
@@ -156,3 +157,12 @@ def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
             _stop(mirror)
     finally:
         _stop(real)
+    # both sides logged at the same instants: the real reply and the twin's registers read with it
+    log = read_side_by_side(tmp_path / "logs")
+    real_log, sim_log = log["/real/mx64/state"], log["/sim/mx64/state"]
+    assert len(real_log) == len(sim_log) >= 1
+    assert [m["log_time_ns"] for m in real_log] == [m["log_time_ns"] for m in sim_log]
+    assert real_log[-1]["position"] == pytest.approx((present - 2048) * 2 * 3.141592653589793 / 4096)
+    assert abs(sim_log[-1]["position"] - twin_state["position"]) < 0.01
+    writes = [m for m in log["/bus/mx64/commands"] if m["address"] == 116]
+    assert writes and writes[-1]["data"] == (2048 + 600).to_bytes(4, "little").hex()
