@@ -173,6 +173,31 @@ def mirror(
 
 
 @app.command()
+@one_line_errors
+def record(
+    port: Annotated[str, typer.Option(help="the servo's serial port (a real adapter, or a servo-hil bus)")],
+    out: Annotated[Path, typer.Option(help="output folder: raw/ and processed/ bam logs")],
+    mass: Annotated[float, typer.Option(help="pendulum mass [kg]")],
+    length: Annotated[float, typer.Option(help="pendulum length [m]")],
+    motor: Annotated[str, typer.Option(help="the motor name bam's tools expect, e.g. xl330, mx64")],
+    servo_id: Annotated[int, typer.Option("--id", help="Dynamixel ID")] = 1,
+    baud: Annotated[int, typer.Option(help="bus baud rate [bit/s]")] = 1_000_000,
+    kp: Annotated[list[int] | None, typer.Option(help="Position P Gain values to sweep (repeatable)")] = None,
+    trajectory: Annotated[list[str] | None, typer.Option(
+        help="sin_sin, lift_and_drop, up_and_down, sin_time_square (repeatable; default: all four)")] = None,
+    arm_mass: Annotated[float, typer.Option(help="uniform arm mass [kg]")] = 0.0,
+) -> None:
+    """Active mirror: drive a Dynamixel servo through bam's excitation trajectories at each gain and
+    record bam's raw and processed JSON logs (for `replay`, `report` and bam's identification)."""
+    from drivers.dynamixel.record import record as run
+    from hil.excitation import TRAJECTORIES
+
+    header = {"mass": mass, "length": length, "arm_mass": arm_mass, "motor": motor}
+    files = run(port, servo_id, baud, trajectory or list(TRAJECTORIES), kp or [400], header, out)
+    print(f"{len(files) // 2} runs → {out}/raw, {out}/processed")
+
+
+@app.command()
 def status(
     command: Annotated[str, typer.Option(help="the daemon's command endpoint")] = "tcp://127.0.0.1:9873",
     check: Annotated[bool, typer.Option("--check", help="exit 0 if the loop runs, 1 if not (health check)")] = False,
