@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape  # "[rad]" in a header is rich markup, not text
 from rich.table import Table
 
 from hil.params.config_file import ConfigError
@@ -79,7 +80,7 @@ def replay(
     table = Table(title=f"{actuator} {model or params}: closed-loop replay")
     table.add_column("log")
     table.add_column("steps", justify="right")
-    table.add_column("MAE [mrad]", justify="right")
+    table.add_column(escape("MAE [mrad]"), justify="right")
     for r in results:
         table.add_row(r.file, str(len(r.t)), f"{1e3 * r.mae:.2f}")
     table.add_row("mean", "", f"{1e3 * doc['mae']:.2f}", style="bold")
@@ -242,7 +243,7 @@ def status(
         t.add_row(k, v)
     console.print(t)
     a = Table()
-    for col in ("actuator", "mode", "enable", "position [rad]", "temperature [°C]", "faults"):
+    for col in map(escape, ("actuator", "mode", "enable", "position [rad]", "temperature [°C]", "faults")):
         a.add_column(col)
     for name, s in st["actuators"].items():
         temp = "-" if s["temperature"] is None else f"{s['temperature']:.1f}"
