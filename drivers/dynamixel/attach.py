@@ -78,13 +78,4 @@ def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPo
     except OSError as exc:
         controller.close()
         raise ConfigError(f"buses ({cfg.name}): real = {cfg.real!r}: {exc}") from None
-    server = MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)
-    if recorder is not None:
-        stop = server.stop
-
-        def stop_and_close(timeout: float = 1.0) -> None:
-            stop(timeout)
-            recorder.close()
-
-        server.stop = stop_and_close
-    return server
+    return MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)

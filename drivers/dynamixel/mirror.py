@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +31,7 @@ from drivers.dynamixel.protocol import (
     decode_sync_read,
     decode_write,
 )
+from drivers.dynamixel.server import BusThread
 from drivers.ports import PtyPort, SerialDevicePort
 
 log = logging.getLogger("servo-hil")
@@ -40,46 +39,21 @@ log = logging.getLogger("servo-hil")
 _WRITES = (Instruction.WRITE, Instruction.REG_WRITE)
 
 
-class MirrorServer(threading.Thread):
+class MirrorServer(BusThread):
     """Forwards between `controller` (our pty) and `real` (the real bus) and drives the `twin` bus."""
 
     def __init__(self, twin: DynamixelBus, controller: PtyPort, real: SerialDevicePort, joints: dict[int, str],
                  record: Any | None = None,
                  batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext, name: str = "mirror"):
-        super().__init__(name=f"servo-hil-mirror-{name}", daemon=True)
-        self.bus = twin
-        self.port = controller
+        super().__init__(twin, controller, name, batch)
         self.real = real
         self.joints = joints            # servo ID → joint name
         self.record = record            # a hil.recorder.SideBySideRecorder, or None
-        self.batch = batch
-        self.lock = threading.Lock()
-        self.error: BaseException | None = None
         self.forwarded = {"to_real": 0, "to_controller": 0}
         self._requests = Parser()                      # the controller's instructions
         self._replies = Parser(accept_status=True)     # the real servos' status packets
         self._pending: dict[int, tuple[int, int]] = {}  # ID → (address, length) of the read it answers
-        self._stop_r, self._stop_w = os.pipe()
-
-    @property
-    def path(self) -> str:
-        return self.port.path
-
-    def stop(self, timeout: float = 1.0) -> None:
-        os.write(self._stop_w, b"x")
-        if self.ident is not None:
-            self.join(timeout)
-        self.port.close()
-        self.real.close()
-        os.close(self._stop_r)
-        os.close(self._stop_w)
-
-    def run(self) -> None:
-        try:
-            self._serve()
-        except BaseException as exc:   # a dead mirror must be visible: the daemon checks `error`
-            self.error = exc
-            log.exception("mirror %s stopped", self.name)
+        self._closing += [real] + ([record] if record is not None else [])
 
     def _serve(self) -> None:
         ctl, real = self.port.fileno(), self.real.fileno()

@@ -25,24 +25,22 @@ from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wir
 log = logging.getLogger("servo-hil")
 
 
-class BusServer(threading.Thread):
-    """The thread that answers for every servo of `bus` on `port`."""
+class BusThread(threading.Thread):
+    """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`.
 
-    def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
-                 housekeeping_s: float = 0.01, name: str = "dynamixel",
+    Subclasses implement `_serve()` (returning once `_stop_r` is readable). A crash is kept in
+    `error` (the daemon checks it) and logged with its traceback."""
+
+    def __init__(self, bus: DynamixelBus, port: PtyPort, name: str,
                  batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         self.bus = bus
         self.port = port
-        self.fast = fast
-        self.housekeeping_s = housekeeping_s
         self.batch = batch      # what one packet changes reaches the simulation at one tick (a Sync Write)
-        self.parser = Parser()
-        self.writer = PacedWriter(port)
         self.lock = threading.Lock()   # the servos are touched by this thread and by rig `reset`
-        self._stop_r, self._stop_w = os.pipe()
         self.error: BaseException | None = None
-        self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
+        self._stop_r, self._stop_w = os.pipe()
+        self._closing: list = [port]   # closed by stop()
 
     @property
     def path(self) -> str:
@@ -52,7 +50,8 @@ class BusServer(threading.Thread):
         os.write(self._stop_w, b"x")
         if self.ident is not None:
             self.join(timeout)
-        self.port.close()
+        for part in self._closing:
+            part.close()
         os.close(self._stop_r)
         os.close(self._stop_w)
 
@@ -62,6 +61,23 @@ class BusServer(threading.Thread):
         except BaseException as exc:  # a dead bus must be visible: the daemon checks `error`
             self.error = exc
             log.exception("bus %s stopped", self.name)
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+
+class BusServer(BusThread):
+    """The thread that answers for every servo of `bus` on `port`."""
+
+    def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
+                 housekeeping_s: float = 0.01, name: str = "dynamixel",
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+        super().__init__(bus, port, name, batch)
+        self.fast = fast
+        self.housekeeping_s = housekeeping_s
+        self.parser = Parser()
+        self.writer = PacedWriter(port)
+        self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
 
     def _serve(self) -> None:
         fd = self.port.fileno()
