@@ -16,7 +16,7 @@ from libc.string cimport memcpy, memset
 from libc.math cimport isnan
 from libc.stdio cimport snprintf
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from posix.unistd cimport write as c_write
+from posix.unistd cimport write as c_write, read as c_read
 from posix.dlfcn cimport dlopen, dlsym, RTLD_NOW
 
 import os
@@ -32,6 +32,7 @@ cdef extern from *:
     #include <pthread.h>
     #include <sched.h>
     #include <sys/prctl.h>
+    #include <poll.h>
     static inline int64_t hil_load(int64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static inline void hil_store(int64_t* p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
     static inline int64_t hil_add(int64_t* p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
@@ -49,6 +50,10 @@ cdef extern from *:
         return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
     }
     static inline int hil_timerslack_1ns(void) { return prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
+    static inline int hil_wait_readable(int fd, int timeout_ms) {
+        struct pollfd p; p.fd = fd; p.events = POLLIN; p.revents = 0;
+        return poll(&p, 1, timeout_ms);
+    }
     """
     int64_t hil_load(int64_t* p) nogil
     void hil_store(int64_t* p, int64_t v) nogil
@@ -56,6 +61,7 @@ cdef extern from *:
     void hil_fence() nogil
     int64_t hil_now_ns() nogil
     void hil_sleep_until(int64_t t_ns) nogil
+    int hil_wait_readable(int fd, int timeout_ms) nogil
     int hil_try_fifo(int prio) nogil
     int hil_timerslack_1ns() nogil
 
@@ -215,6 +221,7 @@ cdef class RealtimeLoop:
     cdef readonly int64_t spin_ns
     cdef readonly bint lockstep
     cdef readonly int notify_fd    # eventfd the loop signals after each publish (the publisher waits on it)
+    cdef readonly int wake_fd      # eventfd the host signals in lock-step mode (commands, steps, stop)
 
     def __cinit__(self, Kernel kernel, double rate_hz, int substeps=1, int publish_every=1,
                   int fifo_priority=50, double spin_us=0.0, bint lockstep=False,
@@ -243,12 +250,15 @@ cdef class RealtimeLoop:
         if not (self.sh and self.cmds and self.samples and self.snap_states and self.snap_inputs):
             raise MemoryError()
         self.notify_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         memcpy(self.snap_states, kernel.states, kernel.n * sizeof(State))
         memcpy(self.snap_inputs, kernel.inputs, kernel.n * sizeof(Input))
 
     def __dealloc__(self):
         if self.notify_fd > 0:
             os.close(self.notify_fd)
+        if self.wake_fd > 0:
+            os.close(self.wake_fd)
         free(self.sh)
         free(self.cmds)
         free(self.samples)
@@ -348,6 +358,7 @@ cdef class RealtimeLoop:
 
     cdef void _run(self) noexcept nogil:
         cdef int64_t next_ns, now, late, b
+        cdef uint64_t drained
         if self.fifo_priority > 0 and hil_try_fifo(self.fifo_priority) == 0:
             self.sh.rt_mode = 1
         elif hil_timerslack_1ns() == 0:
@@ -363,7 +374,10 @@ cdef class RealtimeLoop:
                     self.sh.deadline_ns = hil_now_ns()
                     self._tick()
                 else:
-                    hil_sleep_until(hil_now_ns() + 20000)  # poll the host every 20 µs
+                    # idle until the host commits commands, asks for steps or stops (it writes
+                    # wake_fd after each); the timeout is only a safety net
+                    hil_wait_readable(self.wake_fd, 100)
+                    c_read(self.wake_fd, &drained, 8)
                 continue
             next_ns += self.period_ns
             if self.spin_ns > 0:
@@ -398,6 +412,11 @@ cdef class RealtimeLoop:
 
     def stop(self):
         hil_store(&self.sh.stop, 1)
+        self._wake()
+
+    def _wake(self):
+        if self.lockstep:   # the idle lock-step loop sleeps on wake_fd until the host has news
+            os.eventfd_write(self.wake_fd, 1)
 
     def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None, bint commit=True):
         """Queue one command (callers serialise pushes); False when the ring is full.
@@ -424,13 +443,16 @@ cdef class RealtimeLoop:
         """Publish every staged command to the loop at once (one release store of the ring head)."""
         hil_store(&self.sh.cmd_head, self.sh.cmd_head + self.staged)
         self.staged = 0
+        self._wake()
 
     def commands_pending(self):
         return hil_load(&self.sh.cmd_head) - hil_load(&self.sh.cmd_tail)
 
     def request_steps(self, int64_t n):
         """Lock-step: allow n more ticks; returns the tick count to wait for."""
-        return hil_add(&self.sh.steps_requested, n)
+        cdef int64_t target = hil_add(&self.sh.steps_requested, n)
+        self._wake()
+        return target
 
     def publish_to(self, size_t socket, list topics, list bus_flags, double stamp_offset_s, bint stamp_sim_time,
                    int64_t[::1] known_flags, int64_t max_samples=1 << 16):
