@@ -72,17 +72,10 @@ _COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none"
 def _close_chunk(writer: Writer, stream: IO[bytes]) -> None:
     """Write the chunk in progress (even below chunk_size) and hand the bytes to the OS.
 
-    The crash-loss bound rests on this. mcap ≥ 1.6 has the public `Writer.flush()` (foxglove/mcap
-    #1839); older releases (pyproject allows ≥ 1.2) only have the name-mangled private methods it
-    wraps. tests/hil/test_recorder.py::test_close_chunk_private_fallback breaks if those change.
+    The crash-loss bound rests on this: mcap ≥ 1.6's `Writer.flush()` (foxglove/mcap #1839) closes
+    the open chunk and flushes `stream`; no fsync, the OS page cache survives a process kill.
     """
-    flush = getattr(writer, "flush", None)
-    if flush is not None:
-        flush()
-        return
-    writer._Writer__finalize_chunk()  # type: ignore[attr-defined]
-    writer._Writer__flush()  # type: ignore[attr-defined]
-    stream.flush()  # no fsync: the OS page cache survives a process kill
+    writer.flush()
 
 
 def _json_default(value: Any) -> Any:

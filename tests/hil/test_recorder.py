@@ -13,7 +13,6 @@ import pytest
 from mcap.reader import make_reader
 from mcap.records import Message
 from mcap.stream_reader import StreamReader
-from mcap.writer import Writer
 
 from hil.recorder import STATE_FIELDS, SideBySideRecorder, export_bam_json, read_side_by_side
 from hil.replay import load_log
@@ -181,24 +180,6 @@ def test_idle_chunk_is_flushed_within_flush_s(tmp_path):
     finally:
         rec.close()
     assert len(_mcap_messages(rec.files[0])) == 5
-
-
-def test_close_chunk_private_fallback(tmp_path, monkeypatch):
-    """mcap < 1.6 has no Writer.flush(): the recorder then calls the private methods it wraps.
-
-    Breaks if mcap renames `_Writer__finalize_chunk` or `_Writer__flush`.
-    """
-    monkeypatch.delattr(Writer, "flush")
-    rec = SideBySideRecorder(tmp_path)
-    try:
-        for i in range(3):
-            rec.state("sim", "j1", T0 + i * MS, _state(i, "j1", "sim"))
-        assert read_side_by_side(rec.files[0]) == {}
-        rec.flush()
-        assert [m["log_time_ns"] for m in read_side_by_side(rec.files[0])["/sim/j1/state"]] == [
-            T0, T0 + MS, T0 + 2 * MS]
-    finally:
-        rec.close()
 
 
 _KILLED_RECORDER = """
