@@ -69,15 +69,6 @@ _FILE_NAME = re.compile(r"-(\d{8}T\d{6}Z)-(\d+)\.mcap$")
 _COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 
 
-def _close_chunk(writer: Writer, stream: IO[bytes]) -> None:
-    """Write the chunk in progress (even below chunk_size) and hand the bytes to the OS.
-
-    The crash-loss bound rests on this: mcap ≥ 1.6's `Writer.flush()` (foxglove/mcap #1839) closes
-    the open chunk and flushes `stream`; no fsync, the OS page cache survives a process kill.
-    """
-    writer.flush()
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()  # raw bus bytes, as hex so that plots and grep can read them
@@ -296,7 +287,10 @@ class SideBySideRecorder:
 
     def _flush_locked(self) -> None:
         if self._writer is not None and self._stream is not None and self._chunk_opened is not None:
-            _close_chunk(self._writer, self._stream)
+            # the crash-loss bound rests on this: mcap ≥ 1.6's Writer.flush() (foxglove/mcap #1839) closes
+            # the open chunk even below chunk_size and flushes the file (no fsync: the OS page cache
+            # survives a process kill)
+            self._writer.flush()
         self._chunk_opened = None
 
     def _flush_loop(self) -> None:
