@@ -656,6 +656,7 @@ def test_stop_closes_everything(make_adapter):
     assert not os.path.lexists(path)
     a.send(CanFrame(1, b""))                             # after stop: counted, never raises
     assert a.stats.dropped == 1
+    a.stop()                                             # idempotent
 
 
 def test_python_can_config_from_environment(adapter, monkeypatch):
