@@ -70,15 +70,15 @@ class MirrorServer(BusThread):
                     if b and b != baud:
                         self.real.set_baud(b)    # the real line runs at the speed the controller chose
                         baud = b
-                    self.real.write(data)        # first the wire, unchanged; then the twin
                     self.forwarded["to_real"] += len(data)
+                    self.real.write(data)        # first the wire, unchanged; then the twin
                     for packet in self._requests.feed(data, now):
                         self._to_twin(packet)
             if real in ready:
                 data = self.real.read()
                 if data:
-                    self.port.write(data)
                     self.forwarded["to_controller"] += len(data)
+                    self.port.write(data)
                     for packet in self._replies.feed(data, now):
                         self._from_real(packet)
 
