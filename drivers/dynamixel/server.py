@@ -10,6 +10,7 @@ every `housekeeping_s`.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import os
@@ -25,7 +26,7 @@ from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wir
 log = logging.getLogger("servo-hil")
 
 
-class BusThread(threading.Thread):
+class BusThread(threading.Thread, abc.ABC):
     """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`.
 
     Subclasses implement `_serve()` (returning once `_stop_r` is readable). A crash is kept in
@@ -62,8 +63,9 @@ class BusThread(threading.Thread):
             self.error = exc
             log.exception("bus %s stopped", self.name)
 
+    @abc.abstractmethod
     def _serve(self) -> None:
-        raise NotImplementedError
+        """Serve the port until `_stop_r` is readable."""
 
 
 class BusServer(BusThread):

@@ -481,6 +481,15 @@ def load_model(name: str) -> ModelSpec:
 _R = Access.R
 
 
+def _access_problem(it: Item, locked: bool) -> str | None:
+    """Why a write to `it` is an Access Error (read-only, or EEPROM while Torque Enable = 1), or None."""
+    if it.access is _R:
+        return f"{it.name} is read-only"
+    if locked and it.eeprom:
+        return f"{it.name} is EEPROM and Torque Enable = 1"
+    return None
+
+
 class ControlTable:
     """One servo's control table: bytes plus every check the firmware makes on a read or a write.
 
@@ -681,10 +690,9 @@ class ControlTable:
 
         it = self._start[address]
         if it is not None and it.size == n:  # one whole item: the common case
-            if it.access is _R:
-                raise ControlTableError(ErrorCode.ACCESS, f"{it.name} is read-only")
-            if it.eeprom and self.data[self._a_torque]:
-                raise ControlTableError(ErrorCode.ACCESS, f"{it.name} is EEPROM and Torque Enable = 1")
+            problem = _access_problem(it, self.data[self._a_torque] != 0)
+            if problem:
+                raise ControlTableError(ErrorCode.ACCESS, problem)
             err = self._check1(it, int.from_bytes(data, "little", signed=it.signed))
             if err is not None:
                 raise ControlTableError(ErrorCode.DATA_LIMIT, err)
@@ -707,10 +715,7 @@ class ControlTable:
                 access = access or f"address {a} is not defined"
                 a += 1
                 continue
-            if it.access is _R:
-                access = access or f"{it.name} is read-only"
-            elif locked and it.eeprom:
-                access = access or f"{it.name} is EEPROM and Torque Enable = 1"
+            access = access or _access_problem(it, locked)
             ia = it.address
             ie = ia + it.size
             if ia < address or ie > end:
@@ -770,10 +775,7 @@ class ControlTable:
                 access = access or f"address {a} is not defined"
                 a += 1
                 continue
-            if it.access is _R:
-                access = access or f"{it.name} is read-only"
-            elif locked and it.eeprom:
-                access = access or f"{it.name} is EEPROM and Torque Enable = 1"
+            access = access or _access_problem(it, locked)
             ia, ie = it.address, it.address + it.size
             lo, hi = max(ia, address), min(ie, end)
             if lo != ia or hi != ie:

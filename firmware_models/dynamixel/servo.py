@@ -79,7 +79,6 @@ class DynamixelServo:
             self.table.set(name, value)
         base = joint.params()
         self._hw_max_duty = base["max_duty"]          # measured maximum duty at PWM Limit 885 (bam: MX 0.9625)
-        self._supply_param = ("supply_override", "supply_v")
         self._registered: tuple[int, bytes] | None = None
         self._backup: bytearray | None = None
         self._hw_error = 0
@@ -244,7 +243,7 @@ class DynamixelServo:
         if self.table.get("Torque Enable") or not self.table.get("Drive Mode") & 0x08 or self._hw_shutdown():
             return False
         end = address + len(data)
-        return any(address <= self.spec.item(n).address < end for n in GOAL_ITEMS if self._has(n))
+        return any(address <= self.spec.item(n).address < end for n in GOAL_ITEMS if self.spec.has(n))
 
     def _apply(self, changed: list[str], goal_wakes: bool = False) -> int:
         if not changed:
@@ -326,7 +325,7 @@ class DynamixelServo:
             (FAULT_BITS["overload"] if shutdown & HW_OVERLOAD else 0)
         p = self.joint.params()
         stall_a = p["supply_v"] / p["resistance"]
-        current_limit_a = t.get("Current Limit") * self._current_a if self._has("Current Limit") else 0.0
+        current_limit_a = t.get("Current Limit") * self._current_a if self.spec.has("Current Limit") else 0.0
         return {
             "law": LAWS["dxl"], "dxl_mode": DXL_MODES_BY_REGISTER[mode], "dxl_time_profile": int(time_based),
             "dxl_kpp": fw.position_p(t.get("Position P Gain")),
@@ -361,6 +360,8 @@ class DynamixelServo:
         if items is None:
             items = [(a, n, getattr(self, "_r_" + name.lower().replace(" ", "_")))
                      for a, n, name in self._present if a < end and a + n > address]
+            if len(self._refresh_plan) >= 64:   # bounded: a controller (or a fuzzer) picks the ranges
+                self._refresh_plan.clear()
             self._refresh_plan[key] = items
         if not items:
             return
@@ -379,7 +380,7 @@ class DynamixelServo:
         out: dict = {}
 
         def item(name: str) -> int | None:
-            if not self._has(name):
+            if not self.spec.has(name):
                 return None
             it = self.spec.item(name)
             if it.address < address or it.address + it.size > end:
@@ -493,7 +494,7 @@ class DynamixelServo:
         return bool(self._hw_error & self.table.get("Shutdown"))
 
     def _watchdog_tripped(self) -> bool:
-        return self._has("Bus Watchdog") and self.table.get("Bus Watchdog") in (-1, 255)
+        return self.spec.has("Bus Watchdog") and self.table.get("Bus Watchdog") in (-1, 255)
 
     def _trip_watchdog(self) -> None:
         """No instruction for the watchdog time with torque on: stop at once and read −1 (notes §4.5)."""
@@ -511,18 +512,11 @@ class DynamixelServo:
         self.joint.command(params=self._kernel_params(), goal=self._kernel_goal())
 
     # ------------------------------------------------------------------ helpers
-    def _has(self, name: str) -> bool:
-        try:
-            self.spec.item(name)
-        except KeyError:
-            return False
-        return True
-
     def _get_if_present(self, name: str) -> int:
-        return self.table.get(name) if self._has(name) else 0
+        return self.table.get(name) if self.spec.has(name) else 0
 
     def _set_if_present(self, name: str, value: int) -> None:
-        if self._has(name):
+        if self.spec.has(name):
             self.table.set(name, value)
 
 

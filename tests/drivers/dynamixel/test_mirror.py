@@ -10,7 +10,6 @@ import contextlib
 import os
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,8 +30,7 @@ from hil.recorder import read_side_by_side
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.hil.daemon import free_port
 
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+from .conftest import SERVO_HIL
 
 
 def _read_exactly(fd: int, n: int, timeout: float = 2.0) -> bytes:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +14,7 @@ from hil.excitation import TRAJECTORIES, lift_and_drop, sin_sin, up_and_down
 from hil.replay import load_log, replay
 from tests.hil.daemon import free_port
 
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+from .conftest import SERVO_HIL
 
 
 def test_trajectories_have_bams_shape():
