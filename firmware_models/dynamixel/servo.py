@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from hil.joint import Joint
-from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
+from hil.kernel import FAULT_BITS, LAWS
 
 PULSES_PER_REV = 4096                          # 12-bit absolute encoder (notes §3.4)
 RAD_PER_PULSE = 2.0 * math.pi / PULSES_PER_REV
@@ -327,7 +327,8 @@ class DynamixelServo:
         stall_a = p["supply_v"] / p["resistance"]
         current_limit_a = t.get("Current Limit") * self._current_a if self.spec.has("Current Limit") else 0.0
         return {
-            "law": LAWS["dxl"], "dxl_mode": DXL_MODES_BY_REGISTER[mode], "dxl_time_profile": int(time_based),
+            "law": LAWS["dxl"], "dxl_time_profile": int(time_based),
+            "dxl_mode": mode,   # the kernel's DXL_* codes are the Operating Mode register values
             "dxl_kpp": fw.position_p(t.get("Position P Gain")),
             "dxl_kpi": fw.position_i(t.get("Position I Gain")),
             "dxl_kpd": fw.position_d(t.get("Position D Gain")),
@@ -519,10 +520,6 @@ class DynamixelServo:
         if self.spec.has(name):
             self.table.set(name, value)
 
-
-# Operating Mode register value → kernel dxl_mode (the same numbers; named for readability)
-DXL_MODES_BY_REGISTER = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: DXL_MODES["position"],
-                         4: DXL_MODES["extended_position"], 5: DXL_MODES["current_position"], 16: DXL_MODES["pwm"]}
 
 
 def _measured(state: dict) -> float:
