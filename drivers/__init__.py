@@ -6,14 +6,27 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from drivers.dynamixel.server import BusServer
+    from drivers.erob.canopen_bus import CanopenBus
+    from drivers.erob.etherban import EtherbanServer
     from hil.daemon.live_rig import LiveRig
     from hil.daemon.rig import BusConfig
 
 
-def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer:
-    """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path."""
+def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | CanopenBus | EtherbanServer:
+    """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path.
+
+    Every server is a thread with `path` (where controllers connect), `summary` (one line for the
+    start-up banner), `error` (what stopped it, if anything), `start()` and `stop()`."""
     if cfg.protocol == "dynamixel":
         from drivers.dynamixel.attach import open_dynamixel_bus
 
         return open_dynamixel_bus(cfg, live, port)
+    if cfg.protocol == "canopen":
+        from drivers.erob.attach import open_canopen_bus
+
+        return open_canopen_bus(cfg, live, port)
+    if cfg.protocol == "etherban":
+        from drivers.erob.attach import open_etherban
+
+        return open_etherban(cfg, live)
     raise ValueError(f"unknown bus protocol {cfg.protocol!r}")

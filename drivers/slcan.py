@@ -97,6 +97,7 @@ _EXT_MAX = 0x1FFF_FFFF
 
 # status flags (`F`): bit 0 receive FIFO full (frames for the host lost), bit 1 transmit FIFO full
 _FLAG_RX_FULL = 0x01
+_FLAG_BUS_ERROR = 0x80    # bit 7: bus error (an error frame was seen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +237,7 @@ class SlcanAdapter(threading.Thread):
         self._serial = serial_number.encode("ascii")
         self._stats = SlcanStats()
         self._stats_lock = threading.Lock()
-        self._inbox: collections.deque[tuple[float, CanFrame]] = collections.deque()  # send() -> thread
+        self._inbox: collections.deque[tuple[float, CanFrame, int]] = collections.deque()  # send() -> thread
         self._wire: collections.deque[tuple[float, int, CanFrame]] = collections.deque()  # (due, direction, frame)
         self._wire_free = 0.0       # when the last frame scheduled on the bus ends
         self._host_pending = 0      # host frames in _wire
@@ -263,17 +264,20 @@ class SlcanAdapter(threading.Thread):
         with self._stats_lock:
             return dataclasses.replace(self._stats)
 
-    def send(self, frame: CanFrame) -> None:
+    def send(self, frame: CanFrame, lost_bits: int = 0) -> None:
         """Put `frame` from a simulated node on the bus; the host gets it once it has crossed the
         wire, if the channel is open then (else it is counted in `stats.dropped`). Thread-safe,
-        never blocks; frames go on the wire in the order of `send` calls."""
+        never blocks; frames go on the wire in the order of `send` calls.
+
+        `lost_bits` [bit] of wire time go before it: a first copy destroyed by a bit error plus its
+        error frame, which the CAN controller retransmits at once (status flag bit 7, bus error)."""
         if not isinstance(frame, CanFrame):
             raise TypeError(f"expected a CanFrame, got {type(frame).__name__}")
         with self._wake_lock:
             if self._stopped:
                 self._count(dropped=1)
                 return
-            self._inbox.append((time.monotonic(), frame))
+            self._inbox.append((time.monotonic(), frame, lost_bits))
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread
                 os.write(self._wake_w, b"\0")
 
@@ -328,21 +332,23 @@ class SlcanAdapter(threading.Thread):
             for key, n in deltas.items():
                 setattr(self._stats, key, getattr(self._stats, key) + n)
 
-    def _schedule(self, ready: float, direction: int, frame: CanFrame) -> None:
+    def _schedule(self, ready: float, direction: int, frame: CanFrame, lost_bits: int = 0) -> None:
         assert self.bitrate is not None  # the channel is open
-        start = max(ready, self._wire_free)
+        start = max(ready, self._wire_free) + lost_bits / self.bitrate
         self._wire_free = start + frame_bits(frame) / self.bitrate
         self._wire.append((self._wire_free, direction, frame))
 
     def _take_inbox(self) -> None:
         while self._inbox:
-            t, frame = self._inbox.popleft()
+            t, frame, lost_bits = self._inbox.popleft()
             if not self.is_open or self._bus_pending >= self.RX_BACKLOG:
                 if self.is_open:
                     self.flags |= _FLAG_RX_FULL
                 self._count(dropped=1)
                 continue
-            self._schedule(t, _TO_HOST, frame)
+            if lost_bits:
+                self.flags |= _FLAG_BUS_ERROR
+            self._schedule(t, _TO_HOST, frame, lost_bits)
             self._bus_pending += 1
 
     def _run_due(self, now: float, fd: int) -> None:

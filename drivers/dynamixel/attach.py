@@ -53,6 +53,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
         return _mirror(cfg, live, bus, PtyPort(path))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
     server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
+    server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
     lock = server.lock
 
     def power_cycle() -> None:   # `reset` of the rig: the servos power up again (EEPROM kept)
@@ -78,4 +79,6 @@ def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPo
     except OSError as exc:
         controller.close()
         raise ConfigError(f"buses ({cfg.name}): real = {cfg.real!r}: {exc}") from None
-    return MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)
+    server = MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)
+    server.role = f"mirroring {cfg.real}"
+    return server

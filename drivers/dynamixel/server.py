@@ -42,10 +42,17 @@ class BusThread(threading.Thread, abc.ABC):
         self.error: BaseException | None = None
         self._stop_r, self._stop_w = os.pipe()
         self._closing: list = [port]   # closed by stop()
+        self.role = ""                  # banner detail: line speed or what it mirrors (set by attach)
 
     @property
     def path(self) -> str:
         return self.port.path
+
+    @property
+    def summary(self) -> str:
+        """The start-up banner's detail: IDs and line speed."""
+        ids = ", ".join(str(s.id) for s in self.bus.servos)
+        return f"IDs {ids}, {self.role}" if self.role else f"IDs {ids}"
 
     def stop(self, timeout: float = 1.0) -> None:
         os.write(self._stop_w, b"x")

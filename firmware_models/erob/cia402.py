@@ -428,6 +428,22 @@ class Cia402Drive:
         return self.values[STATUSWORD]
 
     @property
+    def kt_nm_per_a(self) -> float:
+        """Output torque per armature ampere (motorconst·gear·efficiency of the kernel parameters)."""
+        return self._kt
+
+    @property
+    def has_fault(self) -> bool:
+        """In Fault reaction active or Fault."""
+        return self.state in (State.FAULT_REACTION_ACTIVE, State.FAULT)
+
+    def refresh(self) -> None:
+        """Actual values (0x6064, 0x606C, 0x6077, 0x6078, …) and the statusword from the kernel state as it
+        is now, without running the control period: what a drive samples at a SYNC between two ticks."""
+        self._sense()
+        self._update_status()
+
+    @property
     def mode(self) -> Mode:
         return self._mode
 

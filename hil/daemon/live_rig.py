@@ -79,6 +79,7 @@ class LiveRig:
         self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
         self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
+        self.erob_drives = None   # drivers/erob/drives.ErobDrives once a bus or server reaches an eRob
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

@@ -6,9 +6,12 @@
     [mqtt]    url ("" = embedded broker), embedded_port, username, password, tls_ca, tls_cert,
               tls_key, tls_insecure, status_period_s
     [[buses]]                               # optional: impersonate the servos on their own bus
-    name = "dxl"  protocol = "dynamixel"
+    name = "dxl"  protocol = "dynamixel"    # or "canopen" (eRob CiA 402 nodes behind an SLCAN adapter)
     port = "/tmp/servo-hil-dxl"             # pty symlink to create (or device = "/dev/ttyUSB0")
-    baud = 1000000  fast = false
+    baud = 1000000  fast = false            # canopen: baud is the CAN bit rate
+    [[buses]]
+    name = "ethercat"  protocol = "etherban"  # Rhoban's Etherban ZeroMQ server (bam's eRob client)
+    bind = "tcp://127.0.0.1:7332"  joints = ["elbow"]   # device 0, 1, … in this order
     [[actuators]]
     joint = "shoulder"                      # the actuator's name in topics and commands
     catalog = "mx64"  model = "m1"          # or mjcf / inline <dcmotor> attributes, as offline
@@ -30,6 +33,7 @@ from hil.params.actuator import ActuatorSpec
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
 from hil.rig import ActuatorConfig, JointSetup, kernel_params
 
+ETHERBAN_ENDPOINT = "tcp://127.0.0.1:7332"   # bam/erob/etherban.py Client: tcp://<host>:7332
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -43,7 +47,7 @@ class BusConfig(Strict):
     """One `[[buses]]` entry: a bus on which the rig's servos answer as the real ones do."""
 
     name: str
-    protocol: Literal["dynamixel"]
+    protocol: Literal["dynamixel", "canopen", "etherban"]
     port: str | None = Field(None, description="pty symlink path to create; none = print the /dev/pts name")
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
@@ -51,6 +55,9 @@ class BusConfig(Strict):
     real: str | None = Field(None, description="mirror: the real bus (serial device) the controller's packets "
                                                "are forwarded to; the rig's servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
+    bind: str = Field(ETHERBAN_ENDPOINT, description="etherban: the ZeroMQ REP endpoint to bind")
+    joints: list[str] = Field(default_factory=list, description="etherban: the eRob joints it drives, as "
+                                                                "devices 0, 1, … in this order")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -60,6 +67,18 @@ class BusConfig(Strict):
             raise ValueError("give port (a pty) or device (a serial device), not both")
         if self.record and not self.real:
             raise ValueError("record = ... logs a mirror: give real = <the real bus device> too")
+        if self.protocol == "etherban":
+            if self.port or self.device or self.real:
+                raise ValueError("an etherban server has no port, device or real: it binds `bind`")
+            if not self.joints:
+                raise ValueError("joints: list the eRob joints the etherban server drives (device 0, 1, …)")
+            if len(set(self.joints)) != len(self.joints):
+                raise ValueError("joints: a joint is listed twice")
+        elif self.joints:
+            raise ValueError(f"joints = ... is for etherban; a {self.protocol} bus lists its actuators "
+                             "by their bus = ... and id = ...")
+        if self.protocol == "canopen" and self.real:
+            raise ValueError("real = ... (mirror) is for dynamixel buses")
         return self
 
 
@@ -123,12 +142,20 @@ class Rig(Strict):
         buses = {b.name for b in self.buses}
         if len(buses) != len(self.buses):
             raise ValueError("buses: a bus name is used twice")
+        for b in self.buses:
+            for joint in b.joints:
+                if joint not in seen:
+                    raise ValueError(f"buses ({b.name}): joints: no actuator is named {joint!r}")
+        servers = {b.name for b in self.buses if b.protocol == "etherban"}
         ids: set[tuple[str, int]] = set()
         for j, a in enumerate(self.actuators):
             if a.bus is None:
                 if a.id is not None or a.registers:
                     raise ValueError(f"actuators[{j}] ({a.joint}): id / registers need bus = ...")
                 continue
+            if a.bus in servers:
+                raise ValueError(f"actuators[{j}] ({a.joint}): bus {a.bus!r} is an etherban server: list "
+                                 "the joint in its joints = [...] instead")
             if a.bus not in buses:
                 raise ValueError(f"actuators[{j}] ({a.joint}): bus {a.bus!r} is not among buses "
                                  f"({', '.join(sorted(buses)) or 'none defined'})")

@@ -29,6 +29,8 @@ class Daemon:
                  real: list[str] = (), record: str | None = None):
         self.rig, self.specs, kernel = load_rig(rig_path)
         self.ports = _bus_ports(self.rig, ports, "--port")
+        if any(b.protocol == "etherban" for b in self.rig.buses if b.name in self.ports):
+            raise ConfigError("--port: an etherban server has no port (set its bind = ... in the rig)")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
             bus = self.rig.buses[k]
@@ -71,9 +73,7 @@ class Daemon:
             bus = open_bus(cfg, self.live, self.ports.get(cfg.name))
             self.buses.append(bus)
             bus.start()
-            ids = ", ".join(str(s.id) for s in bus.bus.servos)
-            role = f"mirroring {cfg.real}" if cfg.real else f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-            print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} (IDs {ids}, {role})", flush=True)
+            print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} ({bus.summary})", flush=True)
         if self.mqtt_enabled:
             self.mqtt = MqttPlane(self.live, rig.mqtt)
             self.mqtt.start()  # connects in the background; run_until_signal reports how it went
@@ -136,7 +136,7 @@ class Daemon:
 
 def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
     """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path} (also --real)."""
-    names = [b.name for b in rig.buses]
+    names = [b.name for b in rig.buses if b.protocol != "etherban" or option != "--port"]
     out: dict[str, str] = {}
     for arg in ports:
         name, sep, path = arg.partition("=")

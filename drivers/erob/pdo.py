@@ -1,0 +1,212 @@
+"""CiA 301 PDOs of one node: configuration checks, mapping, packing, transmission rules.
+
+The communication (0x1400+n RPDO, 0x1800+n TPDO) and mapping (0x1600+n, 0x1A00+n) parameters live
+in the drive's object store like every other object; `Pdo` is a view of one of them. python-canopen's
+`pdo` package is the master's view of a remote node (it reads maps by SDO and owns callbacks), so the
+slave side is here (notes/erob.md §4, "missing" (a)–(d), (g)).
+
+Configuration writes follow CiA 301 §7.5.2.35–38 with the abort codes of CANopenNode's CO_PDO.c (the
+reference open-source CiA 301 stack), which the eRob's own firmware does not document:
+
+- COB-ID (sub 1): bits 11..29 must be 0 (no 29-bit PDOs), a valid PDO must not change its CAN-ID
+  (invalidate it first), a valid PDO needs CAN-ID ≠ 0 and a non-empty mapping → 0x06090030.
+- Transmission type (sub 2): RPDO 0..240, 254, 255; TPDO 0..240, 252..255 → else 0x06090030.
+- Inhibit time (sub 3) only while the PDO is invalid → else 0x06090030.
+- Mapping entries (sub 1..8) only while the PDO is invalid and sub 0 = 0 → else 0x06090030; an entry
+  must name an existing object (0x06020000 / 0x06090011) that is PDO-mappable, readable for a TPDO or
+  writable for an RPDO, mapped with its full length in whole bytes (dummy types 0x0002..0x0007 in
+  RPDOs) → else 0x06040041.
+- Mapping count (sub 0): ≤ 8 and the mapped entries fit 64 bits → else 0x06040042.
+
+Transmission (CiA 301 §7.2.2): TPDO types 1..240 go every n-th SYNC; type 0 at a SYNC when the data
+changed since the last transmission; 252 are sampled at the SYNC and sent on a remote request, 253 sent
+on a remote request; 254/255 are event driven: sent when a mapped value changes (the eRob's event is
+not documented: "change of any mapped object" is CANopenNode's rule), at most once per inhibit time
+(sub 3, 100 µs units), and at least every event timer period (sub 5, ms, 0 = off), and once on entering
+OPERATIONAL. RPDO types 0..240 are applied at the next SYNC, 254/255 at once.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from canopen.objectdictionary import SIGNED_TYPES, ObjectDictionary, ODVariable
+from canopen.sdo.constants import ABORT_INVALID_VALUE, ABORT_NO_SUBINDEX
+from canopen.sdo.constants import ABORT_NOT_IN_OD as ABORT_NO_OBJECT
+from canopen.sdo.constants import ABORT_PDO_CANNOT_MAP as ABORT_CANNOT_MAP
+from canopen.sdo.constants import ABORT_PDO_LENGTH_EXCEEDED as ABORT_MAP_LENGTH
+
+COB_INVALID = 0x8000_0000
+COB_NO_RTR = 0x4000_0000
+_COB_RESERVED = 0x3FFF_F800     # bits 11..29: 29-bit frames are not supported
+MAX_ENTRIES = 8
+MAX_BITS = 64
+
+RPDO_COMM, RPDO_MAP, TPDO_COMM, TPDO_MAP = 0x1400, 0x1600, 0x1800, 0x1A00
+PDO_COUNT = 4
+
+# CiA 301 dummy objects 0x0002..0x0007 (INTEGER8/16/32, UNSIGNED8/16/32): their size in bits
+_DUMMY_BITS = {2: 8, 3: 16, 4: 32, 5: 8, 6: 16, 7: 32}
+
+# struct codes by (bits, signed) for the integer types a PDO carries
+_CODES = {(8, False): "B", (8, True): "b", (16, False): "H", (16, True): "h",
+          (32, False): "I", (32, True): "i", (64, False): "Q", (64, True): "q"}
+
+
+def is_pdo_object(index: int) -> bool:
+    return RPDO_COMM <= index < RPDO_COMM + PDO_COUNT or RPDO_MAP <= index < RPDO_MAP + PDO_COUNT or \
+        TPDO_COMM <= index < TPDO_COMM + PDO_COUNT or TPDO_MAP <= index < TPDO_MAP + PDO_COUNT
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One mapped object: (index, subindex), its length [bit], and the struct code to pack it."""
+
+    index: int
+    subindex: int
+    bits: int
+    code: str | None      # None: a dummy entry (RPDO data skipped)
+
+
+def _variable(od: ObjectDictionary, index: int, subindex: int) -> ODVariable:
+    """The OD variable at index:subindex, or SdoAbort-style KeyError codes."""
+    if index not in od:
+        raise LookupError(ABORT_NO_OBJECT)
+    obj = od[index]
+    if isinstance(obj, ODVariable):
+        if subindex != 0:
+            raise LookupError(ABORT_NO_SUBINDEX)
+        return obj
+    if subindex not in obj:
+        raise LookupError(ABORT_NO_SUBINDEX)
+    return obj[subindex]
+
+
+def decode_entry(od: ObjectDictionary, raw: int, receive: bool) -> Entry | int:
+    """The mapping entry 0xIIIISSLL as an `Entry`, or the abort code that refuses it."""
+    index, subindex, bits = raw >> 16, (raw >> 8) & 0xFF, raw & 0xFF
+    if index in _DUMMY_BITS and subindex == 0:
+        return Entry(index, 0, bits, None) if receive and bits == _DUMMY_BITS[index] else ABORT_CANNOT_MAP
+    try:
+        var = _variable(od, index, subindex)
+    except LookupError as exc:
+        return exc.args[0]
+    allowed = var.writable if receive else var.readable
+    if not (var.pdo_mappable and allowed) or bits != len(var) or bits % 8:
+        return ABORT_CANNOT_MAP
+    code = _CODES.get((bits, var.data_type in SIGNED_TYPES))
+    return Entry(index, subindex, bits, code) if code else ABORT_CANNOT_MAP
+
+
+class Pdo:
+    """RPDO or TPDO number n (0..3) of a node whose objects are in `values` (the drive's store)."""
+
+    def __init__(self, od: ObjectDictionary, values: dict, receive: bool, n: int):
+        self.od = od
+        self.values = values
+        self.receive = receive
+        self.comm = (RPDO_COMM if receive else TPDO_COMM) + n
+        self.map = (RPDO_MAP if receive else TPDO_MAP) + n
+        self.entries: list[Entry] = []
+        self.length = 0           # mapped bytes
+        self.sync_count = 0       # SYNCs since the last transmission (types 1..240)
+        self.last_data: bytes | None = None   # TPDO: last transmitted data; RPDO: buffered for SYNC
+        self.last_sent = -1e9     # TPDO: monotonic time of the last transmission [s]
+        self.sampled: bytes | None = None     # TPDO type 252: data sampled at the last SYNC
+        self.reload()
+
+    # ------------------------------------------------------------------ configuration
+    def reload(self) -> None:
+        """Re-read the mapping from the object store (after a reset or a mapping change)."""
+        entries = []
+        for k in range(1, min(self.values.get((self.map, 0), 0), MAX_ENTRIES) + 1):
+            e = decode_entry(self.od, self.values.get((self.map, k), 0), self.receive)
+            if isinstance(e, int):    # an invalid stored map (only a bad EDS can do this): the PDO is empty
+                entries = []
+                break
+            entries.append(e)
+        self.entries = entries
+        self.length = sum(e.bits for e in entries) // 8
+        self.last_data = None
+        self.sampled = None
+        self.sync_count = 0
+
+    @property
+    def cob_id(self) -> int:
+        return self.values[(self.comm, 1)]
+
+    @property
+    def can_id(self) -> int:
+        return self.cob_id & 0x7FF
+
+    @property
+    def valid(self) -> bool:
+        return not self.cob_id & COB_INVALID
+
+    @property
+    def rtr_allowed(self) -> bool:
+        return not self.cob_id & COB_NO_RTR
+
+    @property
+    def transmission_type(self) -> int:
+        return self.values[(self.comm, 2)]
+
+    @property
+    def inhibit_s(self) -> float:
+        return self.values.get((self.comm, 3), 0) * 1e-4
+
+    @property
+    def event_timer_s(self) -> float:
+        return self.values.get((self.comm, 5), 0) * 1e-3
+
+    def check_write(self, index: int, subindex: int, value: int) -> int | None:
+        """The abort code that refuses writing `value` to this PDO's index:subindex, or None."""
+        if index == self.comm:
+            if subindex == 1:
+                can_id, valid = value & 0x7FF, not value & COB_INVALID
+                if value & _COB_RESERVED or (valid and ((self.valid and can_id != self.can_id) or can_id == 0
+                                                        or not self.entries)):
+                    return ABORT_INVALID_VALUE
+            elif subindex == 2:
+                ok = value <= 240 or value >= (254 if self.receive else 252)
+                if not ok:
+                    return ABORT_INVALID_VALUE
+            elif subindex == 3 and self.valid:
+                return ABORT_INVALID_VALUE
+            return None
+        # mapping
+        if self.valid or (subindex > 0 and self.values.get((self.map, 0), 0) != 0):
+            return ABORT_INVALID_VALUE
+        if subindex == 0:
+            if value > MAX_ENTRIES:
+                return ABORT_MAP_LENGTH
+            bits = 0
+            for k in range(1, value + 1):
+                e = decode_entry(self.od, self.values.get((self.map, k), 0), self.receive)
+                if isinstance(e, int):
+                    return ABORT_CANNOT_MAP
+                bits += e.bits
+            if bits > MAX_BITS:
+                return ABORT_MAP_LENGTH
+            if bits == 0 and value > 0:
+                return ABORT_INVALID_VALUE
+            return None
+        e = decode_entry(self.od, value, self.receive)
+        return e if isinstance(e, int) else None
+
+    # ------------------------------------------------------------------ data
+    def pack(self) -> bytes:
+        """The TPDO's data from the object store."""
+        v = self.values
+        return b"".join(struct.pack("<" + e.code, v[(e.index, e.subindex)]) for e in self.entries)
+
+    def unpack(self, data: bytes) -> list[tuple[int, int, int]]:
+        """(index, subindex, value) of each mapped object in RPDO `data` (dummies skipped)."""
+        out, offset = [], 0
+        for e in self.entries:
+            n = e.bits // 8
+            if e.code is not None:
+                out.append((e.index, e.subindex, struct.unpack_from("<" + e.code, data, offset)[0]))
+            offset += n
+        return out
