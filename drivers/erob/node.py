@@ -142,6 +142,7 @@ class CanopenNode:
         self.state = NmtState.PRE_OPERATIONAL
 
     def _reset_timers(self, now: float) -> None:
+        self._now = now         # the time of the frame or poll being handled [s, the caller's clock]
         self._next_heartbeat = now + self._heartbeat_s()
         self._guard_toggle = 0
         self._guard_seen: float | None = None
@@ -176,6 +177,7 @@ class CanopenNode:
     # ------------------------------------------------------------------ frames in
     def handle(self, frame: CanFrame, now: float) -> None:
         """A frame seen on the bus (sent by the host or another node)."""
+        self._now = now
         if frame.extended:
             return
         cid, data, state = frame.id, frame.data, self.state
@@ -331,6 +333,7 @@ class CanopenNode:
 
     def poll(self, now: float) -> None:
         """After a drive tick: EMCYs, event-driven TPDOs, heartbeat, guarding and consumer timeouts."""
+        self._now = now
         if self.state == NmtState.INITIALISING:
             return
         self._after_write(now)
@@ -425,7 +428,7 @@ class CanopenNode:
         code = self.drive.write(index, subindex, value)
         if code is None:
             if index == 0x1017:
-                self._next_heartbeat = time.monotonic() + value * 1e-3
+                self._next_heartbeat = self._now + value * 1e-3   # the producer restarts now
             elif index == 0x1016:
                 self._consumer_seen = None
         return code
