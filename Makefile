@@ -26,6 +26,12 @@ test: .stamp-install
 soak: .stamp-install
 	$(BIN)/pytest -q -m soak
 
+# drivers/erob/etherban_pb2.py is generated and committed (the runtime needs only protobuf); its gencode
+# version must not exceed the protobuf lower bound in pyproject.toml.
+.PHONY: proto
+proto: .stamp-install
+	$(BIN)/python -m grpc_tools.protoc -I drivers/erob --python_out=drivers/erob drivers/erob/etherban.proto
+
 bench: .stamp-install
 	$(BIN)/python bench/kernel.py
 
