@@ -44,8 +44,6 @@ from canopen.sdo.constants import (
     ABORT_INVALID_VALUE,
     ABORT_LENGTH_NOT_MATCHED,
     ABORT_NO_SDO_CONNECTION,
-    ABORT_NO_SUBINDEX,
-    ABORT_NOT_IN_OD,
     ABORT_READ_WRITEONLY,
     ABORT_STORE_APPLICATION,
     ABORT_VALUE_TOO_HIGH,
@@ -56,7 +54,7 @@ from canopen.sdo.constants import (
     SIZE_SPECIFIED,
 )
 
-from drivers.erob.pdo import PDO_COUNT, Pdo, is_pdo_object
+from drivers.erob.pdo import PDO_COUNT, Pdo, is_pdo_object, od_variable
 from drivers.slcan import CanFrame
 from firmware_models.erob.cia402 import Cia402Drive
 
@@ -364,16 +362,7 @@ class CanopenNode:
     # ------------------------------------------------------------------ the SDO server's data access
     def variable(self, index: int, subindex: int) -> ODVariable:
         """The EDS variable at index:subindex (SdoAbortedError 0x06020000 / 0x06090011 if none)."""
-        if index not in self.od:
-            raise SdoAbortedError(ABORT_NOT_IN_OD)
-        obj = self.od[index]
-        if isinstance(obj, ODVariable):
-            if subindex != 0:
-                raise SdoAbortedError(ABORT_NO_SUBINDEX)
-            return obj
-        if subindex not in obj:
-            raise SdoAbortedError(ABORT_NO_SUBINDEX)
-        return obj[subindex]
+        return od_variable(self.od, index, subindex)
 
     def get_data(self, index: int, subindex: int, check_readable: bool = False) -> bytes:
         var = self.variable(index, subindex)

@@ -32,6 +32,7 @@ import struct
 from dataclasses import dataclass
 
 from canopen.objectdictionary import SIGNED_TYPES, ObjectDictionary, ODVariable
+from canopen.sdo import SdoAbortedError
 from canopen.sdo.constants import ABORT_INVALID_VALUE, ABORT_NO_SUBINDEX
 from canopen.sdo.constants import ABORT_NOT_IN_OD as ABORT_NO_OBJECT
 from canopen.sdo.constants import ABORT_PDO_CANNOT_MAP as ABORT_CANNOT_MAP
@@ -69,17 +70,17 @@ class Entry:
     code: str | None      # None: a dummy entry (RPDO data skipped)
 
 
-def _variable(od: ObjectDictionary, index: int, subindex: int) -> ODVariable:
-    """The OD variable at index:subindex, or SdoAbort-style KeyError codes."""
+def od_variable(od: ObjectDictionary, index: int, subindex: int) -> ODVariable:
+    """The variable at index:subindex of `od`; SdoAbortedError 0x06020000 / 0x06090011 if there is none."""
     if index not in od:
-        raise LookupError(ABORT_NO_OBJECT)
+        raise SdoAbortedError(ABORT_NO_OBJECT)
     obj = od[index]
     if isinstance(obj, ODVariable):
         if subindex != 0:
-            raise LookupError(ABORT_NO_SUBINDEX)
+            raise SdoAbortedError(ABORT_NO_SUBINDEX)
         return obj
     if subindex not in obj:
-        raise LookupError(ABORT_NO_SUBINDEX)
+        raise SdoAbortedError(ABORT_NO_SUBINDEX)
     return obj[subindex]
 
 
@@ -89,9 +90,9 @@ def decode_entry(od: ObjectDictionary, raw: int, receive: bool) -> Entry | int:
     if index in _DUMMY_BITS and subindex == 0:
         return Entry(index, 0, bits, None) if receive and bits == _DUMMY_BITS[index] else ABORT_CANNOT_MAP
     try:
-        var = _variable(od, index, subindex)
-    except LookupError as exc:
-        return exc.args[0]
+        var = od_variable(od, index, subindex)
+    except SdoAbortedError as exc:
+        return exc.code
     allowed = var.writable if receive else var.readable
     if not (var.pdo_mappable and allowed) or bits != len(var) or bits % 8:
         return ABORT_CANNOT_MAP
