@@ -33,14 +33,11 @@ process exits 0 even when a target is missed: it is a measurement.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import os
-import platform
 import select
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -51,11 +48,10 @@ import tty
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import numpy as np
-
 from drivers.dynamixel.protocol import BROADCAST_ID, HEADER, Instruction, encode_instruction, encode_status
 from drivers.ports import wire_time_s
-from hil.daemon.telemetry import StealMeter, percentile_us
+from hil.benchmarks.host import cpu_ns, cpu_split, free_port, latency_stats, loadavg, machine, probe
+from hil.daemon.telemetry import StealMeter
 
 SERVOS = 12
 IDS = tuple(range(1, SERVOS + 1))
@@ -75,43 +71,15 @@ DAEMON_START_S = 30.0
 IDLE_S = 0.5                    # server background CPU is measured over this before the client starts
 
 
+def _sdk_version() -> str | None:
+    try:
+        return version("dynamixel-sdk")
+    except PackageNotFoundError:
+        return None
+
+
 def _log(msg: str) -> None:
     print(f"bench dynamixel: {msg}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine() -> dict:
-    model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        sdk = version("dynamixel-sdk")
-    except PackageNotFoundError:
-        sdk = None
-    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "dynamixel_sdk": sdk}
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except (OSError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------- wire bound
@@ -237,8 +205,8 @@ class _Daemon:
     def __init__(self, tmp: Path, baud: int, fast: bool, return_delay: int):
         tag = f"{baud}_{'fast' if fast else 'paced'}_{return_delay}"
         self.rig = tmp / f"rig_{tag}.toml"
-        self.rig.write_text(_rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{_free_port()}",
-                                      f"tcp://127.0.0.1:{_free_port()}"))
+        self.rig.write_text(_rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
+                                      f"tcp://127.0.0.1:{free_port()}"))
         self.path = str(tmp / f"tty_{tag}")
         self.errfile = tmp / f"daemon_{tag}.log"
 
@@ -291,15 +259,6 @@ class _Daemon:
 
 
 # ---------------------------------------------------------------------------------------- client
-def _stats(samples_ns: list[int]) -> dict:
-    if not samples_ns:
-        return {"p50_us": None, "p99_us": None, "mean_us": None, "max_us": None}
-    a = np.asarray(samples_ns, dtype=np.int64)
-    hist = np.bincount(a // 1000)   # 1 µs bins, as the loop telemetry
-    return {"p50_us": percentile_us(hist, 0.50), "p99_us": percentile_us(hist, 0.99),
-            "mean_us": float(a.mean()) / 1e3, "max_us": float(a.max()) / 1e3}
-
-
 def _client(path: str, baud: int, reads: int, cycles: int, warmup: int, probe) -> dict:
     """Time the SDK's read and Sync Read + Sync Write cycle on `path` at `baud`.
 
@@ -398,74 +357,34 @@ def _judge_paced(st: dict) -> bool:
     return st["p50_us"] - st["bound_us"] <= slack
 
 
-def _cpu_ns(pid: int) -> int:
-    """CPU time [ns] of every thread of process `pid` (schedstat: ns resolution, unlike /proc/pid/stat)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):   # a thread that just ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total
-
-
-def _host_jiffies() -> tuple[int, int]:
-    """(non-idle, total) jiffies over all CPUs, from /proc/stat."""
-    try:
-        with open("/proc/stat") as fh:
-            f = [int(x) for x in fh.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return 0, 0
-    return sum(f) - f[3] - f[4], sum(f)
-
-
-def _probe(pid: int):
-    def probe() -> tuple[int, int, int, tuple[int, int]]:
-        return time.perf_counter_ns(), _cpu_ns(pid), time.process_time_ns(), _host_jiffies()
-    return probe
-
-
-def _cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
-    """Where the CPU went during a phase: cores used by this client, the server, and everything else."""
-    wall = (p1[0] - p0[0]) / 1e9
-    if wall <= 0 or ops <= 0:
-        return {}
-    server = (p1[1] - p0[1]) / 1e9 / wall
-    client = (p1[2] - p0[2]) / 1e9 / wall
-    busy_j, total_j = p1[3][0] - p0[3][0], p1[3][1] - p0[3][1]
-    host = (os.cpu_count() or 1) * busy_j / total_j if total_j > 0 else None
-    return {"client_cores": client, "server_cores": server,
-            "server_cpu_us_per_op": max(server - server_idle_cores, 0.0) * wall / ops * 1e6,
-            "host_busy_cores": host,
-            "other_cores": None if host is None else max(host - client - server, 0.0)}
-
-
 def _measure(server: str, path: str, baud: int, fast: bool, return_delay: int, reads: int, cycles: int,
              warmup: int, pid: int) -> dict:
     """One configuration: raw samples -> the result row."""
     rd_s = 0.0 if fast else return_delay * 2e-6   # fast mode drops the delays
-    c0, t0 = _cpu_ns(pid), time.perf_counter_ns()
+    c0, t0 = cpu_ns(pid), time.perf_counter_ns()
     time.sleep(IDLE_S)                             # the server's own background CPU (loop, housekeeping)
-    idle_cores = (_cpu_ns(pid) - c0) / (time.perf_counter_ns() - t0)
+    idle_cores = (cpu_ns(pid) - c0) / (time.perf_counter_ns() - t0)
     steal = StealMeter()
     wall0 = time.monotonic()
-    raw = _client(path, baud, reads, cycles, warmup, _probe(pid))
+    raw = _client(path, baud, reads, cycles, warmup, probe(pid))
     wall = time.monotonic() - wall0
     steal_fraction = steal.fraction()
 
     read = {"samples": len(raw["read_ns"]), "failures": raw["read_failures"],
-            "error_status": raw["read_error_status"], **_stats(raw["read_ns"]),
+            "error_status": raw["read_error_status"], **latency_stats(raw["read_ns"]),
             **read_bound(baud, rd_s, raw["read_value"] if raw["read_value"] is not None else 0)}
     cycle = {"samples": len(raw["cycle_ns"]), "sync_read_failures": raw["sync_read_failures"],
-             "sync_write_failures": raw["sync_write_failures"], **_stats(raw["cycle_ns"]),
+             "sync_write_failures": raw["sync_write_failures"], **latency_stats(raw["cycle_ns"]),
              **cycle_bound(baud, rd_s, raw["present"])}
     cycle["cycles_per_s"] = 1e6 / cycle["mean_us"] if cycle["mean_us"] else None
-    cycle["sync_read_txrx_p50_us"] = _stats(raw["sync_read_ns"])["p50_us"]
-    cycle["sync_write_tx_p50_us"] = _stats(raw["sync_write_ns"])["p50_us"]
+    cycle["sync_read_txrx_p50_us"] = latency_stats(raw["sync_read_ns"])["p50_us"]
+    cycle["sync_write_tx_p50_us"] = latency_stats(raw["sync_write_ns"])["p50_us"]
     for st in (read, cycle):
         if st["p50_us"] is not None:
             st["p50_over_bound"] = st["p50_us"] / st["bound_us"]
             st["p50_minus_bound_us"] = st["p50_us"] - st["bound_us"]
-    read["cpu"] = _cpu_split(*raw["read_probe"], reads, idle_cores)
-    cycle["cpu"] = _cpu_split(*raw["cycle_probe"], cycles, idle_cores)
+    read["cpu"] = cpu_split(*raw["read_probe"], reads, idle_cores)
+    cycle["cpu"] = cpu_split(*raw["cycle_probe"], cycles, idle_cores)
     return {"server": server, "baud": baud, "pacing": not fast,
             "return_delay_register": None if fast else return_delay, "return_delay_us": rd_s * 1e6,
             "read4": read, "cycle": cycle, "failure_results": raw["failure_results"],
@@ -483,7 +402,7 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         reads, cycles = min(reads, 100), min(cycles, 50)
     if warmup is None:
         warmup = 10 if quick else 50
-    t_start, load_start = time.monotonic(), _loadavg()
+    t_start, load_start = time.monotonic(), loadavg()
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="servo-hil-bench-dxl-") as tmpdir:
         tmp = Path(tmpdir)
@@ -546,7 +465,8 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
                    "everything else on the host; server_cpu_us_per_op excludes its idle background "
                    "(server_idle_cores, measured for 0.5 s before the client starts)",
         },
-        "machine": {**_machine(), "loadavg_start": load_start, "loadavg_end": _loadavg()},
+        "machine": {**machine(), "dynamixel_sdk": _sdk_version(), "loadavg_start": load_start,
+                    "loadavg_end": loadavg()},
         "runs": runs,
         "targets": targets,
         "all_targets_met": all(targets.values()),

@@ -289,6 +289,25 @@ def bench_dynamixel(
     print(result)
 
 
+@bench_app.command("erob")
+def bench_erob(
+    cycles: Annotated[int, typer.Option(min=1, help="timed 1 kHz cycles per phase")] = 5000,
+    quick: Annotated[bool, typer.Option("--quick", help="short run: at most 300 cycles per phase")] = False,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """Two eRobs at 1 kHz: CANopen RPDO + SYNC → TPDO round trips over SLCAN (misses, p50/p99 vs the wire
+    floor) and Etherban request/response (p50/p99, overruns), with echo peers as the client floor, as JSON
+    (exit 0 even on a miss)."""
+    import json
+
+    from hil.benchmarks.erob import run as bench
+
+    result = json.dumps(bench(cycles, quick=quick), indent=2)
+    if out:
+        out.write_text(result)
+    print(result)
+
+
 @actuator_app.command("list")
 def actuator_list() -> None:
     """The catalog's actuators and their identified models."""

@@ -1,0 +1,98 @@
+"""Host-side measurement helpers shared by the benchmarks: machine facts, latency statistics, CPU split.
+
+Every benchmark reports the machine it ran on, percentiles from 1 µs histograms (as the loop telemetry),
+and where the CPU went during a phase (this client, the server process, everything else), so that a
+figure measured on a loaded or stolen CPU says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hil.daemon.telemetry import percentile_us
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine() -> dict:
+    """CPU count and model, kernel, Python."""
+    model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+def loadavg() -> list[float] | None:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+def latency_stats(samples_ns: list[int]) -> dict:
+    """p50/p99 (1 µs bins), mean and max [µs] of durations [ns]."""
+    if not samples_ns:
+        return {"p50_us": None, "p99_us": None, "mean_us": None, "max_us": None}
+    a = np.asarray(samples_ns, dtype=np.int64)
+    hist = np.bincount(a // 1000)   # 1 µs bins, as the loop telemetry
+    return {"p50_us": percentile_us(hist, 0.50), "p99_us": percentile_us(hist, 0.99),
+            "mean_us": float(a.mean()) / 1e3, "max_us": float(a.max()) / 1e3}
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time [ns] of every thread of process `pid` (schedstat: ns resolution, unlike /proc/pid/stat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):   # a thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def _host_jiffies() -> tuple[int, int]:
+    """(non-idle, total) jiffies over all CPUs, from /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(f) - f[3] - f[4], sum(f)
+
+
+def probe(pid: int):
+    """A function returning (wall ns, server CPU ns, client CPU ns, host jiffies) for `cpu_split`."""
+    def probe() -> tuple[int, int, int, tuple[int, int]]:
+        return time.perf_counter_ns(), cpu_ns(pid), time.process_time_ns(), _host_jiffies()
+    return probe
+
+
+def cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
+    """Where the CPU went during a phase: cores used by this client, the server, and everything else."""
+    wall = (p1[0] - p0[0]) / 1e9
+    if wall <= 0 or ops <= 0:
+        return {}
+    server = (p1[1] - p0[1]) / 1e9 / wall
+    client = (p1[2] - p0[2]) / 1e9 / wall
+    busy_j, total_j = p1[3][0] - p0[3][0], p1[3][1] - p0[3][1]
+    host = (os.cpu_count() or 1) * busy_j / total_j if total_j > 0 else None
+    return {"client_cores": client, "server_cores": server,
+            "server_cpu_us_per_op": max(server - server_idle_cores, 0.0) * wall / ops * 1e6,
+            "host_busy_cores": host,
+            "other_cores": None if host is None else max(host - client - server, 0.0)}
