@@ -13,7 +13,8 @@ Services (notes/erob.md §3.1; COB-IDs for node n):
 - EMCY (0x1014, 0x080+n): [code lo, hi, 0x1001, 5 manufacturer bytes] for every drive fault and its
   reset (0x0000).
 - SDO (0x600+n → 0x580+n): python-canopen's `SdoServer` (expedited, segmented; block transfers
-  aborted); DLC ≠ 8 ignored as CANopenNode does.
+  aborted 0x05040001, as is a segment request outside a segmented transfer); DLC ≠ 8 ignored as
+  CANopenNode does.
 - PDO (0x180/0x200 + n …): `pdo.py`.
 - Heartbeat consumer (0x700+m): 0x1016:1 = m<<16 | ms: a producer silent for longer → EMCY 0x8130 and
   the reaction 0x1029:1 (0 pre-operational, 1 none, 2 stopped); life guarding timeouts likewise.
@@ -41,6 +42,8 @@ from collections.abc import Callable
 from canopen.objectdictionary import NUMBER_TYPES, ODVariable
 from canopen.sdo import SdoAbortedError, SdoServer
 from canopen.sdo.constants import (
+    ABORT_GENERAL_ERROR,
+    ABORT_INVALID_COMMAND_SPECIFIER,
     ABORT_INVALID_VALUE,
     ABORT_LENGTH_NOT_MATCHED,
     ABORT_NO_SDO_CONNECTION,
@@ -50,7 +53,14 @@ from canopen.sdo.constants import (
     ABORT_VALUE_TOO_LOW,
     ABORT_WRITE_READONLY,
     EXPEDITED,
+    NO_MORE_DATA,
+    REQUEST_ABORTED,
+    REQUEST_BLOCK_DOWNLOAD,
+    REQUEST_BLOCK_UPLOAD,
     REQUEST_DOWNLOAD,
+    REQUEST_SEGMENT_DOWNLOAD,
+    REQUEST_SEGMENT_UPLOAD,
+    REQUEST_UPLOAD,
     SIZE_SPECIFIED,
 )
 
@@ -91,7 +101,49 @@ _EMCY_BACKLOG = 32                # EMCYs held while STOPPED
 
 
 class _SdoServer(SdoServer):
-    """canopen's SDO server, taking an expedited download without size indication at the object's size."""
+    """canopen's SDO server with the checks CiA 301 §7.2.4.3 asks and it lacks (abort 0x05040001,
+    command specifier not valid, as CANopenNode answers): a segment request outside a segmented
+    transfer of that direction, and block uploads (block transfers are not supported; with pst = 0 the
+    client forbids the switch to a normal upload, which canopen's server would make). An expedited
+    download that does not indicate its size is taken at the object's size (§7.2.4.3.3)."""
+
+    _UPLOAD, _DOWNLOAD = "upload", "download"
+
+    def __init__(self, rx_cobid: int, tx_cobid: int, node):
+        super().__init__(rx_cobid, tx_cobid, node)
+        self._transfer: str | None = None     # the segmented transfer in progress
+
+    def on_request(self, can_id, data, timestamp):
+        ccs = data[0] & 0xE0
+        if ccs in (REQUEST_UPLOAD, REQUEST_DOWNLOAD, REQUEST_BLOCK_UPLOAD, REQUEST_BLOCK_DOWNLOAD):
+            self._transfer = None
+            self._buffer = None
+            _, self._index, self._subindex = struct.unpack_from("<BHB", data)
+        expected = {REQUEST_SEGMENT_UPLOAD: self._UPLOAD, REQUEST_SEGMENT_DOWNLOAD: self._DOWNLOAD}.get(ccs)
+        if ccs in (REQUEST_BLOCK_UPLOAD, REQUEST_BLOCK_DOWNLOAD) or (
+                expected is not None and self._transfer != expected):
+            self.abort(ABORT_INVALID_COMMAND_SPECIFIER)
+            return
+        super().on_request(can_id, data, timestamp)
+        if ccs == REQUEST_ABORTED:
+            self._transfer = None
+        elif ccs == REQUEST_UPLOAD and self._buffer:
+            self._transfer = self._UPLOAD
+        elif ccs == REQUEST_DOWNLOAD and self._buffer is not None and not data[0] & EXPEDITED:
+            self._transfer = self._DOWNLOAD
+        elif (ccs == REQUEST_SEGMENT_UPLOAD and not self._buffer) or (
+                ccs == REQUEST_SEGMENT_DOWNLOAD and data[0] & NO_MORE_DATA):
+            self._transfer = None
+
+    def abort(self, abort_code=ABORT_GENERAL_ERROR):
+        self._transfer = None
+        super().abort(abort_code)
+
+    def reset(self) -> None:
+        """Power-up state: no transfer in progress (NMT reset node / communication)."""
+        self._transfer = None
+        self._buffer = None
+        self._toggle = 0
 
     def init_download(self, request):
         command = request[0]
@@ -132,6 +184,7 @@ class CanopenNode:
     def boot(self, now: float | None = None) -> None:
         """End of a power-up or reset: boot-up frame, PRE-OPERATIONAL, PDO maps re-read."""
         now = time.monotonic() if now is None else now
+        self.sdo.reset()
         for p in self.rpdos + self.tpdos:
             p.reload()
         self._reset_timers(now)
