@@ -19,10 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -31,10 +27,9 @@ from pathlib import Path
 import dynamixel_sdk as sdk
 import pytest
 
-from hil.daemon.zmq_io import request
+from tests.daemon_process import BusDaemon, BusLauncher
+from tests.hil.daemon import free_port
 
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
 # ------------------------------------------------------------------------------------- e-manual facts
@@ -113,10 +108,6 @@ ALERT = 0x80
 BAUD_VALUE = {57_600: 1, 115_200: 2, 1_000_000: 3, 2_000_000: 4}   # Baud Rate (8) register values (notes §3.2)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------- rig files
@@ -160,29 +151,8 @@ def write_dxl_rig(directory: Path, name: str, *, fast: bool = True, lockstep: bo
 
 # ------------------------------------------------------------------------------------- the daemon
 @dataclass
-class DxlDaemon:
-    rig: DxlRig
-    proc: subprocess.Popen
-    out_path: Path
-    err_path: Path
-    banner: str = ""
+class DxlDaemon(BusDaemon):
     ids: tuple[int, ...] = field(default_factory=tuple)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def command(self, cmd: str, timeout_s: float = 10.0, **args) -> dict:
-        """One ZeroMQ command; the reply (ok or not)."""
-        return request(self.rig.cmd, {"cmd": cmd, **args}, timeout_s)
-
-    def ok(self, cmd: str, **args) -> dict:
-        reply = self.command(cmd, **args)
-        assert reply.get("ok") is True, f"{cmd} {args} refused: {reply}"
-        return reply
 
     def step(self, n: int) -> dict:
         """Lock-step: advance the loop n ticks (the physics and the servos' clocks); the state reply."""
@@ -192,70 +162,25 @@ class DxlDaemon:
     def tick(self) -> int:
         return self.ok("status")["status"].get("tick", -1)
 
-    def terminate(self, timeout: float = 3.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5.0)
+class DxlLauncher(BusLauncher):
+    """Starts `servo-hil run RIG --port PATH` daemons; `finish()` SIGTERMs them and checks exit 0, the pty
+    link removed and a clean log (daemons that already ended are left to the test that ended them)."""
 
+    banner = re.compile(r"servo-hil: dynamixel bus 'dxl' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
+    daemon_type = DxlDaemon
+    check_exited = False
 
-_BANNER = re.compile(r"servo-hil: dynamixel bus 'dxl' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
+    def argv(self, rig: DxlRig) -> list[str]:
+        return [*super().argv(rig), "--port", rig.port]
 
+    def ready(self, daemon: DxlDaemon, match: re.Match) -> None:
+        daemon.ids = tuple(int(x) for x in match.group(2).split(","))
 
-class DxlLauncher:
-    """Starts `servo-hil run RIG --port PATH` daemons; `finish()` SIGTERMs them and checks exit 0."""
-
-    def __init__(self, directory: Path):
-        self.dir = directory
-        self.started: list[DxlDaemon] = []
-
-    def start(self, rig: DxlRig, timeout: float = 20.0) -> DxlDaemon:
-        n = len(self.started) + 1
-        out_path, err_path = self.dir / f"daemon{n}.stdout", self.dir / f"daemon{n}.stderr"
-        with out_path.open("w") as out, err_path.open("w") as err:
-            proc = subprocess.Popen([*SERVO_HIL, "run", str(rig.path), "--port", rig.port], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, cwd=self.dir, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        d = DxlDaemon(rig, proc, out_path, err_path)
-        self.started.append(d)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _BANNER.search(out_path.read_text(errors="replace"))
-            if m:
-                assert m.group(1) == rig.port, f"the bus is at {m.group(1)}, not at --port {rig.port}"
-                d.banner = m.group(0)
-                d.ids = tuple(int(x) for x in m.group(2).split(","))
-                return d
-            if not d.alive:
-                pytest.fail(f"the daemon exited with {proc.returncode} during start-up:\n{d.stderr()}")
-            time.sleep(0.02)
-        d.kill()
-        pytest.fail(f"no bus line on stdout within {timeout} s:\n{out_path.read_text()}\n{d.stderr()}")
-
-    def finish(self) -> None:
-        problems = []
-        for d in self.started:
-            if not d.alive:
-                continue
-            rc = d.terminate(3.0)
-            if rc is None:
-                d.kill()
-                problems.append(f"{d.rig.path.name}: still running 3 s after SIGTERM (killed)\n{d.stderr()[-3000:]}")
-            elif rc != 0:
-                problems.append(f"{d.rig.path.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
-            elif os.path.lexists(d.rig.port):
-                problems.append(f"{d.rig.path.name}: the pty link {d.rig.port} is still there after exit")
-            if "Traceback" in d.stderr():
-                problems.append(f"{d.rig.path.name}: a traceback in the daemon's log\n{d.stderr()[-3000:]}")
-        self.started.clear()
-        if problems:
-            pytest.fail("\n".join(problems))
+    def after_exit(self, daemon: DxlDaemon) -> str | None:
+        if os.path.lexists(daemon.rig.port):
+            return f"{daemon.rig.path.name}: the pty link {daemon.rig.port} is still there after exit"
+        return None
 
 
 @pytest.fixture(scope="module")

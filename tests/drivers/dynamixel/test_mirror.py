@@ -28,9 +28,8 @@ from hil.kernel import Kernel
 from hil.params.catalog import entry
 from hil.recorder import read_side_by_side
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.daemon_process import SERVO_HIL
 from tests.hil.daemon import free_port
-
-from .conftest import SERVO_HIL
 
 
 def _read_exactly(fd: int, n: int, timeout: float = 2.0) -> bytes:

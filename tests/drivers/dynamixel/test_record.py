@@ -12,9 +12,8 @@ import pytest
 
 from hil.excitation import TRAJECTORIES, lift_and_drop, sin_sin, up_and_down
 from hil.replay import load_log, replay
+from tests.daemon_process import SERVO_HIL
 from tests.hil.daemon import free_port
-
-from .conftest import SERVO_HIL
 
 
 def test_trajectories_have_bams_shape():

@@ -8,9 +8,8 @@ import pytest
 
 from hil.daemon.rig import load_rig
 from hil.params import ConfigError
+from tests.daemon_process import SERVO_HIL
 from tests.hil.daemon import free_port
-
-from .conftest import SERVO_HIL
 
 
 def rig_text(bus: str = "", actuator: str = "bus = \"dxl\"\nid = 1\n", catalog: str = "xm430_w350") -> str:

@@ -21,12 +21,7 @@ sequence), CiA 301 / CiA 402 and the variant files config/erob/*.toml, never fro
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -37,11 +32,10 @@ import canopen
 import pytest
 from canopen.profiles.p402 import BaseNode402
 
-from hil.daemon.zmq_io import request
+from tests.daemon_process import BusDaemon, BusLauncher
+from tests.hil.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
 EDS = ROOT / "config" / "erob" / "ZeroErr Driver_V1.5.eds"
 BITRATE = 1_000_000                   # the eRob's only CAN bit rate (notes §1.1: the EDS lists BaudRate_1000 only)
 
@@ -60,12 +54,6 @@ def variant_config(node_id: int) -> dict:
     """config/erob/<variant>.toml of the node (the per-variant values the EDS leaves open)."""
     with (ROOT / "config" / "erob" / f"{VARIANT[node_id]}.toml").open("rb") as fh:
         return tomllib.load(fh)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------- rig files
@@ -97,96 +85,19 @@ def write_can_rig(directory: Path, name: str) -> CanRig:
 
 
 # ------------------------------------------------------------------------------------- the daemon
-@dataclass
-class CanDaemon:
-    rig: CanRig
-    proc: subprocess.Popen
-    out_path: Path
-    err_path: Path
-    banner: str = ""
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def command(self, cmd: str, timeout_s: float = 10.0, **args) -> dict:
-        return request(self.rig.cmd, {"cmd": cmd, **args}, timeout_s)
-
-    def ok(self, cmd: str, **args) -> dict:
-        reply = self.command(cmd, **args)
-        assert reply.get("ok") is True, f"{cmd} {args} refused: {reply}"
-        return reply
-
+class CanDaemon(BusDaemon):
     def inject(self, node_id: int, fault: str, **args) -> None:
         self.ok("inject_fault", actuator=JOINT[node_id], fault=fault, args=args)
 
     def clear(self, node_id: int, fault: str) -> None:
         self.ok("clear_fault", actuator=JOINT[node_id], fault=fault)
 
-    def terminate(self, timeout: float = 3.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5.0)
-
-
-_BANNER = re.compile(r"servo-hil: canopen bus 'can' at (\S+) \((.*)\)")
-
-
-class CanLauncher:
+class CanLauncher(BusLauncher):
     """Starts `servo-hil run RIG` daemons; `finish()` SIGTERMs them and checks exit 0, no traceback."""
 
-    def __init__(self, directory: Path):
-        self.dir = directory
-        self.started: list[CanDaemon] = []
-
-    def start(self, rig: CanRig, timeout: float = 20.0) -> CanDaemon:
-        n = len(self.started) + 1
-        out_path, err_path = self.dir / f"daemon{n}.stdout", self.dir / f"daemon{n}.stderr"
-        with out_path.open("w") as out, err_path.open("w") as err:
-            proc = subprocess.Popen([*SERVO_HIL, "run", str(rig.path)], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, cwd=self.dir, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        d = CanDaemon(rig, proc, out_path, err_path)
-        self.started.append(d)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _BANNER.search(out_path.read_text(errors="replace"))
-            if m:
-                assert m.group(1) == rig.port, f"the bus is at {m.group(1)}, not at the rig's port {rig.port}"
-                d.banner = m.group(0)
-                return d
-            if not d.alive:
-                pytest.fail(f"the daemon exited with {proc.returncode} during start-up:\n{d.stderr()}")
-            time.sleep(0.02)
-        d.kill()
-        pytest.fail(f"no bus line on stdout within {timeout} s:\n{out_path.read_text()}\n{d.stderr()}")
-
-    def finish(self) -> None:
-        problems = []
-        for d in self.started:
-            if d.alive:
-                rc = d.terminate(3.0)
-                if rc is None:
-                    d.kill()
-                    problems.append(f"{d.rig.path.name}: still running 3 s after SIGTERM (killed)\n"
-                                    f"{d.stderr()[-3000:]}")
-                elif rc != 0:
-                    problems.append(f"{d.rig.path.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
-            if "Traceback" in d.stderr():
-                problems.append(f"{d.rig.path.name}: a traceback in the daemon's log\n{d.stderr()[-3000:]}")
-        self.started.clear()
-        if problems:
-            pytest.fail("\n".join(problems))
+    banner = re.compile(r"servo-hil: canopen bus 'can' at (\S+) \((.*)\)")
+    daemon_type = CanDaemon
 
 
 @pytest.fixture(scope="module")

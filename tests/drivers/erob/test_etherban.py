@@ -32,10 +32,9 @@ from drivers.erob.etherban import EtherbanServer
 from hil.daemon.rig import load_rig
 from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
+from tests.daemon_process import SERVO_HIL
 
 ROOT = Path(__file__).resolve().parents[3]
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
 BAM = ROOT / "bench/.venv-bam/lib/python3.12/site-packages/bam"   # gitignored: only on a bench PC
 
 # The ‰ resolution of a TORQUE order (0x6071, ‰ of 0x6076 = 31 N·m, through kt) and of present_current

@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,10 +27,9 @@ import msgpack
 import pytest
 import zmq
 
-from . import MqttClient, Stream, free_port, ok, wait_port
+from tests.daemon_process import SERVO_HIL, ProcessControl
 
-_BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+from . import MqttClient, Stream, free_port, ok, wait_port
 
 # Actuators of the test rigs ([[actuators]] bodies). `arm`: inline MuJoCo dcmotor with the dcmotor
 # position law (goal in gear·rad = 50 × output rad) lifting a pendulum; `mx`: catalog Dynamixel MX-64
@@ -80,33 +78,12 @@ class Broker:
 
 
 @dataclass
-class DaemonProcess:
+class DaemonProcess(ProcessControl):
     rig: RigFile
     proc: subprocess.Popen
     err_path: Path
     strict: bool = True
     sigterm_rc: list[int | None] = field(default_factory=list)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def terminate(self, timeout: float = 2.0) -> int | None:
-        """SIGTERM; the exit status, or None if the daemon is still running after `timeout` s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5.0)
 
 
 # ---------------------------------------------------------------------------------------------- broker

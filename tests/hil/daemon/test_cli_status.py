@@ -6,8 +6,9 @@ import json
 import subprocess
 import time
 
+from tests.daemon_process import SERVO_HIL
+
 from . import free_port, ok
-from .conftest import SERVO_HIL
 from .test_lifecycle import run_cli
 
 

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from tests.daemon_process import SERVO_HIL
+
 from . import MqttClient, Stream, free_port, ok
-from .conftest import SERVO_HIL
 
 
 def run_cli(*args: str, timeout: float = 20.0, cwd=None) -> subprocess.CompletedProcess:

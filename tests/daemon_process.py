@@ -1,0 +1,140 @@
+"""`servo-hil run` as a subprocess, for the integration tests: start it, wait for its bus banner, talk to
+its command socket, and stop it with the checks every daemon must pass (SIGTERM → exit 0 within 3 s, no
+traceback in its log). The bus conftests (tests/drivers/*/conftest.py) subclass `BusDaemon` and
+`BusLauncher`; tests/hil/daemon/conftest.py uses `ProcessControl` for its own daemon records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hil.daemon.zmq_io import request
+
+_BIN = Path(sys.executable).parent / "servo-hil"
+SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+
+
+class ProcessControl:
+    """Liveness, log and stop of a daemon record that has `proc` (Popen) and `err_path` (its stderr file)."""
+
+    proc: subprocess.Popen
+    err_path: Path
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 3.0) -> int | None:
+        """SIGTERM; the exit status, or None if the daemon is still running after `timeout` s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5.0)
+
+
+@dataclass
+class BusDaemon(ProcessControl):
+    """A daemon serving a bus; `rig` has `path`, `port` (the pty link) and `cmd` (ZeroMQ command endpoint)."""
+
+    rig: object
+    proc: subprocess.Popen
+    out_path: Path
+    err_path: Path
+    banner: str = ""
+
+    def command(self, cmd: str, timeout_s: float = 10.0, **args) -> dict:
+        """One ZeroMQ command; the reply (ok or not)."""
+        return request(self.rig.cmd, {"cmd": cmd, **args}, timeout_s)
+
+    def ok(self, cmd: str, **args) -> dict:
+        reply = self.command(cmd, **args)
+        assert reply.get("ok") is True, f"{cmd} {args} refused: {reply}"
+        return reply
+
+
+class BusLauncher:
+    """Starts daemons and, at `finish()`, SIGTERMs them and checks exit 0 and a clean log.
+
+    Subclasses set `banner` (the start-up line; group 1 is the bus path), `daemon_type`, and may extend
+    `argv`, `ready` (what the banner tells) and `after_exit` (checks on a daemon that exited cleanly).
+    `check_exited`: also check the log of a daemon that had already ended before `finish()`."""
+
+    banner: re.Pattern
+    daemon_type: type[BusDaemon] = BusDaemon
+    check_exited = True
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.started: list[BusDaemon] = []
+
+    def argv(self, rig) -> list[str]:
+        return [*SERVO_HIL, "run", str(rig.path)]
+
+    def ready(self, daemon: BusDaemon, match: re.Match) -> None:
+        """What the start-up banner says, kept on the daemon record."""
+
+    def after_exit(self, daemon: BusDaemon) -> str | None:
+        """A problem found once the daemon exited 0 after SIGTERM, or None."""
+        return None
+
+    def start(self, rig, timeout: float = 20.0) -> BusDaemon:
+        n = len(self.started) + 1
+        out_path, err_path = self.dir / f"daemon{n}.stdout", self.dir / f"daemon{n}.stderr"
+        with out_path.open("w") as out, err_path.open("w") as err:
+            proc = subprocess.Popen(self.argv(rig), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    cwd=self.dir, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        d = self.daemon_type(rig, proc, out_path, err_path)
+        self.started.append(d)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = self.banner.search(out_path.read_text(errors="replace"))
+            if m:
+                assert m.group(1) == rig.port, f"the bus is at {m.group(1)}, not at the rig's port {rig.port}"
+                d.banner = m.group(0)
+                self.ready(d, m)
+                return d
+            if not d.alive:
+                pytest.fail(f"the daemon exited with {proc.returncode} during start-up:\n{d.stderr()}")
+            time.sleep(0.02)
+        d.kill()
+        pytest.fail(f"no bus line on stdout within {timeout} s:\n{out_path.read_text()}\n{d.stderr()}")
+
+    def finish(self) -> None:
+        problems = []
+        for d in self.started:
+            if not d.alive and not self.check_exited:
+                continue
+            if d.alive:
+                rc = d.terminate(3.0)
+                if rc is None:
+                    d.kill()
+                    problems.append(f"{d.rig.path.name}: still running 3 s after SIGTERM (killed)\n"
+                                    f"{d.stderr()[-3000:]}")
+                elif rc != 0:
+                    problems.append(f"{d.rig.path.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
+                elif problem := self.after_exit(d):
+                    problems.append(problem)
+            if "Traceback" in d.stderr():
+                problems.append(f"{d.rig.path.name}: a traceback in the daemon's log\n{d.stderr()[-3000:]}")
+        self.started.clear()
+        if problems:
+            pytest.fail("\n".join(problems))
