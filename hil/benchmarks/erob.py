@@ -315,19 +315,38 @@ class _Daemon:
 
 
 # ---------------------------------------------------------------------------------------- CANopen client
-def _next_due(due: int, period: int, now: int) -> tuple[int, int]:
-    """A client a whole period or more behind skips the deadlines it missed (no burst to catch up), as the
-    drives' own tick does: (the deadline to send at, how many were skipped)."""
-    if now - due <= period:
-        return due, 0
-    n = (now - due) // period
-    return due + n * period, n
+class _Pacer:
+    """The cycles of a client loop on absolute deadlines `period` ns apart: iterating sleeps until each
+    deadline and yields (cycle k, its deadline [ns, perf_counter]). A client a whole period or more behind
+    skips the deadlines it missed (counted in `skipped` from the end of the warm-up; no burst to catch
+    up), as the drives' own tick does. `probes` holds the CPU probe at the end of the warm-up and, once
+    the loop is done, at its end; `deadlines` every cycle's deadline."""
 
+    def __init__(self, total: int, warmup: int, probe, period: int):
+        self.total, self.warmup, self.probe, self.period = total, warmup, probe, period
+        self.deadlines = np.zeros(total, dtype=np.int64)
+        self.skipped = 0
+        self.probes: list = []
 
-def _sleep_until(t_ns: int) -> None:
-    left = t_ns - time.perf_counter_ns()
-    if left > 0:
-        time.sleep(left / 1e9)
+    def __iter__(self):
+        period = self.period
+        due = time.perf_counter_ns() + 2 * period
+        for k in range(self.total):
+            if k == self.warmup:
+                self.probes.append(self.probe())
+                self.skipped = 0
+            late = time.perf_counter_ns() - due
+            if late > period:
+                n = late // period
+                due += n * period
+                self.skipped += n
+            self.deadlines[k] = due
+            left = due - time.perf_counter_ns()
+            if left > 0:
+                time.sleep(left / 1e9)
+            yield k, due
+            due += period
+        self.probes.append(self.probe())
 
 
 def _configure_nodes(bus) -> dict[int, int]:
@@ -523,21 +542,11 @@ def _can_client(path: str, cycles: int, warmup: int, configure: bool, client: st
                     count[i] += 1
 
         period = int(PERIOD_S * 1e9)
-        deadlines = np.zeros(total, dtype=np.int64)
-        due, skipped = clock() + 2 * period, 0
-        probes: list = []
-        for k in range(total):
-            if k == warmup:
-                probes.append(probe())
-                skipped = 0
-            due, n = _next_due(due, period, clock())
-            skipped += n
-            deadlines[k] = due
-            _sleep_until(due)
+        pacer = _Pacer(total, warmup, probe, period)
+        for k, due in pacer:
             t_first[k], t_sync[k], t_sent[k] = io.send_cycle(clock)
             take(due + period, k + 1)
-            due += period
-        probes.append(probe())
+        deadlines, skipped, probes = pacer.deadlines, pacer.skipped, pacer.probes
         take(clock() + int(DRAIN_S * 1e9), total)
         return {"deadlines": deadlines, "period": period, "skipped": skipped, "t_first": t_first, "t_sync": t_sync,
                 "t_sent": t_sent, "t_tpdo": t_tpdo, "count": count, "other": other, "refused": io.refused,
@@ -633,18 +642,8 @@ def _etherban_client(endpoint: str, cycles: int, warmup: int, probe) -> dict:
         faults = 0
         amps_max = 0.0
         period = int(PERIOD_S * 1e9)
-        deadlines = np.zeros(total, dtype=np.int64)
-        due, skipped = clock() + 2 * period, 0
-        probes: list = []
-        for k in range(total):
-            if k == warmup:
-                probes.append(probe())
-                skipped = 0
-            due, n = _next_due(due, period, clock())
-            skipped += n
-            deadlines[k] = due
-            _sleep_until(due)
-            due += period
+        pacer = _Pacer(total, warmup, probe, period)
+        for k, _due in pacer:
             req = pb.Request()
             for i in range(devices):
                 amps = KP[i] * (target[i] - q[i]) + DAMPING[i] * math.sqrt(KP[i]) * (0.0 - dq[i])
@@ -657,7 +656,7 @@ def _etherban_client(endpoint: str, cycles: int, warmup: int, probe) -> dict:
                 if 0 <= st.device < devices:
                     q[st.device], dq[st.device] = st.present_position, st.present_velocity
             faults += bool(resp.has_fault)
-        probes.append(probe())
+        deadlines, skipped, probes = pacer.deadlines, pacer.skipped, pacer.probes
         return {"deadlines": deadlines, "period": period, "skipped": skipped, "t_send": t_send, "t_recv": t_recv,
                 "probes": probes, "faults": faults, "target": target, "final": q, "amps_max": amps_max}
     finally:
