@@ -34,15 +34,10 @@ process exits 0 even when a target is missed: it is a measurement.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import select
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tty
 from importlib.metadata import PackageNotFoundError, version
@@ -50,7 +45,17 @@ from pathlib import Path
 
 from drivers.dynamixel.protocol import BROADCAST_ID, HEADER, Instruction, encode_instruction, encode_status
 from drivers.ports import wire_time_s
-from hil.benchmarks.host import cpu_ns, cpu_split, free_port, latency_stats, loadavg, machine, probe
+from hil.benchmarks.host import (
+    DaemonProcess,
+    PeerProcess,
+    cpu_ns,
+    cpu_split,
+    free_port,
+    latency_stats,
+    loadavg,
+    machine,
+    probe,
+)
 from hil.daemon.telemetry import StealMeter
 
 SERVOS = 12
@@ -67,7 +72,6 @@ TARGET_SLACK_US = 50.0          # ... or within 50 µs of it
 TARGET_CYCLES_PER_S = 2000.0    # fast: Sync Read + Sync Write cycles per second
 STEAL_LIMIT = 0.02
 OTHER_LOAD_LIMIT = 0.25         # cores used by other processes during a phase before the JSON warns
-DAEMON_START_S = 30.0
 IDLE_S = 0.5                    # server background CPU is measured over this before the client starts
 
 
@@ -165,30 +169,6 @@ def echo_peer(conn, replies: dict[bytes, bytes]) -> None:
                 os.write(master, reply)
 
 
-class _Peer:
-    """The echo peer in a separate (spawned) process."""
-
-    def __enter__(self) -> _Peer:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=echo_peer, args=(child, _peer_replies()), daemon=True,
-                                name="servo-hil-bench-echo-peer")
-        self.proc.start()
-        child.close()
-        if not parent.poll(DAEMON_START_S):
-            raise RuntimeError("echo peer did not start")
-        self.path = parent.recv()
-        parent.close()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-
-
 # ---------------------------------------------------------------------------------------- daemon
 def _rig_text(baud: int, fast: bool, return_delay: int, pub: str, cmd: str) -> str:
     joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "{MODEL}"\n'
@@ -199,63 +179,16 @@ def _rig_text(baud: int, fast: bool, return_delay: int, pub: str, cmd: str) -> s
             f'{joints}')
 
 
-class _Daemon:
-    """`servo-hil run RIG --port PATH --no-mqtt` as a subprocess, until its bus line is printed; SIGTERM on exit."""
+class _Daemon(DaemonProcess):
+    """`servo-hil run RIG --port PATH` on a generated rig, ready once its bus line is printed."""
 
     def __init__(self, tmp: Path, baud: int, fast: bool, return_delay: int):
         tag = f"{baud}_{'fast' if fast else 'paced'}_{return_delay}"
-        self.rig = tmp / f"rig_{tag}.toml"
-        self.rig.write_text(_rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
-                                      f"tcp://127.0.0.1:{free_port()}"))
+        rig = tmp / f"rig_{tag}.toml"
+        rig.write_text(_rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
+                                 f"tcp://127.0.0.1:{free_port()}"))
         self.path = str(tmp / f"tty_{tag}")
-        self.errfile = tmp / f"daemon_{tag}.log"
-
-    def _stderr_tail(self) -> str:
-        try:
-            return self.errfile.read_text()[-2000:]
-        except OSError:
-            return ""
-
-    def __enter__(self) -> _Daemon:
-        self.err = self.errfile.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), "--port", self.path, "--no-mqtt",
-             "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=self.err, text=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + DAEMON_START_S
-        out = self.proc.stdout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"daemon printed no bus line within {DAEMON_START_S:.0f} s: {self._stderr_tail()}")
-            if select.select([out], [], [], min(left, 0.5))[0]:
-                line = out.readline()
-                if not line:
-                    self.proc.wait(5)
-                    raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
-                if line.startswith("servo-hil: dynamixel bus"):
-                    break
-            elif self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
-        # keep stdout drained so the daemon never blocks on a full pipe
-        threading.Thread(target=lambda: out.read(), daemon=True).start()
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.err.close()
+        super().__init__(rig, ["--port", self.path], ("servo-hil: dynamixel bus",), tmp / f"daemon_{tag}.log")
 
 
 # ---------------------------------------------------------------------------------------- client
@@ -408,8 +341,8 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         tmp = Path(tmpdir)
         for baud in bauds:
             _log(f"{_key(baud)}: echo peer (SDK floor)")
-            with _Peer() as peer:
-                path = peer.path
+            with PeerProcess(echo_peer, _peer_replies(), "servo-hil-bench-echo-peer") as peer:
+                path = peer.address
                 runs.append(_measure("echo_peer", path, baud, True, 0, reads, cycles, warmup, peer.proc.pid))
             configs = [(True, 0)] + [(False, rd) for rd in return_delays]
             for fast, rd in configs:

@@ -52,15 +52,11 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import select
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tty
 from importlib.metadata import PackageNotFoundError, version
@@ -69,7 +65,17 @@ from pathlib import Path
 import numpy as np
 
 from drivers.slcan import CanFrame, encode_frame, frame_bits
-from hil.benchmarks.host import cpu_ns, cpu_split, free_port, latency_stats, loadavg, machine, probe
+from hil.benchmarks.host import (
+    DaemonProcess,
+    PeerProcess,
+    cpu_ns,
+    cpu_split,
+    free_port,
+    latency_stats,
+    loadavg,
+    machine,
+    probe,
+)
 from hil.daemon.telemetry import StealMeter, percentile_us
 
 BITRATE = 1_000_000
@@ -88,7 +94,6 @@ PEER_POSITION = 0                               # what the SLCAN peer's TPDOs ca
 PEER_STATUSWORD = 0x1237                        # Operation enabled, CSP "follows the command"
 STEAL_LIMIT = 0.02
 OTHER_LOAD_LIMIT = 0.25
-DAEMON_START_S = 30.0
 IDLE_S = 0.5                                    # server background CPU, measured before each phase
 DRAIN_S = 1.0                                   # late TPDOs are still read (and timed) this long after the loop
 SDO_TIMEOUT_S = 1.0
@@ -201,33 +206,6 @@ def _peer_response() -> bytes:
     return r.SerializeToString()
 
 
-class _Peer:
-    """`target(conn, arg)` in a separate (spawned) process; `address` is what it sent on `conn`."""
-
-    def __init__(self, target, arg, name: str):
-        self.target, self.arg, self.name = target, arg, name
-
-    def __enter__(self) -> _Peer:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=self.target, args=(child, self.arg), daemon=True, name=self.name)
-        self.proc.start()
-        child.close()
-        if not parent.poll(DAEMON_START_S):
-            self.__exit__()
-            raise RuntimeError(f"{self.name} did not start")
-        self.address = parent.recv()
-        parent.close()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-
-
 # ---------------------------------------------------------------------------------------- daemon
 def _rig_text(can_path: str, etherban: str, pub: str, cmd: str) -> str:
     actuators = "".join(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{cat}"\nmodel = "m6"\n'
@@ -241,55 +219,16 @@ def _rig_text(can_path: str, etherban: str, pub: str, cmd: str) -> str:
             f'{actuators}')
 
 
-class _Daemon:
-    """`servo-hil run RIG --no-mqtt` as a subprocess, until both bus lines are printed; SIGTERM on exit."""
-
-    READY = ("servo-hil: canopen bus", "servo-hil: etherban bus")
+class _Daemon(DaemonProcess):
+    """`servo-hil run RIG` on a generated rig, ready once both bus lines are printed."""
 
     def __init__(self, tmp: Path):
         self.path = str(tmp / "ttyCAN")
         self.etherban = f"tcp://127.0.0.1:{free_port()}"
         self.command = f"tcp://127.0.0.1:{free_port()}"
-        self.rig = tmp / "rig_erob.toml"
-        self.rig.write_text(_rig_text(self.path, self.etherban, f"tcp://127.0.0.1:{free_port()}", self.command))
-        self.errfile = tmp / "daemon.log"
-
-    def _stderr_tail(self) -> str:
-        try:
-            return self.errfile.read_text()[-2000:]
-        except OSError:
-            return ""
-
-    def __enter__(self) -> _Daemon:
-        self.err = self.errfile.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), "--no-mqtt", "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, stderr=self.err, text=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + DAEMON_START_S
-        out, missing = self.proc.stdout, set(self.READY)
-        while missing:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"daemon printed no {sorted(missing)} line within {DAEMON_START_S:.0f} s: "
-                                   f"{self._stderr_tail()}")
-            if select.select([out], [], [], min(left, 0.5))[0]:
-                line = out.readline()
-                if not line:
-                    self.proc.wait(5)
-                    raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
-                missing = {m for m in missing if not line.startswith(m)}
-            elif self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
-        # keep stdout drained so the daemon never blocks on a full pipe
-        threading.Thread(target=lambda: out.read(), daemon=True).start()
+        rig = tmp / "rig_erob.toml"
+        rig.write_text(_rig_text(self.path, self.etherban, f"tcp://127.0.0.1:{free_port()}", self.command))
+        super().__init__(rig, [], ("servo-hil: canopen bus", "servo-hil: etherban bus"), tmp / "daemon.log")
 
     def status(self) -> dict | None:
         """The daemon's loop telemetry (a subset of `servo-hil status --json`), or None if it does not answer."""
@@ -302,16 +241,6 @@ class _Daemon:
         keys = ("rate_hz", "rt_mode", "tick", "lateness_p50_us", "lateness_p99_us", "lateness_max_us", "overruns",
                 "overrun_fraction", "cpu_percent", "steal_fraction")
         return {k: st.get(k) for k in keys}
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.err.close()
 
 
 # ---------------------------------------------------------------------------------------- CANopen client
@@ -734,12 +663,12 @@ def run(cycles: int = 5000, warmup: int | None = None, quick: bool = False) -> d
         warmup = 50 if quick else 200
     t_start, load_start = time.monotonic(), loadavg()
     can: dict[str, dict] = {c: {} for c in CLIENTS}
-    with _Peer(slcan_peer, _peer_tpdo_lines(), "servo-hil-bench-slcan-peer") as p:
+    with PeerProcess(slcan_peer, _peer_tpdo_lines(), "servo-hil-bench-slcan-peer") as p:
         for c in CLIENTS:
             _log(f"SLCAN echo peer, {c} client (client floor)")
             can[c]["echo_peer"] = _phase("canopen", "echo_peer", p.address, p.proc.pid, cycles, warmup, c)
     _log("ZeroMQ REP peer (client floor)")
-    with _Peer(zmq_peer, _peer_response(), "servo-hil-bench-zmq-peer") as p:
+    with PeerProcess(zmq_peer, _peer_response(), "servo-hil-bench-zmq-peer") as p:
         eb_peer = _phase("etherban", "echo_peer", p.address, p.proc.pid, cycles, warmup)
     with tempfile.TemporaryDirectory(prefix="servo-hil-bench-erob-") as tmpdir, _Daemon(Path(tmpdir)) as d:
         for c in CLIENTS:

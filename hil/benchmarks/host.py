@@ -8,9 +8,15 @@ figure measured on a loaded or stolen CPU says so.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import platform
+import select
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -96,3 +102,89 @@ def cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
             "server_cpu_us_per_op": max(server - server_idle_cores, 0.0) * wall / ops * 1e6,
             "host_busy_cores": host,
             "other_cores": None if host is None else max(host - client - server, 0.0)}
+
+
+START_S = 30.0   # [s] a daemon or peer that is not ready by then has failed
+
+
+class PeerProcess:
+    """`target(conn, arg)` in a separate (spawned) process; `address` is what it sent on `conn` once ready
+    (a pty path, an endpoint). The peers are benchmark harnesses: the floor a client reaches on this host."""
+
+    def __init__(self, target, arg, name: str):
+        self.target, self.arg, self.name = target, arg, name
+
+    def __enter__(self) -> PeerProcess:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=self.target, args=(child, self.arg), daemon=True, name=self.name)
+        self.proc.start()
+        child.close()
+        if not parent.poll(START_S):
+            self.__exit__()
+            raise RuntimeError(f"{self.name} did not start")
+        self.address = parent.recv()
+        parent.close()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class DaemonProcess:
+    """`servo-hil run RIG ARGS --no-mqtt` as a subprocess, ready once it has printed a line starting with
+    each of `ready` (its bus banners); SIGTERM on exit. Its stderr goes to `errfile`."""
+
+    def __init__(self, rig: Path, args: list[str], ready: tuple[str, ...], errfile: Path):
+        self.rig, self.args, self.ready, self.errfile = rig, args, ready, errfile
+
+    def _stderr_tail(self) -> str:
+        try:
+            return self.errfile.read_text()[-2000:]
+        except OSError:
+            return ""
+
+    def __enter__(self):
+        self.err = self.errfile.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), *self.args, "--no-mqtt",
+             "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=self.err, text=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_S
+        out, missing = self.proc.stdout, set(self.ready)
+        while missing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"daemon printed no {sorted(missing)} line within {START_S:.0f} s: "
+                                   f"{self._stderr_tail()}")
+            if select.select([out], [], [], min(left, 0.5))[0]:
+                line = out.readline()
+                if not line:
+                    self.proc.wait(5)
+                    raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
+                missing = {m for m in missing if not line.startswith(m)}
+            elif self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited ({self.proc.returncode}): {self._stderr_tail()}")
+        # keep stdout drained so the daemon never blocks on a full pipe
+        threading.Thread(target=lambda: out.read(), daemon=True).start()
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
