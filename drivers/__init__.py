@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | CanopenBus | EtherbanServer:
     """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path.
 
-    Every server is a thread with `path` (where controllers connect), `summary` (one line for the
+    Every server has `path` (where controllers connect), `summary` (one line for the
     start-up banner), `error` (what stopped it, if anything), `start()` and `stop()`."""
     if cfg.protocol == "dynamixel":
         from drivers.dynamixel.attach import open_dynamixel_bus

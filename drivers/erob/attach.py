@@ -22,11 +22,10 @@ def rig_drives(live: LiveRig) -> ErobDrives:
     """The rig's eRob drive set (created on first use; buses and the Etherban server share it)."""
     from drivers.erob.drives import ErobDrives
 
-    drives = getattr(live, "erob_drives", None)
-    if drives is None:
-        drives = live.erob_drives = ErobDrives(period_s=1e-3)
-        live.reset_hooks.append(drives.power_cycle)   # `reset`: every drive powers up again
-    return drives
+    if live.erob_drives is None:
+        live.erob_drives = ErobDrives(period_s=1e-3)
+        live.reset_hooks.append(live.erob_drives.power_cycle)   # `reset`: every drive powers up again
+    return live.erob_drives
 
 
 def _variant(catalog: str, where: str) -> str:

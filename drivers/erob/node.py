@@ -305,7 +305,7 @@ class CanopenNode:
 
     def _rpdo(self, n: int, p: Pdo, data: bytes, now: float) -> None:
         # CANopenNode's rule: shorter than mapped → not processed, EMCY 8210; longer → processed, EMCY 8220
-        if len(data) < p.length or len(data) > p.length:
+        if len(data) != p.length:
             if not self._rpdo_length_error[n]:
                 self._rpdo_length_error[n] = True
                 code = EMCY_PDO_LENGTH if len(data) < p.length else EMCY_PDO_LENGTH_EXCEEDED
@@ -349,16 +349,17 @@ class CanopenNode:
             if len(self._emcy_held) < _EMCY_BACKLOG:
                 self._emcy_held.append(payload)
             return
+        self._send_emcy(payload)
+
+    def _send_emcy(self, payload: bytes) -> None:
         cob = self.drive.values[(0x1014, 0)]
-        if not cob & 0x8000_0000:
+        if not cob & 0x8000_0000:        # bit 31: EMCY not valid
             self._send(CanFrame(cob & 0x7FF, payload))
 
     def _flush_emcy(self) -> None:
         held, self._emcy_held = self._emcy_held, []
-        cob = self.drive.values[(0x1014, 0)]
         for payload in held:
-            if not cob & 0x8000_0000:
-                self._send(CanFrame(cob & 0x7FF, payload))
+            self._send_emcy(payload)
 
     def _after_write(self, now: float) -> None:
         """What a write (SDO, RPDO) or a SYNC may have caused: EMCYs, event-driven TPDOs."""

@@ -29,8 +29,6 @@ class Daemon:
                  real: list[str] = (), record: str | None = None):
         self.rig, self.specs, kernel = load_rig(rig_path)
         self.ports = _bus_ports(self.rig, ports, "--port")
-        if any(b.protocol == "etherban" for b in self.rig.buses if b.name in self.ports):
-            raise ConfigError("--port: an etherban server has no port (set its bind = ... in the rig)")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
             bus = self.rig.buses[k]
@@ -135,7 +133,8 @@ class Daemon:
 
 
 def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
-    """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path} (also --real)."""
+    """`--port PATH` (a rig with one bus) or `--port BUS=PATH` → {bus name: path} (also --real). An
+    etherban server has no port (it binds `bind`): `--port` does not count or accept it."""
     names = [b.name for b in rig.buses if b.protocol != "etherban" or option != "--port"]
     out: dict[str, str] = {}
     for arg in ports:
