@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd)
+PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd drivers/*/*.pyx)
 
 .PHONY: run test lint soak bench clean
 
@@ -36,4 +36,4 @@ bench: .stamp-install
 	$(BIN)/python bench/kernel.py
 
 clean:
-	rm -rf build *.egg-info hil/*/*.c hil/*/*.so .stamp-install
+	rm -rf build *.egg-info hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so .stamp-install

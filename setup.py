@@ -1,4 +1,4 @@
-"""Builds the Cython extensions (kernel, real-time loop); everything else is in pyproject.toml."""
+"""Builds the Cython extensions (kernel, real-time loop, Dynamixel codec); everything else is in pyproject.toml."""
 
 import numpy
 from Cython.Build import cythonize
@@ -16,7 +16,7 @@ def extension(name: str) -> Extension:
     )
 
 
-extensions = [extension("hil.kernel.core"), extension("hil.loop.rt")]
+extensions = [extension("hil.kernel.core"), extension("hil.loop.rt"), extension("drivers.dynamixel.codec")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,

@@ -17,7 +17,8 @@ class Joint(Protocol):
     """An actuator of the kernel: SI state out, parameters / goal / torque enable in."""
 
     def read_state(self) -> dict:
-        """The kernel `State` fields of this actuator (SI; see hil/kernel/core.pxd), one tick's worth."""
+        """The kernel `State` fields of this actuator (SI; see hil/kernel/core.pxd), one tick's worth; read-only
+        (an implementation may hand out the same dict until the state changes)."""
         ...
 
     def params(self) -> dict:

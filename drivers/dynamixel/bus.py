@@ -10,7 +10,7 @@ notes/dynamixel.md §1.5 (broadcast, Status Return Level, secondary ID), §2 (in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from drivers.dynamixel.protocol import (
     BROADCAST_ID,
@@ -38,8 +38,7 @@ _KNOWN = frozenset(int(i) for i in Instruction) - {Instruction.STATUS}
 _NO_REINDEX = frozenset({Instruction.PING, Instruction.READ, *_READS})   # instructions that change no register
 
 
-@dataclass(frozen=True, slots=True)
-class Transmission:
+class Transmission(NamedTuple):   # a tuple: built per reply, a frozen dataclass costs 3× as much
     """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
 
     data: bytes
@@ -111,10 +110,10 @@ class DynamixelBus:
             return self._group_read(pkt, listening, bps) if pkt.id == BROADCAST_ID else []
         if ins == Instruction.SYNC_WRITE:
             address, _, items = decode_sync_write(p)
-            self._group_write(listening, [(sid, address, data) for sid, data in items])
+            self._group_write(listening, [(sid, address, data) for sid, data in items], pkt.id)
             return []
         if ins == Instruction.BULK_WRITE:
-            self._group_write(listening, decode_bulk_write(p))
+            self._group_write(listening, decode_bulk_write(p), pkt.id)
             return []
         if ins == Instruction.PING:
             return self._ping(pkt, listening, bps)
@@ -190,11 +189,12 @@ class DynamixelBus:
         elif ins == Instruction.ACTION:
             self.servos[i].action()
 
-    def _group_write(self, listening: list[int], items: list[tuple[int, int, bytes]]) -> None:
+    def _group_write(self, listening: list[int], items: list[tuple[int, int, bytes]], to: int) -> None:
         for sid, address, data in items:
             i = self._primary(listening, sid)
             if i is not None:
-                self.servos[i].note_instruction(self._now)
+                if to != BROADCAST_ID:   # broadcast: handle() has noted the instruction on every listener
+                    self.servos[i].note_instruction(self._now)
                 self.servos[i].write(address, data)
 
     def _ping(self, pkt: Packet, listening: list[int], bps: int) -> list[Transmission]:
@@ -232,8 +232,7 @@ class DynamixelBus:
                     # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
                     return []
                 continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
-            s = self.servos[i]
-            s.note_instruction(self._now)
+            s = self.servos[i]          # handle() has noted the instruction on every target (broadcast)
             if s.status_return_level < 1:
                 continue
             members.append((i, s.read(address, length), length))
@@ -286,11 +285,13 @@ class DynamixelBus:
     def _finish(self, out: list[Transmission], bps: int) -> list[Transmission]:
         """Apply each sender's injected bus faults (drop, corrupt, delay)."""
         done = []
+        faults = self.faults
         for tx in out:
-            if tx.servo is None:
-                done.append(tx)
+            f = None if tx.servo is None else faults[tx.servo]
+            if f is None or not (f.drop or f.corrupt or f.delay_s or f.wrong_baud):
+                done.append(tx)      # what apply() would return: the reply unchanged, no extra delay
                 continue
-            data, extra = self.faults[tx.servo].apply(tx.data)
+            data, extra = f.apply(tx.data)
             if data is not None:
                 done.append(Transmission(data, tx.offset_s + extra, tx.servo))
         self.stats["replies"] += len(done)

@@ -15,10 +15,10 @@ packet means and when to answer.
 from __future__ import annotations
 
 import enum
-import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+# CRC-16 and packet framing are C (codec.pyx, the server's per-packet byte work); this module re-exports them
+from drivers.dynamixel.codec import crc16, encode_fast_status, encode_instruction, encode_status
 from firmware_models.dynamixel.control_table import ErrorCode  # the servo and the wire share the error numbers
 
 __all__ = [
@@ -90,62 +90,6 @@ class ProtocolError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------------
-# CRC-16 (notes §1.2): CRC-16/UMTS, polynomial 0x8005, init 0, MSB first, no final XOR.
-
-
-def _build_byte_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i << 8
-        for _ in range(8):
-            c = ((c << 1) ^ 0x8005) if c & 0x8000 else (c << 1)
-        table.append(c & 0xFFFF)
-    return table
-
-
-_CRC_TABLE = _build_byte_table()  # one byte per step: 0x0000, 0x8005, 0x800F, 0x000A, ...
-
-
-def _build_pair_table() -> list[int]:
-    # Two bytes per step. With a 16-bit register, feeding the big-endian word w = b0 << 8 | b1 shifts the
-    # old register out completely, so the new register depends only on (crc ^ w): crc' = T2[crc ^ w],
-    # where T2[v] is the CRC (init 0) of the two bytes of v. Built row by row from the byte table.
-    t = _CRC_TABLE
-    table: list[int] = []
-    for hi in range(256):
-        c1 = t[hi]  # register after the first byte
-        shifted, top = (c1 << 8) & 0xFFFF, c1 >> 8
-        table.extend([shifted ^ t[top ^ lo] for lo in range(256)])
-    return table
-
-
-_CRC_PAIR_TABLE = _build_pair_table()  # 65536 entries, built once at import (a few ms)
-# Big-endian word unpackers for the usual packet sizes, so crc16 does not format a struct string per call.
-_WORD_UNPACKERS = [struct.Struct(f">{k}H").unpack for k in range(256)]
-
-
-def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC-16/UMTS of `data` (poly 0x8005, init 0, MSB first; notes §1.2), returned as an int 0..0xFFFF.
-
-    `crc` continues a running CRC: crc16(a + b) == crc16(b, crc16(a)). This is how the intermediate CRCs of a
-    Fast Sync/Bulk Read reply are formed (notes §2.1). On the wire the CRC is sent low byte first.
-    """
-    if not 0 <= crc <= 0xFFFF:
-        raise ValueError(f"crc must be 0..0xFFFF, got {crc}")
-    n = len(data)
-    if n & 1:  # odd length: one byte step first, then whole words
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[(crc >> 8) ^ data[0]]
-        data = data[1:]
-        n -= 1
-    words = n >> 1
-    unpack = _WORD_UNPACKERS[words] if words < 256 else struct.Struct(f">{words}H").unpack
-    table = _CRC_PAIR_TABLE
-    for word in unpack(data):
-        crc = table[crc ^ word]
-    return crc
-
-
-# --------------------------------------------------------------------------------------------------
 # Byte stuffing (notes §1.3). FF FF FD cannot overlap itself, so a single left-to-right replace is exactly the
 # e-manual's scan, and its inverse.
 
@@ -193,59 +137,6 @@ class CorruptPacket:
     id: int
     instruction: int
     wire_len: int
-
-
-def _frame(id: int, body: bytes) -> bytes:
-    """Header + ID + LEN + already-stuffed `body` + CRC."""
-    length = len(body) + 2
-    if length > _MAX_LENGTH:
-        raise ValueError(f"packet too long: LEN would be {length} > 65535")
-    head = HEADER + bytes((id, length & 0xFF, length >> 8))  # bytes() rejects an id outside 0..255
-    crc = crc16(body, crc16(head))
-    return head + body + bytes((crc & 0xFF, crc >> 8))
-
-
-def encode_instruction(id: int, instruction: int, params: bytes = b"") -> bytes:
-    """Instruction packet: header, `id`, LEN, `instruction`, stuffed `params`, CRC (e-manual "Packet Process").
-
-    Used by tests, the bench and the hardware mirror. id and instruction must be bytes (0..255); 253 and 255 are
-    not valid device IDs (notes §1.1) but are not refused here, so tests can build odd packets.
-    """
-    return _frame(id, stuff(bytes((instruction,)) + bytes(params)))
-
-
-def encode_status(id: int, error: int, params: bytes = b"") -> bytes:
-    """Status packet (instruction 0x55) from device `id` with `error` byte (ErrorCode | ALERT) and `params`.
-
-    Instruction, error and params are stuffed (notes §1.3), as the SDK's `rxPacket` expects.
-    """
-    return _frame(id, stuff(bytes((_STATUS, error)) + bytes(params)))
-
-
-def encode_fast_status(segments: Sequence[tuple[int, int, bytes]]) -> bytes:
-    """The single combined Fast Sync Read / Fast Bulk Read reply (notes §2.1), never stuffed.
-
-    segments: (id, error, data) per device, in the order the instruction listed them. Layout:
-    FF FF FD 00 FE LEN_L LEN_H 55 | ERR1 ID1 DATA1 CRC1 | ... | ERRn IDn DATAn CRCn with
-    LEN = 1 + sum(len(data_i) + 4). CRC_k is the running CRC of the whole packet from the first FF through the
-    end of DATA_k (earlier segments' CRC bytes included), so the last one is the ordinary packet CRC.
-    """
-    if not segments:
-        raise ValueError("a fast status packet needs at least one segment")
-    length = 1 + sum(len(data) + 4 for _, _, data in segments)
-    if length > _MAX_LENGTH:
-        raise ValueError(f"packet too long: LEN would be {length} > 65535")
-    out = bytearray(HEADER)
-    out += bytes((BROADCAST_ID, length & 0xFF, length >> 8, _STATUS))
-    crc = crc16(out)
-    for dev_id, error, data in segments:
-        seg = bytes((error, dev_id)) + bytes(data)
-        crc = crc16(seg, crc)
-        crc_bytes = bytes((crc & 0xFF, crc >> 8))
-        out += seg
-        out += crc_bytes
-        crc = crc16(crc_bytes, crc)
-    return bytes(out)
 
 
 def decode_status(packet: Packet) -> tuple[int, bytes]:

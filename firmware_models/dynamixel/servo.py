@@ -48,10 +48,13 @@ _CACHED_ITEMS = frozenset({"ID", "Secondary(Shadow) ID", "Baud Rate", "Return De
                            "Drive Mode", "Operating Mode", "Homing Offset", "Moving Threshold"})
 
 # items whose change alters the kernel parameters of the firmware law
-_PARAM_ITEMS = {"Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit",
-                "Shutdown", "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain",
-                "Position P Gain", "Feedforward 2nd Gain", "Feedforward 1st Gain", "Goal PWM", "Goal Current",
-                "Profile Acceleration", "Profile Velocity", "Bus Watchdog"}
+_PARAM_ITEMS = frozenset({
+    "Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit", "Shutdown",
+    "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain", "Position P Gain",
+    "Feedforward 2nd Gain", "Feedforward 1st Gain", "Goal PWM", "Goal Current", "Profile Acceleration",
+    "Profile Velocity", "Bus Watchdog"})
+# items whose change moves the kernel goal
+_GOAL_INPUTS = frozenset({*GOAL_ITEMS, "Homing Offset", "Drive Mode", "Operating Mode"})
 
 
 @dataclass(slots=True)
@@ -89,6 +92,8 @@ class DynamixelServo:
         self._refresh_plan: dict[tuple[int, int], list] = {}
         self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
         self._a_watchdog = spec.item("Bus Watchdog").address
+        self._a_torque = spec.item("Torque Enable").address
+        self._a_drive = spec.item("Drive Mode").address
         self._indirect_lo = min(b.data for b in spec.indirect) if spec.indirect else 1 << 30
         self._cache()
         self._sense()
@@ -240,7 +245,8 @@ class DynamixelServo:
         """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (notes §4.1)."""
         if address > 116 or address + len(data) <= 100:
             return False                          # no goal item (100..119) in the write
-        if self.table.get("Torque Enable") or not self.table.get("Drive Mode") & 0x08 or self._hw_shutdown():
+        regs = self.table.data
+        if regs[self._a_torque] or not regs[self._a_drive] & 0x08 or self._hw_shutdown():
             return False
         end = address + len(data)
         return any(address <= self.spec.item(n).address < end for n in GOAL_ITEMS if self.spec.has(n))
@@ -265,9 +271,9 @@ class DynamixelServo:
             self._set_goal_from_present()
         if "Bus Watchdog" in changed and self.table.get("Bus Watchdog") == 0:
             self._last_instruction_s = self.joint.time_s()
-        if any(n in _PARAM_ITEMS for n in changed):
+        if not _PARAM_ITEMS.isdisjoint(changed):
             self.joint.command(params=self._kernel_params())
-        if any(n in GOAL_ITEMS or n in ("Homing Offset", "Drive Mode", "Operating Mode") for n in changed):
+        if not _GOAL_INPUTS.isdisjoint(changed):
             self.joint.command(goal=self._kernel_goal())
         return 0
 
@@ -359,8 +365,9 @@ class DynamixelServo:
         key = (address, end)
         items = self._refresh_plan.get(key)
         if items is None:
-            items = [(a, n, getattr(self, "_r_" + name.lower().replace(" ", "_")))
-                     for a, n, name in self._present if a < end and a + n > address]
+            # (address, size, compute, lowest, highest): register values saturate rather than wrap
+            items = [(a, n, getattr(self, "_r_" + name.lower().replace(" ", "_")), -(1 << (8 * n - 1)),
+                      (1 << (8 * n - 1)) - 1) for a, n, name in self._present if a < end and a + n > address]
             if len(self._refresh_plan) >= 64:   # bounded: a controller (or a fuzzer) picks the ranges
                 self._refresh_plan.clear()
             self._refresh_plan[key] = items
@@ -368,10 +375,9 @@ class DynamixelServo:
             return
         st = self.joint.read_state()
         data = self.table.data
-        for a, n, compute in items:
-            lo = -(1 << (8 * n - 1))
-            v = min(max(compute(st), lo), -lo - 1)   # saturate rather than wrap
-            data[a:a + n] = (v & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+        for a, n, compute, lo, hi in items:
+            v = compute(st)
+            data[a:a + n] = (lo if v < lo else hi if v > hi else v).to_bytes(n, "little", signed=True)
 
     def decode_state(self, address: int, data: bytes) -> dict:
         """The joint state in SI that register bytes `data` read at `address` carry (e.g. a real servo's

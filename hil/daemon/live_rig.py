@@ -8,7 +8,6 @@ a command can run code or read files.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
@@ -106,25 +105,18 @@ class LiveRig:
 
     # ------------------------------------------------------------------ host → loop
     def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None) -> None:
-        deadline = time.monotonic() + 1.0
         with self._push_lock:
+            if self.loop.push(COMMANDS[kind], index, a, b, params, not self._batching):
+                return
+            deadline = time.monotonic() + 1.0   # the ring is full: wait for the loop to drain it
             while not self.loop.push(COMMANDS[kind], index, a, b, params, not self._batching):
                 if time.monotonic() > deadline or not self.running:
                     raise CommandError("the loop is not taking commands (stopped or stalled)")
                 time.sleep(1e-4)
 
-    @contextlib.contextmanager
-    def atomic(self):
+    def atomic(self) -> _Batch:
         """Commands pushed inside reach the loop together: it applies all of them at one tick."""
-        with self._push_lock:
-            outer = self._batching
-            self._batching = True
-            try:
-                yield
-            finally:
-                self._batching = outer
-                if not outer:
-                    self.loop.commit()
+        return _Batch(self)
 
     def _set_params(self, j: int, changes: dict) -> None:
         self.params[j].update(changes)
@@ -395,15 +387,48 @@ class LiveRig:
 
 
 
+class _Batch:
+    """`LiveRig.atomic()`: a class rather than a generator context manager, as every bus packet enters one."""
+
+    __slots__ = ("live", "outer")
+
+    def __init__(self, live: LiveRig):
+        self.live = live
+
+    def __enter__(self) -> None:
+        live = self.live
+        live._push_lock.acquire()
+        self.outer = live._batching
+        live._batching = True
+
+    def __exit__(self, *exc) -> None:
+        live = self.live
+        try:
+            live._batching = self.outer
+            if not self.outer:
+                live.loop.commit()
+        finally:
+            live._push_lock.release()
+
+
 class LiveJoint:
     """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` protocol)."""
 
     def __init__(self, live: LiveRig, j: int):
         self.live = live
         self.j = j
+        self._seq = -1          # snapshot_seq when _state was fetched
+        self._state: dict = {}
 
     def read_state(self) -> dict:
-        return self.live.loop.state_of(self.j)
+        """The state as of the loop's latest snapshot. The same dict comes back until the loop publishes a new
+        one (a bus packet reads it once per servo and item): callers must not change it."""
+        loop = self.live.loop
+        seq = loop.snapshot_seq
+        if seq != self._seq:
+            self._state = loop.state_of(self.j)   # at least as new as `seq`: a newer copy only refetches sooner
+            self._seq = seq
+        return self._state
 
     def params(self) -> dict:
         return self.live.params[self.j]

@@ -543,6 +543,12 @@ cdef class RealtimeLoop:
                 return st
 
     @property
+    def snapshot_seq(self):
+        """Changes whenever the snapshot that state_of() and snapshot() read is republished: a reader that saw
+        the same value before and after fetching a state may keep using it (hil/daemon/live_rig.LiveJoint)."""
+        return hil_load(&self.sh.snap_seq)
+
+    @property
     def tick(self):
         """Ticks run so far."""
         return hil_load(&self.sh.tick)

@@ -1,0 +1,76 @@
+"""The C codec (drivers/dynamixel/codec.pyx) against independent references.
+
+The e-manual byte vectors are in test_protocol.py (they run through the same functions, which protocol.py
+re-exports); here the encoders are compared with a packet assembled from the notes' rules (§1.1, §1.3: stuff
+with bytes.replace, LEN of the stuffed body, CRC from the bitwise shift register) for arbitrary inputs,
+including runs of FF FF FD that need stuffing, and with every buffer type the Python callers pass.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drivers.dynamixel import codec, protocol
+from tests.drivers.dynamixel.test_protocol import _crc16_bitwise
+
+_stuffy = st.lists(st.sampled_from([0xFF, 0xFD, 0x00, 0x55]), max_size=60).map(bytes)
+_params = st.one_of(st.binary(max_size=300), _stuffy)
+
+
+def _reference(id: int, head: bytes, params: bytes) -> bytes:
+    body = (head + params).replace(b"\xff\xff\xfd", b"\xff\xff\xfd\xfd")   # notes §1.3
+    prefix = b"\xff\xff\xfd\x00" + struct.pack("<BH", id, len(body) + 2)
+    crc = _crc16_bitwise(prefix + body)
+    return prefix + body + struct.pack("<H", crc)
+
+
+def test_protocol_reexports_the_c_codec():
+    for name in ("crc16", "encode_status", "encode_instruction", "encode_fast_status"):
+        assert getattr(protocol, name) is getattr(codec, name)
+
+
+@given(st.integers(0, 0xFF), st.integers(0, 0xFF), _params)
+def test_status_equals_reference(id, error, params):
+    assert codec.encode_status(id, error, params) == _reference(id, bytes((0x55, error)), params)
+
+
+@given(st.integers(0, 0xFF), st.integers(0, 0xFF), _params)
+def test_instruction_equals_reference(id, instruction, params):
+    assert codec.encode_instruction(id, instruction, params) == _reference(id, bytes((instruction,)), params)
+
+
+@given(st.binary(max_size=300), st.integers(0, 0xFFFF))
+def test_crc_equals_bitwise(data, init):
+    assert codec.crc16(data, init) == _crc16_bitwise(data, init)
+
+
+@given(st.lists(st.tuples(st.integers(0, 252), st.integers(0, 0xFF), _stuffy), min_size=1, max_size=8))
+def test_fast_status_running_crcs(segments):
+    wire = codec.encode_fast_status(segments)
+    assert wire[:8] == b"\xff\xff\xfd\x00\xfe" + struct.pack("<H", len(wire) - 7) + b"\x55"
+    k = 8
+    for dev_id, error, data in segments:   # never stuffed; each CRC covers everything before it (notes §2.1)
+        assert wire[k:k + 2 + len(data)] == bytes((error, dev_id)) + data
+        k += 2 + len(data)
+        assert wire[k] | wire[k + 1] << 8 == _crc16_bitwise(wire[:k])
+        k += 2
+    assert k == len(wire)
+
+
+def test_buffer_types_and_errors():
+    p = bytes(range(0xF8, 0x100)) + b"\xff\xff\xfd"
+    want = codec.encode_status(3, 0x80, p)
+    assert codec.encode_status(3, 0x80, bytearray(p)) == codec.encode_status(3, 0x80, memoryview(p)) == want
+    assert codec.encode_status(3, 0x80, list(p)) == want
+    assert codec.encode_fast_status([(1, 0, bytearray(b"\x01\x02"))]) == codec.encode_fast_status([(1, 0, b"\x01\x02")])
+    for bad in ((-1, 0), (256, 0), (1, -1), (1, 256)):
+        with pytest.raises(ValueError):
+            codec.encode_status(*bad)
+    with pytest.raises(ValueError):
+        codec.encode_fast_status([(1, 256, b"")])
+    with pytest.raises(TypeError):
+        codec.crc16("text")
