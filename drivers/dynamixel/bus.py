@@ -85,11 +85,15 @@ class DynamixelBus:
             out = self._dispatch(packet, listening, targets, bps)
         except ProtocolError:
             out = self._unicast_error(packet, listening, ErrorCode.DATA_LENGTH)
-        if packet.instruction not in _NO_REINDEX:
-            self._reindex()      # a write may have changed an ID, secondary ID or Baud Rate
+        if packet.instruction not in _NO_REINDEX and self._identities() != self._identity:
+            self._reindex()      # a write changed an ID, secondary ID or Baud Rate
         return self._finish(out, bps)
 
+    def _identities(self) -> list[tuple[int, int | None, int]]:
+        return [(s.id, s.secondary_id, s.baud_bps) for s in self.servos]
+
     def _reindex(self) -> None:
+        self._identity = self._identities()
         ids: dict[int, list[int]] = {}
         for i, s in enumerate(self.servos):
             ids.setdefault(s.id, []).append(i)   # the same ID may sit at two baud rates

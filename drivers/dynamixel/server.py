@@ -126,8 +126,8 @@ class BusServer(BusThread):
             # whatever the controller sent before it (a Sync Write just ahead of a Sync Read)
             end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
             self._wire_free = end
-            for tx in replies:
-                last = self._write(tx.data, end + tx.offset_s, baud)
+            for data, offset_s in _bursts(replies, baud):
+                last = self._write(data, end + offset_s, baud)
                 self._wire_free = max(self._wire_free, last)
 
     def _write(self, data: bytes, start: float, baud: int | None) -> float:
@@ -137,3 +137,24 @@ class BusServer(BusThread):
             # nobody reads the port (controller gone): the reply is lost, as on an open bus
             log.debug("reply dropped: %s", exc)
             return start
+
+
+def _bursts(replies: list, baud: int) -> list[tuple[bytes, float]]:
+    """Replies that follow each other without a gap on the wire (a Sync Read with Return Delay Time 0) as one
+    paced write: every byte is released at the same time as before, with fewer syscalls and one final spin
+    instead of one per reply. (data, offset [s] after the instruction's end) per burst."""
+    out: list[tuple[bytes, float]] = []
+    parts: list[bytes] = []
+    start = nxt = 0.0
+    for tx in replies:
+        if parts and abs(tx.offset_s - nxt) > 1e-9:
+            out.append((b"".join(parts), start))
+            parts = []
+        if not parts:
+            start = tx.offset_s
+            nxt = start
+        parts.append(tx.data)
+        nxt += wire_time_s(len(tx.data), baud)
+    if parts:
+        out.append((b"".join(parts), start))
+    return out

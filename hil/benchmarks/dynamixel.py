@@ -7,7 +7,8 @@ time.perf_counter_ns:
 
 * read4: `read4ByteTxRx(port, 1, 132)` (Present Position of ID 1), one round trip;
 * cycle: `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then `GroupSyncWrite(116, 4)` of
-  goal = present (nothing moves) `txPacket()`, back to back as a control loop runs them.
+  goal = present (nothing moves) `txPacket()`, back to back as a control loop runs them;
+* sync_read: the same `GroupSyncRead` `txRxPacket()` alone, back to back (a read-only loop).
 
 Runs: paced (wire timing emulated) with Return Delay Time 0 (the tuned setting) and 250 (the
 default, 500 µs), and fast (the bus's `fast = true`: no pacing, no delays). Each sample is compared
@@ -16,13 +17,19 @@ the baud, plus the Return Delay Time before each reply (notes/dynamixel.md §1.5
 
   read4 = instruction + return delay + status
   cycle = sync write + sync read request + Σ over servos (return delay + status)
+  sync_read = sync read request + Σ over servos (return delay + status)
 
-Targets (the issue): paced p50 within 10 % or 50 µs of the bound; fast ≥ 2000 cycles/s at each baud.
+Targets (the issue): paced p50 within 10 % or 50 µs of the bound; fast ≥ 2000 "Sync Read cycles"/s at
+each baud, judged on both readings: the full Sync Read + Sync Write cycle (`cycle`) and the Sync Read
+alone (`sync_read`).
 
 For context, the same SDK calls also run against `echo_peer`: a minimal separate process that
 answers precomputed, correct status packets on a pty at once. It is the floor of the SDK's (and the
 pty's) own overhead on this machine; fast-mode numbers are also reported as a ratio to it. The
 peer is a benchmark harness, not an emulator: it knows only the requests this benchmark sends.
+Each servo-hil row also gives its p50 above the peer's (`p50_minus_echo_peer_p50_us`, what our
+server adds) and, paced, the floor-corrected excess `p50 − bound − echo-peer p50`
+(`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost.
 
 Hypervisor steal over each run is reported, and per phase where the CPU went: cores used by this
 client (the SDK busy-waits, ~1), by the server process, by everything else on the host (other load
@@ -112,6 +119,14 @@ def read_bound(baud: int, return_delay_s: float, value: int) -> dict:
     ins, st = _read_packets(1, value)
     t = wire_time_s(len(ins), baud) + return_delay_s + wire_time_s(len(st), baud)
     return {"bound_us": t * 1e6, "instruction_bytes": len(ins), "status_bytes": len(st)}
+
+
+def sync_read_bound(baud: int, return_delay_s: float, values: dict[int, int]) -> dict:
+    """Wire-time bound of the Sync Read request + the replies, in ID order [µs]."""
+    sr = _sync_read_request(tuple(values))
+    replies = [len(encode_status(i, 0, _u32(v))) for i, v in values.items()]
+    t = wire_time_s(len(sr), baud) + sum(return_delay_s + wire_time_s(n, baud) for n in replies)
+    return {"bound_us": t * 1e6, "sync_read_request_bytes": len(sr), "status_bytes": sum(replies)}
 
 
 def cycle_bound(baud: int, return_delay_s: float, values: dict[int, int]) -> dict:
@@ -275,10 +290,32 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int, probe) -
                 sr_ns.append(t1 - t0)
                 sw_ns.append(t3 - t2)
         cycle_probe.append(probe())
+
+        # (c) Sync Read alone, back to back
+        sro_ns, sro_fail, sro_value = [], 0, dict(present)
+        sro_probe: list = []
+        for k in range(warmup + cycles):
+            if k == warmup:
+                sro_probe.append(probe())
+            t0 = clock()
+            r = gsr.txRxPacket()
+            t1 = clock()
+            if k < warmup:
+                continue
+            if r != COMM_SUCCESS:
+                sro_fail += 1
+                fail("sync read alone", r)
+                continue
+            sro_ns.append(t1 - t0)
+        if sro_ns:
+            sro_value = {i: gsr.getData(i, PRESENT_POSITION, DATA_LEN) for i in IDS}
+        sro_probe.append(probe())
         return {"read_ns": read_ns, "read_failures": read_fail, "read_error_status": read_err,
                 "read_value": value, "cycle_ns": cyc_ns, "sync_read_ns": sr_ns, "sync_write_ns": sw_ns,
                 "sync_read_failures": sr_fail, "sync_write_failures": sw_fail, "present": present,
-                "failure_results": codes, "read_probe": read_probe, "cycle_probe": cycle_probe}
+                "failure_results": codes, "read_probe": read_probe, "cycle_probe": cycle_probe,
+                "sync_read_only_ns": sro_ns, "sync_read_only_failures": sro_fail, "sync_read_only_present": sro_value,
+                "sync_read_only_probe": sro_probe}
     finally:
         port.closePort()
 
@@ -312,15 +349,20 @@ def _measure(server: str, path: str, baud: int, fast: bool, return_delay: int, r
     cycle["cycles_per_s"] = 1e6 / cycle["mean_us"] if cycle["mean_us"] else None
     cycle["sync_read_txrx_p50_us"] = latency_stats(raw["sync_read_ns"])["p50_us"]
     cycle["sync_write_tx_p50_us"] = latency_stats(raw["sync_write_ns"])["p50_us"]
-    for st in (read, cycle):
+    sync_read = {"samples": len(raw["sync_read_only_ns"]), "failures": raw["sync_read_only_failures"],
+                 **latency_stats(raw["sync_read_only_ns"]),
+                 **sync_read_bound(baud, rd_s, raw["sync_read_only_present"])}
+    sync_read["cycles_per_s"] = 1e6 / sync_read["mean_us"] if sync_read["mean_us"] else None
+    for st in (read, cycle, sync_read):
         if st["p50_us"] is not None:
             st["p50_over_bound"] = st["p50_us"] / st["bound_us"]
             st["p50_minus_bound_us"] = st["p50_us"] - st["bound_us"]
     read["cpu"] = cpu_split(*raw["read_probe"], reads, idle_cores)
     cycle["cpu"] = cpu_split(*raw["cycle_probe"], cycles, idle_cores)
+    sync_read["cpu"] = cpu_split(*raw["sync_read_only_probe"], cycles, idle_cores)
     return {"server": server, "baud": baud, "pacing": not fast,
             "return_delay_register": None if fast else return_delay, "return_delay_us": rd_s * 1e6,
-            "read4": read, "cycle": cycle, "failure_results": raw["failure_results"],
+            "read4": read, "cycle": cycle, "sync_read": sync_read, "failure_results": raw["failure_results"],
             "server_idle_cores": idle_cores, "steal_fraction": steal_fraction, "seconds": wall}
 
 
@@ -356,6 +398,14 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         if r["server"] != "servo-hil":
             continue
         k = _key(r["baud"])
+        p = peers.get(r["baud"])
+        if p:   # what our server adds to the SDK + pty floor measured in the same run
+            for what in ("read4", "cycle", "sync_read"):
+                ours, floor = r[what]["p50_us"], p[what]["p50_us"]
+                if ours is not None and floor is not None:
+                    r[what]["p50_minus_echo_peer_p50_us"] = ours - floor
+                    if r["pacing"]:
+                        r[what]["excess_over_floor_us"] = ours - r[what]["bound_us"] - floor
         if r["pacing"]:
             name = f"paced_{k}_rdt{r['return_delay_register']}"
             for what in ("read4", "cycle"):
@@ -363,21 +413,23 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
                 r[what]["within_target"] = ok
                 targets[f"{name}_{what}_p50_within_10pct_or_50us_of_bound"] = ok
         else:
-            rate = r["cycle"]["cycles_per_s"]
-            ok = rate is not None and rate >= TARGET_CYCLES_PER_S
-            r["cycle"]["meets_target"] = ok
-            targets[f"fast_{k}_cycle_ge_2000_per_s"] = ok
-            p = peers.get(r["baud"])
+            for what, key in (("cycle", f"fast_{k}_cycle_ge_2000_per_s"),
+                              ("sync_read", f"fast_{k}_sync_read_ge_2000_per_s")):
+                rate = r[what]["cycles_per_s"]
+                ok = rate is not None and rate >= TARGET_CYCLES_PER_S
+                r[what]["meets_target"] = ok
+                targets[key] = ok
             if p:
                 r["vs_echo_peer"] = {
                     f"{what}_{s}_ratio": (r[what][f"{s}_us"] / p[what][f"{s}_us"]
                                           if r[what][f"{s}_us"] and p[what][f"{s}_us"] else None)
-                    for what in ("read4", "cycle") for s in ("p50", "mean")}
-        failures = (r["read4"]["failures"] + r["cycle"]["sync_read_failures"] + r["cycle"]["sync_write_failures"])
+                    for what in ("read4", "cycle", "sync_read") for s in ("p50", "mean")}
+        failures = (r["read4"]["failures"] + r["cycle"]["sync_read_failures"] + r["cycle"]["sync_write_failures"]
+                    + r["sync_read"]["failures"])
         targets[f"{'paced' if r['pacing'] else 'fast'}_{k}"
                 f"{'_rdt' + str(r['return_delay_register']) if r['pacing'] else ''}_all_comm_success"] = failures == 0
     max_steal = max((r["steal_fraction"] for r in runs), default=0.0)
-    others = [r[w]["cpu"].get("other_cores") or 0.0 for r in runs for w in ("read4", "cycle")]
+    others = [r[w]["cpu"].get("other_cores") or 0.0 for r in runs for w in ("read4", "cycle", "sync_read")]
     max_other = max(others, default=0.0)
     return {
         "config": {
@@ -387,9 +439,14 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
             "cycle": f"GroupSyncRead({PRESENT_POSITION}, {DATA_LEN}) over {SERVOS} IDs txRxPacket() + getData/"
                      f"changeParam + GroupSyncWrite({GOAL_POSITION}, {DATA_LEN}) goal = present txPacket(), "
                      "back to back",
+            "sync_read": f"GroupSyncRead({PRESENT_POSITION}, {DATA_LEN}) over {SERVOS} IDs txRxPacket() alone, "
+                         "back to back",
             "bound": "encoded packet bytes (stuffing counted) × 10 bit / baud, + Return Delay Time before each "
-                     "reply; cycle = sync write + sync read request + Σ (return delay + status)",
-            "targets": "paced: p50 ≤ bound + max(10 % of bound, 50 µs); fast: cycles/s = 1/mean ≥ 2000",
+                     "reply; cycle = sync write + sync read request + Σ (return delay + status); sync_read = sync "
+                     "read request + Σ (return delay + status)",
+            "targets": "paced: p50 ≤ bound + max(10 % of bound, 50 µs); fast: cycles/s = 1/mean ≥ 2000, for the "
+                       "Sync Read + Sync Write cycle and for the Sync Read alone",
+            "excess_over_floor_us": "paced servo-hil rows: p50 − bound − echo-peer p50 (same run, same baud)",
             "echo_peer": "separate process answering canned correct status packets at once on a pty: "
                          "the SDK + pty floor on this machine",
             "daemon": "servo-hil run RIG --port PATH --no-mqtt (loop 1000 Hz), one per configuration",

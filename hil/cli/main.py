@@ -273,12 +273,14 @@ def bench_loop(
 @bench_app.command("dynamixel")
 def bench_dynamixel(
     reads: Annotated[int, typer.Option(min=1, help="timed 4-byte reads per configuration")] = 500,
-    cycles: Annotated[int, typer.Option(min=1, help="timed Sync Read + Sync Write cycles per configuration")] = 300,
+    cycles: Annotated[int, typer.Option(
+        min=1, help="timed Sync Read + Sync Write cycles, and as many Sync Reads alone, per configuration")] = 300,
     quick: Annotated[bool, typer.Option("--quick", help="short run: at most 100 reads and 50 cycles")] = False,
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
-    """dynamixel-sdk round trips (read, Sync Read + Sync Write) against 12 XM430 at 1 and 4 Mbps vs the
-    wire-time bound, paced and fast, with an echo peer as the SDK floor, as JSON (exit 0 even on a miss)."""
+    """dynamixel-sdk round trips (read, Sync Read + Sync Write, Sync Read alone) against 12 XM430 at 1 and
+    4 Mbps vs the wire-time bound, paced and fast, with an echo peer as the SDK floor, as JSON (exit 0 even
+    on a miss)."""
     import json
 
     from hil.benchmarks.dynamixel import run as bench
