@@ -1,0 +1,53 @@
+"""LiveJoint.read_state hands out one dict per loop snapshot (hil/daemon/live_rig.py): a bus packet reads the
+state once per servo and item, and the loop republishes it at every tick and whenever it applied commands."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hil.daemon.live_rig import LiveJoint, LiveRig
+from hil.daemon.rig import load_rig
+
+RIG = """name = "live_joint"
+[loop]
+lockstep = true
+[mqtt]
+enabled = false
+[[actuators]]
+joint = "a"
+catalog = "xm430_w350"
+load = { mass = 0.3, length = 0.1 }
+"""
+
+
+@pytest.fixture
+def live(tmp_path):
+    (tmp_path / "rig.toml").write_text(RIG)
+    rig, specs, kernel = load_rig(tmp_path / "rig.toml")
+    live = LiveRig(rig, specs, kernel)
+    live.start()
+    yield live
+    live.stop()
+
+
+def _wait(cond, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "the loop did not get there"
+        time.sleep(1e-4)
+
+
+def test_one_dict_per_snapshot(live):
+    joint = LiveJoint(live, 0)
+    a = joint.read_state()
+    assert joint.read_state() is a, "lock-step and idle: the snapshot has not changed"
+    target = live.loop.request_steps(3)
+    _wait(lambda: live.loop.tick >= target)
+    b = joint.read_state()
+    assert b is not a and b["k"] == a["k"] + 3 * live.rig.loop.substeps
+    joint.command(goal=0.5, enable=True)
+    joint.sync()   # applied while idle: the loop republishes the snapshot without a tick
+    assert joint.read_state() is not b
+    assert joint.read_state() == live.loop.state_of(0)
