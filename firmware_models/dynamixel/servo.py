@@ -9,6 +9,7 @@ notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours an
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
@@ -365,9 +366,10 @@ class DynamixelServo:
         key = (address, end)
         items = self._refresh_plan.get(key)
         if items is None:
-            # (address, size, compute, lowest, highest): register values saturate rather than wrap
-            items = [(a, n, getattr(self, "_r_" + name.lower().replace(" ", "_")), -(1 << (8 * n - 1)),
-                      (1 << (8 * n - 1)) - 1) for a, n, name in self._present if a < end and a + n > address]
+            # (address, compute, lowest, highest, packer): register values saturate rather than wrap
+            items = [(a, getattr(self, "_r_" + name.lower().replace(" ", "_")), -(1 << (8 * n - 1)),
+                      (1 << (8 * n - 1)) - 1, _PACK_INTO[n])
+                     for a, n, name in self._present if a < end and a + n > address]
             if len(self._refresh_plan) >= 64:   # bounded: a controller (or a fuzzer) picks the ranges
                 self._refresh_plan.clear()
             self._refresh_plan[key] = items
@@ -375,9 +377,9 @@ class DynamixelServo:
             return
         st = self.joint.read_state()
         data = self.table.data
-        for a, n, compute, lo, hi in items:
+        for a, compute, lo, hi, pack_into in items:
             v = compute(st)
-            data[a:a + n] = (lo if v < lo else hi if v > hi else v).to_bytes(n, "little", signed=True)
+            pack_into(data, a, lo if v < lo else hi if v > hi else v)
 
     def decode_state(self, address: int, data: bytes) -> dict:
         """The joint state in SI that register bytes `data` read at `address` carry (e.g. a real servo's
@@ -532,6 +534,9 @@ def _measured(state: dict) -> float:
     """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
     return state["theta_meas"] if state["k"] > 0 else state["theta"]
 
+
+# little-endian signed writers per item size: a third of the cost of to_bytes plus a slice assignment
+_PACK_INTO = {1: struct.Struct("<b").pack_into, 2: struct.Struct("<h").pack_into, 4: struct.Struct("<i").pack_into}
 
 _PRESENT_ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
                   "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
