@@ -292,21 +292,19 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int, probe) -
         cycle_probe.append(probe())
 
         # (c) Sync Read alone, back to back
+        for _ in range(warmup):
+            gsr.txRxPacket()
         sro_ns, sro_fail, sro_value = [], 0, dict(present)
-        sro_probe: list = []
-        for k in range(warmup + cycles):
-            if k == warmup:
-                sro_probe.append(probe())
+        sro_probe = [probe()]
+        for _ in range(cycles):
             t0 = clock()
             r = gsr.txRxPacket()
             t1 = clock()
-            if k < warmup:
-                continue
-            if r != COMM_SUCCESS:
+            if r == COMM_SUCCESS:
+                sro_ns.append(t1 - t0)
+            else:
                 sro_fail += 1
                 fail("sync read alone", r)
-                continue
-            sro_ns.append(t1 - t0)
         if sro_ns:
             sro_value = {i: gsr.getData(i, PRESENT_POSITION, DATA_LEN) for i in IDS}
         sro_probe.append(probe())
