@@ -207,6 +207,11 @@ class SlcanAdapter(threading.Thread):
     `bitrate` [bit/s] is the CAN bitrate the adapter starts with (None: `O` is refused until the
     host sets one with `S`/`s`, as on a Lawicel adapter). `hw_version`, `sw_version` (0..99) and
     `serial_number` (4 letters or digits) are what `V` and `N` report.
+
+    `timer(now, idle)`, if set before `start()`, is called from this thread after every wake-up
+    (`idle`: no frame is on the wire or waiting for it) and returns when it wants to be called
+    next [s, time.monotonic()] or None; it may `send()` and shares the errors rule of `on_frame`.
+    It lets the owner run periodic work in this thread instead of a second one contending with it.
     """
 
     TX_QUEUE = 64           # host frames waiting for the wire before we stop reading the pty
@@ -225,6 +230,7 @@ class SlcanAdapter(threading.Thread):
             raise ValueError(f"bitrate must be 1..1000000 bit/s, got {bitrate}")
         self.port = port
         self.on_frame = on_frame
+        self.timer: Callable[[float, bool], float | None] | None = None
         self.error: BaseException | None = None
         self.bitrate: int | None = bitrate
         self.is_open = False
@@ -278,6 +284,8 @@ class SlcanAdapter(threading.Thread):
                 self._count(dropped=1)
                 return
             self._inbox.append((time.monotonic(), frame, lost_bits))
+            if threading.get_ident() == self.ident:     # on_frame / timer: the loop takes the inbox next
+                return
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread
                 os.write(self._wake_w, b"\0")
 
@@ -305,9 +313,13 @@ class SlcanAdapter(threading.Thread):
 
     def _serve(self) -> None:
         fd = self.port.fileno()
+        timer_due: float | None = None
         while True:
             self._take_inbox()
-            timeout = max(0.0, self._wire[0][0] - time.monotonic()) if self._wire else None
+            due = self._wire[0][0] if self._wire else None
+            if timer_due is not None and (due is None or timer_due < due):
+                due = timer_due
+            timeout = max(0.0, due - time.monotonic()) if due is not None else None
             readers = [self._stop_r, self._wake_r]
             if self._host_pending < self.TX_QUEUE:
                 readers.append(fd)
@@ -326,6 +338,9 @@ class SlcanAdapter(threading.Thread):
             self._run_due(time.monotonic(), fd)
             self._feed(time.monotonic())   # lines held back while the transmit queue was full
             self._flush(fd)
+            if self.timer is not None:
+                self._take_inbox()
+                timer_due = self.timer(time.monotonic(), not self._wire)
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

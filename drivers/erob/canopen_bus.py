@@ -4,7 +4,12 @@ The controller runs unchanged python-can / python-canopen code with `interface="
 channel=<the printed path>` (or the same choice in python-can's environment / config file). The
 adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`node.py`) answer
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
-event TPDOs, EMCY) in the drives' 1 kHz thread (`drives.py`).
+event TPDOs, EMCY) after every drive tick (`drives.py`).
+
+The adapter's thread also ticks the drives (the first bus of a rig to start takes the ticks): once per
+SYNC — after the TPDOs it triggered have crossed the wire (the drive samples its actual values at the
+SYNC, CiA 301 §7.2.5; its cyclic synchronous cycle then runs with the set-points received), and once
+per millisecond when no SYNC comes. One thread for frames and ticks: nothing contends on two cores.
 
 The bit rate the host opens its adapter with (`S8` = 1 Mbit/s, python-can's `bitrate=`) must be the
 bus's (`baud` of the rig's bus, 1 Mbit/s for eRobs): at another rate the nodes and the host cannot
@@ -23,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 
-from drivers.erob.drives import ErobDrives
+from drivers.erob.drives import ErobDrives, TickClock
 from drivers.erob.node import CanopenNode
 from drivers.ports import PtyPort, SerialDevicePort
 from drivers.slcan import CanFrame, SlcanAdapter, frame_bits
@@ -54,6 +59,9 @@ class CanopenBus:
             self.nodes.append(CanopenNode(drive, node_id, self._sender(faults)))
             self.faults.append(faults)
         self._started = False
+        self._ticks = False             # this bus's thread ticks the drives
+        self._clock = TickClock(drives.period_s)
+        self._sync_tick: float | None = None    # a SYNC asked for a tick: run it by then [s, monotonic]
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -76,6 +84,9 @@ class CanopenBus:
                 n.boot(now)       # the host's channel is not open yet: the boot-up frames are lost, as on a bus
             self.drives.tick_hooks.append(self._poll)
             self.drives.power_hooks.append(self._power_up)
+        self._ticks = self.drives.take_ticks(self, timeout=1.0)
+        if self._ticks:
+            self.adapter.timer = self._timer
         self.adapter.start()
         self.drives.start()
         self._started = True
@@ -88,8 +99,10 @@ class CanopenBus:
         with self.drives.lock:
             self.drives.tick_hooks.remove(self._poll)
             self.drives.power_hooks.remove(self._power_up)
-        self.drives.release(timeout)
         self.adapter.stop(timeout)
+        if self._ticks:
+            self.drives.give_back_ticks(self, timeout)
+        self.drives.release(timeout)
 
     # ------------------------------------------------------------------ frames
     def _heard(self) -> bool:
@@ -99,10 +112,30 @@ class CanopenBus:
     def _on_frame(self, frame: CanFrame, t: float) -> None:
         if not self._heard():
             return
+        synced = False
         with self.drives.lock:
             for node, faults in zip(self.nodes, self.faults, strict=True):
                 if not faults.wrong_baud:
                     node.handle(frame, t)
+                    synced = synced or node.is_sync(frame)
+        if synced and self._ticks and self._sync_tick is None and self._clock.sync_may_tick(t):
+            self._sync_tick = t + 0.5 * self.drives.period_s
+
+    def _timer(self, now: float, idle: bool) -> float:
+        """The adapter thread's drive ticks: a SYNC's once its frames have left the wire (or half a period
+        after the SYNC on a busy bus), else one per period."""
+        if self._sync_tick is not None:
+            if not idle and now < self._sync_tick:
+                return self._sync_tick
+            self._sync_tick = None
+            self.drives.tick_once(now)
+            self._clock.ticked(now, synced=True)
+        elif self._clock.due(now) is None:
+            self.drives.tick_once(now)
+            self._clock.ticked(now)
+        now = time.monotonic()
+        due = self._clock.due(now)
+        return now if due is None else due
 
     def _sender(self, faults: BusFaults):
         def send(frame: CanFrame) -> None:

@@ -6,10 +6,13 @@ and, as Rhoban does, through an EtherCAT master behind the Etherban ZeroMQ serve
 created by whichever opens it first, shared by both, and ticked here.
 
 Threads: the drive model holds no lock (firmware_models/erob/cia402.py), so every access — a CAN frame,
-an Etherban request, a tick — goes under `lock`. The tick thread runs `Cia402Drive.tick()` of every
-drive once per `period_s` of wall time (the eRob's 1 kHz position loop; the drive takes its dt from the
-simulation clock, so a paused or lock-step rig simply sees dt = 0), then the `tick_hooks` (the CANopen
-time services: heartbeat, event-driven TPDOs, EMCY, delayed frames) with the monotonic time.
+an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick()` of every drive (the
+eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
+rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,
+EMCY, delayed frames) with the monotonic time. Who ticks: a CAN bus that takes the ticks (`take_ticks`)
+ticks the drives in its own thread, at each SYNC and once per `period_s` without one (`TickClock`), so
+that the frames and the ticks do not contend for the GIL and the lock in two threads; otherwise (an
+Etherban-only rig, or once that bus stops) this module's thread ticks them once per `period_s`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class ErobDrives:
         self.error: BaseException | None = None
         self.ticks = 0
         self._users = 0
+        self._ticker: object | None = None       # the bus whose thread ticks the drives, if any
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,19 +77,46 @@ class ErobDrives:
     def start(self) -> None:
         with self.lock:
             self._users += 1
-            if self._thread is None:
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="servo-hil-erob", daemon=True)
-                self._thread.start()
+        self._own_thread()
 
     def release(self, timeout: float = 1.0) -> None:
         with self.lock:
             self._users = max(0, self._users - 1)
-            if self._users or self._thread is None:
+        self._own_thread(timeout)
+
+    def take_ticks(self, owner: object, timeout: float = 1.0) -> bool:
+        """`owner` (a bus) ticks the drives from now on, in its own thread (`tick_once` at its SYNCs and
+        its `TickClock`); False if another owner already does. Our thread stops meanwhile."""
+        with self.lock:
+            if self._ticker is not None:
+                return False
+            self._ticker = owner
+        self._own_thread(timeout)
+        return True
+
+    def give_back_ticks(self, owner: object, timeout: float = 1.0) -> None:
+        """`owner` stops ticking; our thread takes over while the drives have users."""
+        with self.lock:
+            if self._ticker is owner:
+                self._ticker = None
+        self._own_thread(timeout)
+
+    def _own_thread(self, timeout: float = 1.0) -> None:
+        """Run our tick thread exactly while the drives have users and no bus ticks them."""
+        with self.lock:
+            wanted = self._users > 0 and self._ticker is None
+            if wanted and self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="servo-hil-erob",
+                                                daemon=True)
+                self._thread.start()
+                return
+            if wanted or self._thread is None:
                 return
             thread, self._thread = self._thread, None
             self._stop.set()
-        thread.join(timeout)
+        if thread is not threading.current_thread():
+            thread.join(timeout)
 
     def tick_once(self, now: float | None = None) -> None:
         """One control period of every drive, then the tick hooks (the thread calls this)."""
@@ -97,17 +128,46 @@ class ErobDrives:
                 hook(now)
             self.ticks += 1
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         try:
-            due = time.monotonic()
-            while not self._stop.is_set():
-                self.tick_once()
-                due += self.period_s
-                now = time.monotonic()
-                if due < now - self.period_s:      # fell behind (a stall): skip, do not burst
-                    due = now
-                if self._stop.wait(max(0.0, due - now)):
+            clock = TickClock(self.period_s)
+            while not stop.is_set():
+                due = clock.due(time.monotonic())
+                if due is None:
+                    self.tick_once()
+                    clock.ticked(time.monotonic())
+                elif stop.wait(due - time.monotonic()):
                     return
         except BaseException as exc:   # a dead drive thread must be visible: the users report it
             self.error = exc
             log.exception("eRob drive thread stopped")
+
+
+class TickClock:
+    """When the drives tick: once per `period_s` of wall time on absolute deadlines (a tick that falls a
+    whole period behind, a stall, skips the missed ones rather than bursting). A tick at a SYNC (`synced`)
+    moves the next one to half a period after the SYNC's next expected one, so that a 1 kHz SYNC stream
+    ticks the drives once per SYNC (the CiA 402 cyclic synchronous modes run their cycle on SYNC) and the
+    period resumes by itself when the SYNCs stop; a SYNC within half a period of the last tick does not
+    tick again (SYNCs faster than the position loop)."""
+
+    def __init__(self, period_s: float):
+        self.period_s = period_s
+        self._next = time.monotonic()
+        self._last = -1e9
+
+    def due(self, now: float) -> float | None:
+        """None if a tick is due now, else when the next one is [s, time.monotonic()]."""
+        return None if now >= self._next else self._next
+
+    def sync_may_tick(self, now: float) -> bool:
+        return now - self._last >= 0.5 * self.period_s
+
+    def ticked(self, now: float, synced: bool = False) -> None:
+        self._last = now
+        if synced:
+            self._next = now + 1.5 * self.period_s
+            return
+        self._next += self.period_s
+        if self._next < now - self.period_s:      # fell behind (a stall): skip, do not burst
+            self._next = now
