@@ -208,6 +208,11 @@ class SlcanAdapter(threading.Thread):
     host sets one with `S`/`s`, as on a Lawicel adapter). `hw_version`, `sw_version` (0..99) and
     `serial_number` (4 letters or digits) are what `V` and `N` report.
 
+    `fifo_priority` (1..99, 0 = do not try): the thread asks for SCHED_FIFO at this priority (below the
+    real-time loop's), else for 1 ns timer slack (`hil.loop.rt.realtime_thread`; `rt_mode` says which):
+    the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to 50 µs late
+    and wait behind every other process.
+
     `timer(now, idle)`, if set before `start()`, is called from this thread after every wake-up
     (`idle`: no frame is on the wire or waiting for it) and returns when it wants to be called
     next [s, time.monotonic()] or None; it may `send()` and shares the errors rule of `on_frame`.
@@ -220,7 +225,7 @@ class SlcanAdapter(threading.Thread):
 
     def __init__(self, port: PtyPort | SerialDevicePort, on_frame: Callable[[CanFrame, float], None],
                  name: str = "slcan", *, bitrate: int | None = None, hw_version: int = 1,
-                 sw_version: int = 0, serial_number: str = "SH01") -> None:
+                 sw_version: int = 0, serial_number: str = "SH01", fifo_priority: int = 0) -> None:
         super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         if not (0 <= hw_version <= 99 and 0 <= sw_version <= 99):
             raise ValueError(f"versions must be 0..99, got {hw_version}, {sw_version}")
@@ -229,6 +234,8 @@ class SlcanAdapter(threading.Thread):
         if bitrate is not None and not 0 < bitrate <= 1_000_000:
             raise ValueError(f"bitrate must be 1..1000000 bit/s, got {bitrate}")
         self.port = port
+        self.fifo_priority = fifo_priority
+        self.rt_mode: str | None = None
         self.on_frame = on_frame
         self.timer: Callable[[float, bool], float | None] | None = None
         self.error: BaseException | None = None
@@ -303,7 +310,10 @@ class SlcanAdapter(threading.Thread):
                 os.close(fd)
 
     def run(self) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            self.rt_mode = realtime_thread(self.fifo_priority)
             self._serve()
         except BaseException as exc:  # a dead adapter must be visible: the daemon checks `error`
             self.error = exc

@@ -77,7 +77,9 @@ def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> 
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
     path = port or cfg.port
     device = SerialDevicePort(cfg.device, 115200) if cfg.device and not port else PtyPort(path)
-    return CanopenBus(rig_drives(live), nodes, device, bitrate=cfg.baud, name=cfg.name)
+    # the adapter thread answers on the bus's time: real-time, one step below the loop it must not delay
+    priority = max(live.rig.loop.fifo_priority - 1, 0)
+    return CanopenBus(rig_drives(live), nodes, device, bitrate=cfg.baud, name=cfg.name, fifo_priority=priority)
 
 
 def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer:

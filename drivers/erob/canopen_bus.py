@@ -44,14 +44,16 @@ _ERROR_FRAME_BITS = 20      # error flag (6..12) + delimiter (8) + intermission 
 
 class CanopenBus:
     """The eRob `nodes` ((drive, node ID, bus faults)) on one CAN bus at `bitrate`, reached through an
-    SLCAN adapter on `port`. `start()` powers the nodes up (boot-up frames) and starts the adapter."""
+    SLCAN adapter on `port` whose thread runs at SCHED_FIFO `fifo_priority` if allowed (0: not tried).
+    `start()` powers the nodes up (boot-up frames) and starts the adapter."""
 
     def __init__(self, drives: ErobDrives, nodes: list[tuple[Cia402Drive, int, BusFaults]],
-                 port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can"):
+                 port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can",
+                 fifo_priority: int = 0):
         self.name = name
         self.drives = drives
         self.bitrate = bitrate
-        self.adapter = SlcanAdapter(port, self._on_frame, name, bitrate=bitrate)
+        self.adapter = SlcanAdapter(port, self._on_frame, name, bitrate=bitrate, fifo_priority=fifo_priority)
         self.nodes: list[CanopenNode] = []
         self.faults: list[BusFaults] = []
         self._delayed: list[tuple[float, CanFrame]] = []    # (due, frame) held by the delay fault

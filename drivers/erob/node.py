@@ -326,7 +326,7 @@ class CanopenNode:
         self._after_write(now)
 
     def _apply(self, p: Pdo, data: bytes) -> None:
-        for index, subindex, value in p.unpack(data):
+        for (index, subindex), value in p.unpack(data):
             self.drive.write(index, subindex, value)   # a refused value is dropped: a PDO has no answer
 
     def _tpdo_request(self, cid: int, now: float) -> None:
