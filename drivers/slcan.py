@@ -54,11 +54,13 @@ flushes the pty's queue on open), then whatever the bus carries until its python
 
 from __future__ import annotations
 
+import binascii
 import collections
 import contextlib
 import dataclasses
 import logging
 import os
+import re
 import select
 import threading
 import time
@@ -88,7 +90,8 @@ BITRATES: dict[int, int] = {
 _OK = b"\r"
 _BEL = b"\x07"
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-_DIGITS = frozenset(b"012345678")
+# a transmit command after its letter: id (3 or 8 hex digits), DLC digit, data bytes in hex
+_FRAME_LINE = {width: re.compile(rb"([0-9A-Fa-f]{%d})([0-8])((?:[0-9A-Fa-f]{2}){0,8})" % width) for width in (3, 8)}
 _MAX_LINE = 64            # longest valid line is 26 bytes (T + 8 id + 1 dlc + 16 data); longer is garbage
 _BTR_CLOCK_HZ = 8_000_000  # SJA1000 at 16 MHz: the CAN clock its BTR registers divide; python-can requires 8 MHz
 _TIMESTAMP_WRAP_MS = 60_000
@@ -158,28 +161,24 @@ def parse_frame(line: bytes) -> CanFrame:
     """The frame in a host's transmit command `line` (`t`/`T`/`r`/`R`, without CR); ValueError if
     it is malformed (wrong id width, id out of range, DLC not 0..8, data not exactly DLC bytes of hex)."""
     kind = line[:1]
-    if kind in (b"t", b"r"):
+    if kind == b"t" or kind == b"r":
         width = 3
-    elif kind in (b"T", b"R"):
+    elif kind == b"T" or kind == b"R":
         width = 8
     else:
         raise ValueError(f"not a frame command: {line!r}")
-    remote = kind in (b"r", b"R")
-    if len(line) < 2 + width:
-        raise ValueError(f"frame command too short: {line!r}")
-    ident, dlc_char, data = line[1:1 + width], line[1 + width], line[2 + width:]
-    if not set(ident) <= _HEX:
-        raise ValueError(f"id is not hex: {line!r}")
-    if dlc_char not in _DIGITS:
-        raise ValueError(f"DLC must be one digit 0..8: {line!r}")
-    dlc = dlc_char - 0x30
-    if remote:
+    m = _FRAME_LINE[width].fullmatch(line, 1)
+    if m is None:
+        raise ValueError(f"malformed frame command (id of {width} hex digits, DLC 0..8, data as hex): {line!r}")
+    ident, dlc_char, data = m.groups()
+    dlc = dlc_char[0] - 0x30
+    if kind == b"r" or kind == b"R":
         if data:
             raise ValueError(f"remote frame command carries data: {line!r}")
         return CanFrame(int(ident, 16), b"", extended=width == 8, remote=True, dlc=dlc)
-    if len(data) != 2 * dlc or not set(data) <= _HEX:
+    if len(data) != 2 * dlc:
         raise ValueError(f"data must be exactly {dlc} bytes of hex: {line!r}")
-    return CanFrame(int(ident, 16), bytes.fromhex(data.decode("ascii")), extended=width == 8)
+    return CanFrame(int(ident, 16), binascii.unhexlify(data), extended=width == 8)
 
 
 @dataclass(slots=True)
@@ -322,35 +321,44 @@ class SlcanAdapter(threading.Thread):
     # ----------------------------------------------------------------- the thread
 
     def _serve(self) -> None:
-        fd = self.port.fileno()
+        # every step is skipped when it has nothing to do: the loop wakes at each frame's end on the wire
+        fd, stop_r, wake_r = self.port.fileno(), self._stop_r, self._wake_r
+        wire, inbox, monotonic, wait = self._wire, self._inbox, time.monotonic, select.select
+        all_readers, control = [stop_r, wake_r, fd], [stop_r, wake_r]
         timer_due: float | None = None
         while True:
-            self._take_inbox()
-            due = self._wire[0][0] if self._wire else None
+            if inbox:
+                self._take_inbox()
+            due = wire[0][0] if wire else None
             if timer_due is not None and (due is None or timer_due < due):
                 due = timer_due
-            timeout = max(0.0, due - time.monotonic()) if due is not None else None
-            readers = [self._stop_r, self._wake_r]
-            if self._host_pending < self.TX_QUEUE:
-                readers.append(fd)
-            writers = [fd] if self._out else []
-            ready, _, _ = select.select(readers, writers, [], timeout)
-            if self._stop_r in ready:
-                return
-            if self._wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 4096)
-            if fd in ready:
-                self._in += self.port.read()
-            self._feed(time.monotonic())
-            self._flush(fd)             # replies first: the host must not wait for on_frame
-            self._take_inbox()
-            self._run_due(time.monotonic(), fd)
-            self._feed(time.monotonic())   # lines held back while the transmit queue was full
-            self._flush(fd)
-            if self.timer is not None:
+            timeout = None if due is None else max(0.0, due - monotonic())
+            readers = all_readers if self._host_pending < self.TX_QUEUE else control
+            ready = wait(readers, [fd] if self._out else (), (), timeout)[0]
+            if ready:
+                if stop_r in ready:
+                    return
+                if wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 4096)
+                if fd in ready:
+                    self._in += self.port.read()
+            if self._in:
+                self._feed(monotonic())
+            if self._out:
+                self._flush(fd)         # replies first: the host must not wait for on_frame
+            if inbox:
                 self._take_inbox()
-                timer_due = self.timer(time.monotonic(), not self._wire)
+            if wire and wire[0][0] <= monotonic():
+                self._run_due(monotonic(), fd)
+                if self._in:
+                    self._feed(monotonic())     # lines held back while the transmit queue was full
+                if self._out:
+                    self._flush(fd)
+            if self.timer is not None:
+                if inbox:
+                    self._take_inbox()
+                timer_due = self.timer(monotonic(), not wire)
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:
@@ -391,7 +399,8 @@ class SlcanAdapter(threading.Thread):
                 continue
             stamp = int((due - self._t_open) * 1000.0) % _TIMESTAMP_WRAP_MS if self.timestamps else None
             self._out += encode_frame(frame, stamp)
-            self._count(frames_to_host=1)
+            with self._stats_lock:
+                self._stats.frames_to_host += 1
 
     def _flush(self, fd: int) -> None:
         if not self._out:
@@ -436,7 +445,8 @@ class SlcanAdapter(threading.Thread):
             return _BEL
         self._schedule(now, _FROM_HOST, frame)
         self._host_pending += 1
-        self._count(frames_from_host=1)
+        with self._stats_lock:
+            self._stats.frames_from_host += 1
         return b"Z\r" if frame.extended else b"z\r"
 
     def _command(self, line: bytes) -> bytes:

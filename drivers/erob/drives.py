@@ -38,10 +38,11 @@ class ErobDrives:
     `error` and logged; the users report it (the daemon checks their `error`).
     """
 
-    def __init__(self, period_s: float = 1e-3):
+    def __init__(self, period_s: float = 1e-3, fifo_priority: int = 0):
         if not period_s > 0:
             raise ValueError(f"period must be > 0 s, got {period_s}")
         self.period_s = period_s
+        self.fifo_priority = fifo_priority      # our thread's SCHED_FIFO priority if allowed (0: not tried)
         self.lock = threading.RLock()
         self.drives: dict[int, Cia402Drive] = {}
         self.tick_hooks: list[Callable[[float], None]] = []      # called with time.monotonic()
@@ -129,7 +130,10 @@ class ErobDrives:
             self.ticks += 1
 
     def _run(self, stop: threading.Event) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            realtime_thread(self.fifo_priority)   # as the bus threads that wait for our lock
             clock = TickClock(self.period_s)
             while not stop.is_set():
                 due = clock.due(time.monotonic())

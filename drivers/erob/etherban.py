@@ -94,9 +94,10 @@ class EtherbanServer(threading.Thread):
     `endpoint` at construction (a port in use raises zmq.ZMQError naming it). See the module docstring."""
 
     def __init__(self, drives: ErobDrives, devices: list[Cia402Drive], endpoint: str, name: str = "etherban",
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, fifo_priority: int = 0):
         super().__init__(name=name, daemon=True)
         self.drives = drives
+        self.fifo_priority = fifo_priority      # SCHED_FIFO for the serving thread if allowed (0: not tried)
         self.devices = list(devices)
         self._error: BaseException | None = None
         self._modes: list[Mode | None] = [None] * len(self.devices)   # last cyclic mode ordered per device
@@ -146,7 +147,10 @@ class EtherbanServer(threading.Thread):
             self._context.term()
 
     def run(self) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            realtime_thread(self.fifo_priority)     # a reply must not wait behind other processes
             while not self._halt.is_set():
                 if not self._sock.poll(_POLL_MS, zmq.POLLIN):
                     continue
