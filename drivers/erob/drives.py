@@ -18,6 +18,7 @@ Etherban-only rig, or once that bus stops) this module's thread ticks them once 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -155,10 +156,10 @@ class TickClock:
     period resumes by itself when the SYNCs stop; a SYNC within half a period of the last tick does not
     tick again (SYNCs faster than the position loop)."""
 
-    def __init__(self, period_s: float):
+    def __init__(self, period_s: float, now: float | None = None):
         self.period_s = period_s
-        self._next = time.monotonic()
-        self._last = -1e9
+        self._next = time.monotonic() if now is None else now     # the first tick is due at once
+        self._last = -math.inf
 
     def due(self, now: float) -> float | None:
         """None if a tick is due now, else when the next one is [s, time.monotonic()]."""
