@@ -6,10 +6,10 @@ adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
 event TPDOs, EMCY) after every drive tick (`drives.py`).
 
-The adapter's thread also ticks the drives (the first bus of a rig to start takes the ticks): once per
-SYNC — after the TPDOs it triggered have crossed the wire (the drive samples its actual values at the
-SYNC, CiA 301 §7.2.5; its cyclic synchronous cycle then runs with the set-points received), and once
-per millisecond when no SYNC comes. One thread for frames and ticks: nothing contends on two cores.
+The adapter's thread also ticks the drives: once per SYNC — after the TPDOs it triggered have crossed
+the wire (the drive samples its actual values at the SYNC, CiA 301 §7.2.5; its cyclic synchronous cycle
+then runs with the set-points received) — and, for the first bus of a rig to start, once per millisecond
+when no SYNC comes (`drives.py`). One thread for frames and ticks: nothing contends on two cores.
 
 The bit rate the host opens its adapter with (`S8` = 1 Mbit/s, python-can's `bitrate=`) must be the
 bus's (`baud` of the rig's bus, 1 Mbit/s for eRobs): at another rate the nodes and the host cannot
@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 
-from drivers.erob.drives import ErobDrives, TickClock
+from drivers.erob.drives import ErobDrives
 from drivers.erob.node import CanopenNode
 from drivers.ports import PtyPort, SerialDevicePort
 from drivers.slcan import CanFrame, SlcanAdapter, frame_bits
@@ -61,8 +61,7 @@ class CanopenBus:
             self.nodes.append(CanopenNode(drive, node_id, self._sender(faults)))
             self.faults.append(faults)
         self._started = False
-        self._ticks = False             # this bus's thread ticks the drives
-        self._clock = TickClock(drives.period_s)
+        self._ticks = False             # this bus's thread runs the drives' periodic ticks
         self._sync_tick: float | None = None    # a SYNC asked for a tick: run it by then [s, monotonic]
 
     # ------------------------------------------------------------------ lifecycle
@@ -87,8 +86,7 @@ class CanopenBus:
             self.drives.tick_hooks.append(self._poll)
             self.drives.power_hooks.append(self._power_up)
         self._ticks = self.drives.take_ticks(self, timeout=1.0)
-        if self._ticks:
-            self.adapter.timer = self._timer
+        self.adapter.timer = self._timer
         self.adapter.start()
         self.drives.start()
         self._started = True
@@ -120,23 +118,24 @@ class CanopenBus:
                 if not faults.wrong_baud:
                     node.handle(frame, t)
                     synced = synced or node.is_sync(frame)
-        if synced and self._ticks and self._sync_tick is None and self._clock.sync_may_tick(t):
+        if synced and self._sync_tick is None:
             self._sync_tick = t + 0.5 * self.drives.period_s
 
-    def _timer(self, now: float, idle: bool) -> float:
+    def _timer(self, now: float, idle: bool) -> float | None:
         """The adapter thread's drive ticks: a SYNC's once its frames have left the wire (or half a period
-        after the SYNC on a busy bus), else one per period."""
+        after the SYNC on a busy bus), and the periodic ones if this bus runs them."""
+        clock = self.drives.clock
         if self._sync_tick is not None:
             if not idle and now < self._sync_tick:
                 return self._sync_tick
             self._sync_tick = None
+            self.drives.sync_tick(now)
+        elif self._ticks and clock.due(now) is None:
             self.drives.tick_once(now)
-            self._clock.ticked(now, synced=True)
-        elif self._clock.due(now) is None:
-            self.drives.tick_once(now)
-            self._clock.ticked(now)
+        if not self._ticks:
+            return None
         now = time.monotonic()
-        due = self._clock.due(now)
+        due = clock.due(now)
         return now if due is None else due
 
     def _sender(self, faults: BusFaults):

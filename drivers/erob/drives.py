@@ -9,10 +9,12 @@ Threads: the drive model holds no lock (firmware_models/erob/cia402.py), so ever
 an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick()` of every drive (the
 eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
 rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,
-EMCY, delayed frames) with the monotonic time. Who ticks: a CAN bus that takes the ticks (`take_ticks`)
-ticks the drives in its own thread, at each SYNC and once per `period_s` without one (`TickClock`), so
-that the frames and the ticks do not contend for the GIL and the lock in two threads; otherwise (an
-Etherban-only rig, or once that bus stops) this module's thread ticks them once per `period_s`.
+EMCY, delayed frames) with the monotonic time. When (`clock`, a `TickClock`): once per cycle of the
+master — a CAN SYNC, an Etherban request — right after the cycle's answers are out (the drive's
+cyclic synchronous modes run their cycle on it, CiA 402), else once per `period_s`. Who: the thread
+that serves the cycle ticks for it (`sync_tick`); the periodic ticks run in the thread of a CAN bus that
+took them (`take_ticks`), else (an Etherban-only rig, or once that bus stops) in this module's thread.
+So a 1 kHz master leaves no second thread to contend for the GIL and the lock at 1 kHz.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class ErobDrives:
         self.error: BaseException | None = None
         self.ticks = 0
         self._users = 0
-        self._ticker: object | None = None       # the bus whose thread ticks the drives, if any
+        self._ticker: object | None = None       # the bus whose thread runs the periodic ticks, if any
+        self.clock = TickClock(period_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -120,8 +123,8 @@ class ErobDrives:
         if thread is not threading.current_thread():
             thread.join(timeout)
 
-    def tick_once(self, now: float | None = None) -> None:
-        """One control period of every drive, then the tick hooks (the thread calls this)."""
+    def tick_once(self, now: float | None = None, synced: bool = False) -> None:
+        """One control period of every drive, then the tick hooks; `synced`: at a master's cycle."""
         with self.lock:
             for d in self.drives.values():
                 d.tick()
@@ -129,18 +132,24 @@ class ErobDrives:
             for hook in self.tick_hooks:
                 hook(now)
             self.ticks += 1
+            self.clock.ticked(now, synced)
+
+    def sync_tick(self, now: float) -> None:
+        """A master's cycle (SYNC, Etherban request) at `now` has been answered: its tick, unless the
+        last tick is less than half a period old (cycles faster than the position loop)."""
+        with self.lock:
+            if self.clock.sync_may_tick(now):
+                self.tick_once(now, synced=True)
 
     def _run(self, stop: threading.Event) -> None:
         from hil.loop.rt import realtime_thread
 
         try:
             realtime_thread(self.fifo_priority)   # as the bus threads that wait for our lock
-            clock = TickClock(self.period_s)
             while not stop.is_set():
-                due = clock.due(time.monotonic())
+                due = self.clock.due(time.monotonic())
                 if due is None:
                     self.tick_once()
-                    clock.ticked(time.monotonic())
                 elif stop.wait(due - time.monotonic()):
                     return
         except BaseException as exc:   # a dead drive thread must be visible: the users report it
@@ -150,11 +159,11 @@ class ErobDrives:
 
 class TickClock:
     """When the drives tick: once per `period_s` of wall time on absolute deadlines (a tick that falls a
-    whole period behind, a stall, skips the missed ones rather than bursting). A tick at a SYNC (`synced`)
-    moves the next one to half a period after the SYNC's next expected one, so that a 1 kHz SYNC stream
-    ticks the drives once per SYNC (the CiA 402 cyclic synchronous modes run their cycle on SYNC) and the
-    period resumes by itself when the SYNCs stop; a SYNC within half a period of the last tick does not
-    tick again (SYNCs faster than the position loop)."""
+    whole period behind, a stall, skips the missed ones rather than bursting; an early one, e.g. by hand,
+    does not run the schedule ahead). A tick at a master's cycle (`synced`) moves the next one to half a
+    period after the cycle's next expected one, so that a 1 kHz master ticks the drives once per cycle and
+    the period resumes by itself when the cycles stop; a cycle within half a period of the last tick does
+    not tick again."""
 
     def __init__(self, period_s: float, now: float | None = None):
         self.period_s = period_s
@@ -173,6 +182,6 @@ class TickClock:
         if synced:
             self._next = now + 1.5 * self.period_s
             return
-        self._next += self.period_s
-        if self._next < now - self.period_s:      # fell behind (a stall): skip, do not burst
-            self._next = now
+        nxt = self._next + self.period_s
+        # fell behind (a stall): skip, do not burst; ahead (ticked early): not more than a period ahead
+        self._next = now if nxt < now - self.period_s else min(nxt, now + self.period_s)

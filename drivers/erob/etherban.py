@@ -42,7 +42,9 @@ Behaviour (messages: drivers/erob/etherban.proto, field numbers assumed):
   range, hot winding), and has_fault then stays true.
 
 Every drive access holds `drives.lock` (the drive model holds none); a request does a few object writes
-and reads per device, well inside the 1 ms cycle.
+and reads per device, well inside the 1 ms cycle. Choice: each request is a cycle of the EtherCAT master
+(as a distributed-clock frame is for a real drive): once the Response is sent, this thread ticks the
+drives (`ErobDrives.sync_tick`), and the periodic 1 kHz ticks pause while requests keep coming.
 """
 
 from __future__ import annotations
@@ -156,6 +158,7 @@ class EtherbanServer(threading.Thread):
                     continue
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
                 self._sock.send(self.handle(frames))
+                self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
         except BaseException as exc:   # a dead server must be visible: the daemon checks `error`
             self._error = exc
             log.exception("etherban %s: server stopped", self.name)

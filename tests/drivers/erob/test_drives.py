@@ -45,6 +45,9 @@ def test_tick_clock_period_sync_and_stall():
     c.ticked(10.0172)
     c.ticked(10.0172)
     assert c.due(10.0172) == pytest.approx(10.0182)
+    for _ in range(5):                                       # ticks by hand do not run the schedule ahead
+        c.ticked(10.0175)
+    assert c.due(10.0175) == pytest.approx(10.0185)
 
 
 @pytest.fixture
