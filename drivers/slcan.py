@@ -212,10 +212,10 @@ class SlcanAdapter(threading.Thread):
     the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to 50 µs late
     and wait behind every other process.
 
-    `timer(now, idle)`, if set before `start()`, is called from this thread after every wake-up
-    (`idle`: no frame is on the wire or waiting for it) and returns when it wants to be called
-    next [s, time.monotonic()] or None; it may `send()` and shares the errors rule of `on_frame`.
-    It lets the owner run periodic work in this thread instead of a second one contending with it.
+    `timer(now)`, if set before `start()`, is called from this thread after every wake-up and returns
+    when it wants to be called next [s, time.monotonic()] or None; it may `send()` and shares the
+    errors rule of `on_frame`. It lets the owner run periodic work in this thread instead of a second
+    one contending with it.
     """
 
     TX_QUEUE = 64           # host frames waiting for the wire before we stop reading the pty
@@ -236,7 +236,7 @@ class SlcanAdapter(threading.Thread):
         self.fifo_priority = fifo_priority
         self.rt_mode: str | None = None
         self.on_frame = on_frame
-        self.timer: Callable[[float, bool], float | None] | None = None
+        self.timer: Callable[[float], float | None] | None = None
         self.error: BaseException | None = None
         self.bitrate: int | None = bitrate
         self.is_open = False
@@ -356,9 +356,7 @@ class SlcanAdapter(threading.Thread):
                 if self._out:
                     self._flush(fd)
             if self.timer is not None:
-                if inbox:
-                    self._take_inbox()
-                timer_due = self.timer(monotonic(), not wire)
+                timer_due = self.timer(monotonic())
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

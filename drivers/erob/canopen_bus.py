@@ -6,10 +6,11 @@ adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
 event TPDOs, EMCY) after every drive tick (`drives.py`).
 
-The adapter's thread also ticks the drives: once per SYNC — after the TPDOs it triggered have crossed
-the wire (the drive samples its actual values at the SYNC, CiA 301 §7.2.5; its cyclic synchronous cycle
-then runs with the set-points received) — and, for the first bus of a rig to start, once per millisecond
-when no SYNC comes (`drives.py`). One thread for frames and ticks: nothing contends on two cores.
+The adapter's thread also ticks the drives: once per SYNC, right after the nodes sampled their TPDOs
+(the drive samples its actual values at the SYNC, CiA 301 §7.2.5, then runs its cyclic synchronous cycle
+with the set-points received, CiA 402) while those TPDOs cross the wire, and, for the first bus of a rig
+to start, once per millisecond when no SYNC comes (`drives.py`). One thread for frames and ticks: nothing
+contends on two cores, and the tick finds the actual values the SYNC just read (no second kernel read).
 
 The bit rate the host opens its adapter with (`S8` = 1 Mbit/s, python-can's `bitrate=`) must be the
 bus's (`baud` of the rig's bus, 1 Mbit/s for eRobs): at another rate the nodes and the host cannot
@@ -62,7 +63,6 @@ class CanopenBus:
             self.faults.append(faults)
         self._started = False
         self._ticks = False             # this bus's thread runs the drives' periodic ticks
-        self._sync_tick: float | None = None    # a SYNC asked for a tick: run it by then [s, monotonic]
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -118,23 +118,17 @@ class CanopenBus:
                 if not faults.wrong_baud:
                     node.handle(frame, t)
                     synced = synced or node.is_sync(frame)
-        if synced and self._sync_tick is None:
-            self._sync_tick = t + 0.5 * self.drives.period_s
+        if synced:
+            self.drives.sync_tick(t)
 
-    def _timer(self, now: float, idle: bool) -> float | None:
-        """The adapter thread's drive ticks: a SYNC's once its frames have left the wire (or half a period
-        after the SYNC on a busy bus), and the periodic ones if this bus runs them."""
-        clock = self.drives.clock
-        if self._sync_tick is not None:
-            if not idle and now < self._sync_tick:
-                return self._sync_tick
-            self._sync_tick = None
-            self.drives.sync_tick(now)
-        elif self._ticks and clock.due(now) is None:
-            self.drives.tick_once(now)
+    def _timer(self, now: float) -> float | None:
+        """The drives' periodic ticks, in the adapter thread, if this bus runs them."""
         if not self._ticks:
             return None
-        now = time.monotonic()
+        clock = self.drives.clock
+        if clock.due(now) is None:
+            self.drives.tick_once(now)
+            now = time.monotonic()
         due = clock.due(now)
         return now if due is None else due
 

@@ -1,7 +1,7 @@
 """Who ticks the eRob drives, and when (drivers/erob/drives.py, canopen_bus.py), in-process on an offline kernel.
 
-The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, after the
-SYNC's TPDOs have left the wire, and one per period (1 ms) without SYNCs; the drives' thread ticks again
+The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after
+the SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again
 once the bus stops. A drive's control period is simulation time whoever ticks it: a kernel that only
 moves when stepped (a lock-step rig) advances the drive exactly by the steps taken.
 """
@@ -99,7 +99,7 @@ def test_the_bus_takes_the_ticks_and_gives_them_back(drives, bus):
     drives.give_back_ticks(other)
 
 
-def test_one_tick_per_sync_after_its_frames(drives, bus):
+def test_one_tick_per_sync_and_none_on_top(drives, bus):
     bus.start()
     syncs: list[float] = []
     ticks: list[float] = []
@@ -124,7 +124,7 @@ def test_one_tick_per_sync_after_its_frames(drives, bus):
         time.sleep(0.01)
     finally:
         host.close()
-    # a SYNC ticks the drives once its 55 µs on the wire are over and nothing else waits for the wire, unless
+    # a SYNC ticks the drives once its 55 µs on the wire are over and its TPDOs are sampled, unless
     # the last tick is less than half a period old (this host's sleeps bunch some SYNCs, and a gap longer than
     # 1.5 periods gets a tick of its own); between two SYNCs less than 1.4 periods apart nothing else ticks,
     # so the drives keep their 1 kHz: no tick of the period on top of the SYNC's
