@@ -2,8 +2,9 @@
 
 The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after
 the SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again
-once the bus stops. A drive's control period is simulation time whoever ticks it: a kernel that only
-moves when stepped (a lock-step rig) advances the drive exactly by the steps taken.
+once the bus stops. The Etherban server ticks them once per answered request. A drive's control period
+is simulation time whoever ticks it: a kernel that only moves when stepped (a lock-step rig) advances
+the drive exactly by the steps taken.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import pytest
 
 from drivers.erob.canopen_bus import CanopenBus
 from drivers.erob.drives import ErobDrives, TickClock
+from drivers.erob.etherban import EtherbanServer
 from drivers.ports import PtyPort
 from hil.daemon.faults import BusFaults
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.drivers.erob.test_etherban import Master
 from tests.drivers.test_slcan import RawHost, wait_for
 
 PERIOD = 1e-3
@@ -115,18 +118,16 @@ def test_one_tick_per_sync_and_none_on_top(drives, bus):
     host = RawHost(bus.path)
     try:
         assert host.cmd(b"S8") == b"\r" and host.cmd(b"O") == b"\r"
-        due = time.monotonic()
-        for _ in range(400):                                 # SYNC at 1 kHz on absolute deadlines
-            due += PERIOD
-            time.sleep(max(0.0, due - time.monotonic()))
+        for _ in range(400):                                 # SYNC every 1 ms or a little more (never a burst)
+            time.sleep(PERIOD)
             host.ser.write(b"t0800\r")
         wait_for(lambda: len(syncs) == 400)
         time.sleep(0.01)
     finally:
         host.close()
     # a SYNC ticks the drives once its 55 µs on the wire are over and its TPDOs are sampled, unless
-    # the last tick is less than half a period old (this host's sleeps bunch some SYNCs, and a gap longer than
-    # 1.5 periods gets a tick of its own); between two SYNCs less than 1.4 periods apart nothing else ticks,
+    # the last tick is less than half a period old (a gap longer than 1.5 periods gets a tick of its own,
+    # this host's sleeps may overshoot); between two SYNCs less than 1.4 periods apart nothing else ticks,
     # so the drives keep their 1 kHz: no tick of the period on top of the SYNC's
     due_ticks = [s for s in syncs if s - max((t for t in ticks if t < s), default=-1.0) >= 0.5 * PERIOD]
     prompt = [any(s <= t < s + 0.5 * PERIOD for t in ticks) for s in due_ticks]
@@ -156,3 +157,29 @@ def test_simulation_time_sets_the_control_period_whoever_ticks(drives, bus):
             drives.kernel.step([drive.joint.u], [drive.joint.enable], [0.0])
         time.sleep(0.002)
     assert drive.read(0x606B) == pytest.approx(100_000 * 0.050, abs=100_000 * PERIOD)
+
+
+def test_an_etherban_request_ticks_the_drives_once_answered(drives):
+    """The Etherban server's requests are the master's cycles: each answered request ticks the drives in the
+    server's thread, and the drives' own 1 kHz ticks pause meanwhile (no tick on top)."""
+    server = EtherbanServer(drives, [drives.drives[0]], "tcp://127.0.0.1:0", fifo_priority=10)
+    ticks: list[float] = []
+    drives.tick_hooks.append(lambda now: ticks.append(now))
+    server.start()
+    master = Master(server.path)
+    try:
+        answered = []
+        due = time.monotonic()
+        for _ in range(300):
+            due += PERIOD
+            time.sleep(max(0.0, due - time.monotonic()))
+            master.exchange()
+            answered.append(time.monotonic())
+        time.sleep(0.01)
+    finally:
+        master.close()
+        server.stop()
+    assert server.error is None
+    in_window = [t for t in ticks if answered[0] <= t < answered[-1]]
+    assert len(in_window) <= 1.1 * (answered[-1] - answered[0]) / PERIOD + 2       # ~one per request, not two
+    assert sum(any(a - 0.5 * PERIOD <= t <= a for t in ticks) for a in answered) >= 0.75 * len(answered)
