@@ -419,6 +419,7 @@ class Cia402Drive:
             self._on_mode(Mode(value))
         elif key == TARGET_POSITION:
             self._csp_sample()
+            return None                 # a CSP sample changes no statusword bit (the cyclic set-point path)
         elif key in (MAX_TORQUE, TARGET_TORQUE, TORQUE_OFFSET) and self.state == State.OPERATION_ENABLED:
             self._actuate()
         self._update_status()
