@@ -10,8 +10,8 @@ an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick
 eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
 rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,
 EMCY, delayed frames) with the monotonic time. When (`clock`, a `TickClock`): once per cycle of the
-master — a CAN SYNC, an Etherban request — right after the cycle's answers are out (the drive's
-cyclic synchronous modes run their cycle on it, CiA 402), else once per `period_s`. Who: the thread
+master — a CAN SYNC once the nodes sampled their TPDOs, an Etherban request once its Response is sent
+(the drive's cyclic synchronous modes run their cycle on it, CiA 402) — else once per `period_s`. Who: the thread
 that serves the cycle ticks for it (`sync_tick`); the periodic ticks run in the thread of a CAN bus that
 took them (`take_ticks`), else (an Etherban-only rig, or once that bus stops) in this module's thread.
 So a 1 kHz master leaves no second thread to contend for the GIL and the lock at 1 kHz.
@@ -90,8 +90,8 @@ class ErobDrives:
         self._own_thread(timeout)
 
     def take_ticks(self, owner: object, timeout: float = 1.0) -> bool:
-        """`owner` (a bus) ticks the drives from now on, in its own thread (`tick_once` at its SYNCs and
-        its `TickClock`); False if another owner already does. Our thread stops meanwhile."""
+        """`owner` (a bus) runs the periodic ticks (`clock`) from now on, in its own thread; False if another
+        owner already does. Our thread stops meanwhile."""
         with self.lock:
             if self._ticker is not None:
                 return False
