@@ -160,17 +160,26 @@ def _serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real:
 @one_line_errors
 def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
-    real: Annotated[list[str], typer.Option(
-        "--real", help="the real bus (serial device): DEVICE for a rig with one bus, or BUS=DEVICE")],
+    real: Annotated[list[str] | None, typer.Option(
+        "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL[@BITRATE] "
+                       "such as slcan:/dev/ttyACM0@1000000 (canopen); REAL for a rig with one bus, or BUS=REAL; "
+                       "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,
     record: Annotated[str | None, typer.Option(help="folder for side-by-side MCAP logs (/real, /sim, /bus)")] = None,
     mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
-    """Proxy mirror: forward an unchanged controller's packets to the real servos and their replies back,
-    byte for byte, while the same writes drive a simulated twin of each servo (logged side by side)."""
-    _serve(rig, mqtt, port or [], log_level, real=real, record=record)
+    """Proxy mirror: forward an unchanged controller's packets (Dynamixel) or frames (eRob CANopen) to the real
+    bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
+    side by side)."""
+    if not real:
+        from hil.daemon.rig import Rig
+        from hil.params.config_file import read_toml, validate
+
+        if not any(b.real for b in validate(Rig, read_toml(rig), str(rig)).buses):
+            raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
+    _serve(rig, mqtt, port or [], log_level, real=real or [], record=record)
 
 
 @app.command()

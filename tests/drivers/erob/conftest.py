@@ -65,7 +65,10 @@ class CanRig:
     pub: str
 
 
-def write_can_rig(directory: Path, name: str) -> CanRig:
+def write_can_rig(directory: Path, name: str, *, actuators=ACTUATORS, model: str = "m6", actuator_extra: str = "",
+                  bus_extra: str = "") -> CanRig:
+    """The rig TOML (see the module docstring); `model`, `actuator_extra` (TOML lines added to every actuator) and
+    `bus_extra` (lines added to the bus, e.g. a mirror's real = ...) vary it."""
     pub = f"tcp://127.0.0.1:{free_port()}"
     cmd = f"tcp://127.0.0.1:{free_port()}"
     port = str(directory / f"tty-{name}")
@@ -74,11 +77,11 @@ def write_can_rig(directory: Path, name: str) -> CanRig:
         "[loop]\nrate_hz = 1000\nmlockall = false\nfifo_priority = 0\n",
         f'[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n',
         "[mqtt]\nenabled = false\n",
-        f'[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{port}"\nbaud = {BITRATE}\n',
+        f'[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{port}"\nbaud = {BITRATE}\n{bus_extra}',
     ]
-    for joint, catalog, node_id, load in ACTUATORS:
-        parts.append(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{catalog}"\nmodel = "m6"\n'
-                     f'load = {load}\nbus = "can"\nid = {node_id}\n')
+    for joint, catalog, node_id, load in actuators:
+        parts.append(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{catalog}"\nmodel = "{model}"\n'
+                     f'load = {load}\nbus = "can"\nid = {node_id}\n{actuator_extra}')
     path = directory / f"{name}.toml"
     path.write_text("".join(parts))
     return CanRig(path, port, cmd, pub)
