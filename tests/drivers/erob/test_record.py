@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +29,8 @@ from .conftest import ACTUATORS, ROOT, CanLauncher, write_can_rig
 
 KT_M6 = tomllib.loads((ROOT / "config/actuators/erob80_100.toml").read_text())["models"]["m6"]["kt"]
 RAW_KEYS = {"timestamp", "position", "speed", "goal_position", "torque_enable", "torque_demand", "control"}
+ONE_EROB = ACTUATORS[:1]      # erob100: an eRob80:100 lifting 2 kg at 0.2 m (node 2 on CAN, device 0 on Etherban)
 HEADER = {"mass": 2.0, "length": 0.2, "arm_mass": 0.0, "motor": "erob80_100", "kp": 25.0, "damping": 2.0}
-
-
-@dataclass
-class EtherbanRig:
-    path: Path
-    port: str        # the endpoint the server binds (what the banner prints)
-    cmd: str
 
 
 class EtherbanLauncher(BusLauncher):
@@ -69,31 +62,10 @@ def test_bad_record_options_are_one_line_errors(tmp_path):
 
 def test_etherban_record_then_replay_round_trip(tmp_path):
     bind = f"tcp://127.0.0.1:{free_port()}"
-    rig = tmp_path / "etherban.toml"
-    rig.write_text(f"""name = "realerob"
-[loop]
-integrator = "bam"
-mlockall = false
-fifo_priority = 0
-[zmq]
-pub = "tcp://127.0.0.1:{free_port()}"
-command = "tcp://127.0.0.1:{free_port()}"
-[mqtt]
-enabled = false
-[[buses]]
-name = "ethercat"
-protocol = "etherban"
-bind = "{bind}"
-joints = ["erob100"]
-[[actuators]]
-joint = "erob100"
-catalog = "erob80_100"
-model = "m6"
-load = {{ mass = 2.0, length = 0.2 }}
-""")
+    rig = write_can_rig(tmp_path, "realerob", actuators=ONE_EROB, etherban=bind, integrator="bam")
     launcher = EtherbanLauncher(tmp_path)
     try:
-        launcher.start(EtherbanRig(rig, bind, ""))
+        launcher.start(rig)
         out = tmp_path / "logs"
         run = _record(out, "--protocol", "etherban", "--endpoint", bind)
         assert run.returncode == 0, run.stderr
@@ -119,7 +91,7 @@ load = {{ mass = 2.0, length = 0.2 }}
 def test_canopen_record_short_run(tmp_path):
     launcher = CanLauncher(tmp_path)
     try:
-        daemon = launcher.start(write_can_rig(tmp_path, "realco", actuators=ACTUATORS[:1], model="m6"))
+        daemon = launcher.start(write_can_rig(tmp_path, "realco", actuators=ONE_EROB, model="m6"))
         out = tmp_path / "logs"
         run = _record(out, "--protocol", "canopen", "--endpoint", f"slcan:{daemon.rig.port}", "--node", "2",
                       "--duration", "1.5", "--kt", str(KT_M6), env={"CAN_CONFIG": '{"sleep_after_open": 0}'})
