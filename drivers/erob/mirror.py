@@ -38,7 +38,7 @@ from firmware_models.erob.cia402 import Cia402Drive, Units
 from hil.daemon.faults import BusFaults
 from hil.recorder import SideBySideRecorder
 
-__all__ = ["CanMirror", "state_fields"]
+__all__ = ["CanMirror"]
 
 log = logging.getLogger("servo-hil")
 
@@ -60,7 +60,7 @@ _STATE_OBJECTS: dict[tuple[int, int], tuple[str, Callable[[Units, int], float | 
 }
 
 
-def state_fields(items: list[tuple[int, int, int]], units: Units) -> dict:
+def _state_fields(items: list[tuple[int, int, int]], units: Units) -> dict:
     """The recorder's state fields (SI) of the drive objects in `items` ((index, subindex, raw value))."""
     out = {}
     for index, subindex, value in items:
@@ -165,9 +165,9 @@ class CanMirror(CanopenBus):
                 if not items:
                     continue
                 drive = node.drive
-                real = state_fields(items, drive.units)
+                real = _state_fields(items, drive.units)
                 drive.refresh()                   # the twin's actual values now, as a SYNC samples them
-                sim = state_fields([(i, s, drive.values.get((i, s))) for i, s, _ in items], drive.units)
+                sim = _state_fields([(i, s, drive.values.get((i, s))) for i, s, _ in items], drive.units)
                 joint = self.joints.get(node.id)
                 if joint is not None:
                     record_pair(self.record, joint, t_ns, real, sim)

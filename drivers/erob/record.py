@@ -172,7 +172,7 @@ class CanopenLink:
 
     def _setup(self, kt: float | None) -> None:
         n = self.node_id
-        self._network.nmt.send_command(_NMT_PRE_OPERATIONAL)
+        self._node.nmt.send_command(_NMT_PRE_OPERATIONAL)     # this node only: others on the bus keep going
         self._rated_torque = self._read(_RATED_TORQUE, "I") / 1000.0        # mN·m → N·m
         self._rated_current = self._read(_RATED_CURRENT, "I") / 1000.0      # mA → A
         self.kt = kt if kt is not None else self._rated_torque / self._rated_current
@@ -184,7 +184,7 @@ class CanopenLink:
         self._write(_MODE, 0, "b", _CST)
         for cob in (0x180 + n, 0x280 + n):
             self._network.subscribe(cob, self._on_tpdo)
-        self._network.nmt.send_command(_NMT_START)
+        self._node.nmt.send_command(_NMT_START)
         sw = self._read(_STATUSWORD, "H")
         if sw & _FAULT[0] == _FAULT[1]:
             self._write(_CONTROLWORD, 0, "H", 0x80)       # fault reset (rising edge of bit 7)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.replay import load_log, replay
+from hil.replay import load_log
 from tests.daemon_process import SERVO_HIL, BusLauncher
 from tests.hil.daemon import free_port
 
@@ -46,6 +46,15 @@ def _record(out: Path, *args: str, env: dict | None = None) -> subprocess.Comple
 def _raw(out: Path) -> dict:
     (raw,) = (out / "raw").glob("*.json")
     return json.loads(raw.read_text())
+
+
+def _replay_mae(log: Path, model: str, tmp_path: Path) -> float:
+    """`servo-hil replay LOG --actuator erob80_100 --model M`: its mean MAE [rad]."""
+    out = tmp_path / f"replay-{model}.json"
+    run = subprocess.run([*SERVO_HIL, "replay", str(log), "--actuator", "erob80_100", "--model", model, "--out",
+                          str(out)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(out.read_text())["mae"]
 
 
 def test_bad_record_options_are_one_line_errors(tmp_path):
@@ -81,8 +90,7 @@ def test_etherban_record_then_replay_round_trip(tmp_path):
     (processed,) = (out / "processed").glob("*.json")
     log = load_log(processed)
     assert log.dt == 0.005 and log.damping == 2.0 and len(log.entries) == pytest.approx(1200, abs=5)
-    m6 = replay(processed, "erob80_100", model="m6")[0].mae
-    m1 = replay(processed, "erob80_100", model="m1")[0].mae
+    m6, m1 = (_replay_mae(processed, model, tmp_path) for model in ("m6", "m1"))
     print(f"eRob round trip through Etherban: replay MAE m6 {1e3 * m6:.2f} mrad, m1 {1e3 * m1:.2f} mrad")
     assert m6 < 0.005, m6
     assert m1 > 2.5 * m6, (m1, m6)
