@@ -9,11 +9,15 @@ targets and PDO mapping — so the twin drives follow the controller's commands;
 dropped. They also hear the real nodes' frames, as nodes on one bus do (heartbeat consumers, say).
 
 With a recorder, each real frame that carries drive values — a TPDO, or an expedited SDO upload reply —
-is decoded to SI with the twin's units and PDO mapping (the same SDO writes configured both) and logged
-with the twin's values of the same objects read at the same instant: `/real/<joint>/state` and
-`/sim/<joint>/state` (a state needs the position 0x6064), and every controller frame addressed to a node
-on `/bus/<joint>/commands`. Assumed: the real node powered up with the EDS's PDO maps, as the twin did
-(a map the real node stored with 0x1010 and the controller never rewrote would be decoded wrongly).
+is decoded to SI with the twin's units and PDO mapping (the same SDO writes configured both), beside the
+twin's values of the same objects read at the same instant. A TPDO holds 8 bytes (position and velocity
+fill it), so the frames of one SYNC cycle make one state: a node's values are gathered until one of them
+arrives again (the next cycle's TPDO, the next SDO poll) — in the order the real bus sent them, whatever
+the wall-clock timing — and logged at the time of the first gathered frame as `/real/<joint>/state` and
+`/sim/<joint>/state` (a state needs the position 0x6064; the last one when the mirror stops). Every
+controller frame addressed to a node goes to `/bus/<joint>/commands`. Assumed: the real node powered up
+with the EDS's PDO maps, as the twin did (a map the real node stored with 0x1010 and the controller never
+rewrote would be decoded wrongly).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class CanMirror(CanopenBus):
         self.forwarded = {"to_real": 0, "to_controller": 0}   # frames
         self.send_errors = 0
         self._reader_error: BaseException | None = None
+        self._cycle: dict[int, tuple[int, dict, dict]] = {}   # node ID → (t_ns, real, sim) gathered so far
         self._halt = threading.Event()
         self._reader = threading.Thread(target=self._read_real, name=f"servo-hil-mirror-{name}", daemon=True)
 
@@ -107,6 +112,8 @@ class CanMirror(CanopenBus):
         super().stop(timeout)
         self.real.shutdown()
         if self.record is not None:
+            with self.drives.lock:
+                self._log_cycles()
             self.record.close()
 
     # ------------------------------------------------------------------ controller → real bus (adapter thread)
@@ -168,10 +175,24 @@ class CanMirror(CanopenBus):
                 real = _state_fields(items, drive.units)
                 drive.refresh()                   # the twin's actual values now, as a SYNC samples them
                 sim = _state_fields([(i, s, drive.values.get((i, s))) for i, s, _ in items], drive.units)
-                joint = self.joints.get(node.id)
-                if joint is not None:
-                    record_pair(self.record, joint, t_ns, real, sim)
+                held = self._cycle.get(node.id)
+                if held is not None and held[1].keys() & real.keys():
+                    self._log_cycles(node.id)     # a value again: the previous sample is complete
+                    held = None
+                if held is None:
+                    self._cycle[node.id] = (t_ns, real, sim)
+                else:
+                    held[1].update(real)
+                    held[2].update(sim)
                 return
+
+    def _log_cycles(self, node_id: int | None = None) -> None:
+        """Log the values gathered for `node_id` (None: every node) as one real/sim pair (under the lock)."""
+        for n in [node_id] if node_id is not None else list(self._cycle):
+            held = self._cycle.pop(n, None)
+            joint = self.joints.get(n)
+            if held is not None and joint is not None:
+                record_pair(self.record, joint, *held)
 
 
 def _reply_items(node: CanopenNode, cid: int, data: bytes) -> list[tuple[int, int, int]]:

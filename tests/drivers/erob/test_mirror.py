@@ -162,8 +162,12 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     assert [m["velocity"] for m in real_log if m["velocity"] is not None] == pytest.approx(velocities, abs=1e-12)
     assert sim_log[-1]["position"] == pytest.approx(twin_q, abs=0.01)
     assert sim_log[-1]["position"] == pytest.approx(real_log[-1]["position"], abs=0.03)
-    status = [m for m in real_log if m["enable"] is not None]
-    assert not status or status[-1]["enable"]
+    # TPDO2 (statusword, current, torque) joins the TPDO1 before it in one state: ‰ of 0x6075 / 0x6076 (config/erob)
+    tpdo2 = [struct.unpack("<Hhh", d) for cid, d, _, _ in received if cid == 0x282]
+    cycles = [m for m in real_log if m["current"] is not None]
+    assert [m["current"] for m in cycles] == pytest.approx([c * 5.5 / 1000 for _, c, _ in tpdo2], abs=1e-12)
+    assert [m["torque"] for m in cycles] == pytest.approx([t * 31.0 / 1000 for _, _, t in tpdo2], abs=1e-12)
+    assert cycles[-1]["enable"] is True and sim_log[-1]["enable"] is True and sim_log[-1]["current"] is not None
     commands = log["/bus/erob100/commands"]
     rpdos = [m for m in commands if m["service"] == "rpdo"]
     assert len(rpdos) == 2.0 * SYNC_HZ and rpdos[-1]["objects"] == {"0x6040:0": 0x0F, "0x607A:0": target}
