@@ -235,7 +235,8 @@ def record(
             raise ConfigError(f"--kp {next(k for k in gains if k != int(k))}: a Position P Gain is an integer")
         files = run(port, servo_id, baud, trajectories, [int(k) for k in gains], header, out, duration)
     else:
-        from drivers.erob.record import BAM_DAMPING, open_link
+        from drivers.erob.host_link import open_link
+        from drivers.erob.record import BAM_DAMPING
         from drivers.erob.record import record as run
 
         if damping is None:
