@@ -9,6 +9,7 @@ takes the current set-point of one cycle and returns the drive's state of that c
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 import threading
@@ -19,6 +20,8 @@ from typing import Any, Protocol
 from hil.params.config_file import ConfigError
 
 __all__ = ["PERIOD_S", "CanopenLink", "EtherbanLink", "Link", "Sample", "open_link"]
+
+log = logging.getLogger("servo-hil")
 
 PERIOD_S = 1e-3               # bam's Etherban client cycle
 ETHERBAN_ENDPOINT = "tcp://127.0.0.1:7332"            # bam's Client("localhost")
@@ -105,6 +108,7 @@ class CanopenLink:
 
     def __init__(self, bus_kwargs: dict[str, Any], node_id: int, kt: float | None = None):
         import canopen
+        from canopen.sdo import SdoAbortedError, SdoCommunicationError
 
         if not 1 <= node_id <= 127:
             raise ConfigError(f"--node {node_id}: a CANopen node ID is 1..127")
@@ -120,11 +124,16 @@ class CanopenLink:
         self._latest: dict[int, bytes] = {}
         self._last: dict[int, bytes] | None = None         # the TPDOs of the last answered SYNC
         self._arrived = threading.Condition()
+        self._enabled = False                           # enabling began (close() then shuts the drive down)
+        # canopen logs its own abort of a timed-out transfer as an error; the failure is reported once, below
+        logging.getLogger("canopen.sdo.client").setLevel(logging.CRITICAL)
         try:
             self._setup(kt)
-        except canopen.SdoError as exc:
+        except BaseException as exc:
             self.close()
-            raise ConfigError(f"CANopen node {node_id}: {exc}") from None
+            if isinstance(exc, SdoAbortedError | SdoCommunicationError):   # no such node, or it refuses the set-up
+                raise ConfigError(f"CANopen node {node_id}: {exc}") from None
+            raise
 
     # SDO helpers ----------------------------------------------------------------------------
     def _read(self, index: int, fmt: str, subindex: int = 0) -> int:
@@ -160,6 +169,7 @@ class CanopenLink:
         sw = self._read(_STATUSWORD, "H")
         if sw & _FAULT[0] == _FAULT[1]:
             self._write(_CONTROLWORD, 0, "H", 0x80)       # fault reset (rising edge of bit 7)
+        self._enabled = True                            # from here on, close() switches the torque off
         for cw in (0x06, 0x07, 0x0F):
             self._write(_CONTROLWORD, 0, "H", cw)
         deadline = time.monotonic() + 1.0
@@ -198,9 +208,13 @@ class CanopenLink:
                       current / 1000.0 * self._rated_current)
 
     def close(self) -> None:
+        if self.misses:
+            log.warning("CANopen node %d: %d SYNC(s) without both TPDOs within %g ms (the last state was kept)",
+                        self.node_id, self.misses, 1e3 * _TPDO_WAIT_S)
         try:
-            self._write(_TARGET_TORQUE, 0, "h", 0)
-            self._write(_CONTROLWORD, 0, "H", 0x06)       # shutdown: torque off
+            if self._enabled:
+                self._write(_TARGET_TORQUE, 0, "h", 0)
+                self._write(_CONTROLWORD, 0, "H", 0x06)   # shutdown: torque off
         except Exception:    # the bus may be gone already; closing must not hide the first error
             pass
         self._network.disconnect()
