@@ -63,6 +63,14 @@ def test_bad_record_options_are_one_line_errors(tmp_path):
                        (["--protocol", "etherban", "--motor", "other"], "--damping")):
         run = _record(tmp_path, *args)
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, (args, run.stderr)
+    master, silent = os.openpty()               # an SLCAN line with no node behind it
+    try:
+        run = _record(tmp_path, "--protocol", "canopen", "--node", "5", "--endpoint", f"slcan:{os.ttyname(silent)}",
+                      env={"CAN_CONFIG": '{"sleep_after_open": 0}'})
+    finally:
+        os.close(master)
+        os.close(silent)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "CANopen node 5" in run.stderr, run.stderr
     run = subprocess.run([*SERVO_HIL, "record", "--port", "/dev/null", "--out", str(tmp_path), "--mass", "1",
                           "--length", "0.1", "--motor", "xl330", "--kp", "2.5"], capture_output=True, text=True,
                          timeout=60)
