@@ -211,7 +211,7 @@ def _reply_items(node: CanopenNode, cid: int, data: bytes) -> list[tuple[int, in
         return []
     for p in node.tpdos:
         if p.valid and p.entries and cid == p.can_id and len(data) >= p.length:
-            return p.unpack(data)
+            return [(index, subindex, value) for (index, subindex), value in p.unpack(data)]
     return []
 
 
@@ -229,5 +229,5 @@ def _command(node: CanopenNode, cid: int, data: bytes) -> dict | None:
     for p in node.rpdos:
         if p.valid and p.entries and cid == p.can_id and len(data) >= p.length:
             return {"service": "rpdo", "cob_id": cid, "data": data,
-                    "objects": {f"0x{i:04X}:{s}": v for i, s, v in p.unpack(data)}}
+                    "objects": {f"0x{i:04X}:{s}": v for (i, s), v in p.unpack(data)}}
     return None
