@@ -416,7 +416,7 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
         voltage_mode = 1
         if p.slew > 0:
             u = clip(u, s.slew_u - p.slew * dt, s.slew_u + p.slew * dt)
-            slew_rate = (u - s.slew_u) / dt
+            slew_rate = (u - s.slew_u) * p._inv_dt
         if p.ki > 0:
             e = u - Lm if p.law == LAW_POSITION else u
             if p.imax > 0:
@@ -472,7 +472,7 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
             f = 0.0
         elif p.te > 0:
             i = s.current
-            di = (V / R - K / R * Ld - i) / p.te
+            di = (V / R - K / R * Ld - i) * p._inv_te
             if p.didt_max > 0:
                 di = clip(di, -p.didt_max, p.didt_max)
             i_next = i + di * p.te * p._decay   # exact exponential; torque from i_{k+1}
@@ -481,7 +481,7 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
             i = (V - K * Ld) / R
             f = K / R * V - K / R * K * Ld
     if p.thermal_r > 0:
-        temp_rate = (R * i * i - T / p.thermal_r) / p.thermal_c
+        temp_rate = (R * i * i - T * p._inv_thermal_r) * p._inv_thermal_c
     if p.law != LAW_TORQUE:
         if p.tau_max > 0:
             f = clip(f, -p.tau_max, p.tau_max)
@@ -546,7 +546,7 @@ cdef inline void load_step(const Params* p, State* s, const Input* inp, double d
     state (a pass of its own: the CPU overlaps the dependency chains of several actuators)."""
     cdef double g = p.gear, tau_act = s.torque
     cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs, a, ea
-    tau_e = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length * b.sin_x[m + j] \
+    tau_e = p._gravity_torque * b.sin_x[m + j] \
         + inp.external_torque
     wabs = fabs(s.omega)
     tau_net = tau_act + tau_e \
@@ -558,7 +558,7 @@ cdef inline void load_step(const Params* p, State* s, const Input* inp, double d
         Meff = M
     if p.budget:
         # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
-        tau_stop = Meff / dt * s.omega + tau_net
+        tau_stop = Meff * p._inv_dt * s.omega + tau_net
         tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega,
                                                                b.exp_x[m + j] if p.dtheta_stribeck > 0 else 0.0))
         tau_net = tau_net + tau_f
@@ -585,6 +585,14 @@ cdef void prepare(Params* p, double dt) noexcept nogil:
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
+    # reciprocals of the divisors that do not change from step to step, and the pendulum's m·g·l
+    p._inv_dt = 1.0 / dt
+    p._inv_te = 1.0 / p.te if p.te > 0 else 0.0
+    p._inv_thermal_r = 1.0 / p.thermal_r if p.thermal_r > 0 else 0.0
+    p._inv_thermal_c = 1.0 / p.thermal_c if p.thermal_c != 0 else 0.0
+    p._inv_lugre_ws = 1.0 / p.lugre_ws if p.lugre_ws != 0 else 0.0
+    p._inv_dtheta_stribeck = 1.0 / p.dtheta_stribeck if p.dtheta_stribeck > 0 else 0.0
+    p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
 
@@ -596,14 +604,14 @@ cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, 
     cdef int need = NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0
     b.sin_x[j] = p.cog_poles * (p.gear * s.theta) + p.cog_phase
     b.sin_x[m + j] = s.theta + p.q_offset
-    x = p.gear * s.omega / p.lugre_ws if p.lugre_s0 > 0 else 0.0
+    x = p.gear * s.omega * p._inv_lugre_ws if p.lugre_s0 > 0 else 0.0
     b.exp_x[j] = -x * x
     b.exp_x[m + j] = 0.0
     b.pow_x[j] = 1.0
     b.pow_a[j] = 1.0
     b.use_pow[j] = 0
     if p.budget and p.dtheta_stribeck > 0:
-        x = fabs(s.omega / p.dtheta_stribeck)
+        x = fabs(s.omega * p._inv_dtheta_stribeck)
         if p.alpha == 1.0:
             b.exp_x[m + j] = -x
         elif p.alpha == 2.0:
