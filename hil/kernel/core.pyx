@@ -653,6 +653,8 @@ cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, do
         need = 0
         for j in range(m):
             need |= transcendental_args(&p[j0 + j], &s[j0 + j], &b, j, m)
+        if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
+            hil_vlog(b.gauss_log, m)
         hil_vsin(b.sin_x, 2 * m)
         if need & NEED_POW:
             hil_vpow(b.pow_x, b.pow_a, m)
@@ -660,8 +662,6 @@ cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, do
                 if b.use_pow[j]:
                     b.exp_x[m + j] = -b.pow_x[j]
         hil_vexp(b.exp_x, 2 * m)
-        if need & NEED_LOG:
-            hil_vlog(b.gauss_log, m)
         for j in range(m):
             motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
         if need & NEED_ZOH:
