@@ -11,7 +11,8 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
         [name.replace(".", "/") + ".pyx"],
         depends=list(depends),
         include_dirs=[numpy.get_include()],
-        # no FMA: round-off as MuJoCo, and the vector paths of vmath.h bit-identical to the scalar one
+        # no FMA contraction: round-off as MuJoCo (only vmath.h's AVX2/AVX-512 functions contract, per
+        # function attribute); -fopenmp-simd: vmath.h's `omp simd` loops, no OpenMP runtime
         extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd"],
         libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

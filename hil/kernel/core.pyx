@@ -641,7 +641,7 @@ cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, do
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
     1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: vectorized
-       where the CPU has AVX2 / AVX-512, bit-identical to its scalar path);
+       with FMA where the CPU has AVX2 / AVX-512, within round-off of its scalar path);
     3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (`load_step`).
     Each actuator's result depends only on its own parameters, state and input."""
