@@ -1,8 +1,8 @@
 /* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
 
    Each function is one branch-free scalar routine (Cody–Waite reduction + fdlibm's polynomials; sin,
-   exp and log within 2 ulp of glibc's libm, pow see below; tests/hil/test_kernel_vmath.py). The array loops are
-   compiled three times (x86-64 baseline without FMA, AVX2 + FMA, AVX-512F + FMA) and picked at run
+   exp and log within 2 ulp of glibc's libm, pow see below; tests/hil/test_kernel_vmath.py). The
+   array loops are compiled three times (x86-64 baseline without FMA, AVX2 + FMA, AVX-512F + FMA) and picked at run
    time (hil_simd, from __builtin_cpu_supports). Within a path every lane performs the same IEEE
    operations (no reassociation), so an actuator's step never depends on how many others share its
    block; the FMA paths differ from the scalar one by round-off (≤ 1 ulp per function). */
@@ -26,7 +26,7 @@ HIL_INLINE uint64_t hil_bits(double x) { uint64_t u; memcpy(&u, &x, sizeof u); r
 HIL_INLINE double hil_double(uint64_t u) { double x; memcpy(&x, &u, sizeof x); return x; }
 
 #define HIL_RND 6755399441055744.0          /* 1.5·2^52: (x + RND) − RND is x rounded to an integer */
-#define HIL_LN2_HI 6.93147180369123816490e-01   /* ln 2 = HI + LO, HI with 11 trailing zero bits */
+#define HIL_LN2_HI 6.93147180369123816490e-01   /* ln 2 = HI + LO, HI of 32 bits (k·HI exact) */
 #define HIL_LN2_LO 1.90821492927058770002e-10
 #define HIL_PIO2_1 1.5707963267341256e+00       /* π/2 in 33-bit pieces (k·piece exact for k < 2^20) */
 #define HIL_PIO2_2 6.077100506303966e-11
