@@ -1,11 +1,11 @@
 /* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
 
-   Each function is one branch-free scalar routine (Cody–Waite reduction + fdlibm's polynomials; sin,
-   exp and log within 2 ulp of glibc's libm, pow see below; tests/hil/test_kernel_vmath.py). The
-   array loops are compiled three times (x86-64 baseline without FMA, AVX2 + FMA, AVX-512F + FMA) and picked at run
-   time (hil_simd, from __builtin_cpu_supports). Within a path every lane performs the same IEEE
-   operations (no reassociation), so an actuator's step never depends on how many others share its
-   block; the FMA paths differ from the scalar one by round-off (≤ 1 ulp per function). */
+   Each function is one branch-free scalar routine (Cody–Waite reduction, fdlibm's polynomials for sin
+   and log, Taylor for exp; within 2 ulp of glibc's libm, pow see below; tests/hil/test_kernel_vmath.py).
+   The array loops are compiled three times (x86-64 baseline without FMA, AVX2 + FMA, AVX-512F + FMA)
+   and picked at run time (hil_simd, from __builtin_cpu_supports). Within a path every lane performs the
+   same IEEE operations (no reassociation), so an actuator's step never depends on how many others
+   share its block; the FMA paths differ from the scalar one by round-off (≤ 1 ulp per function). */
 
 #ifndef HIL_VMATH_H
 #define HIL_VMATH_H
@@ -35,16 +35,19 @@ HIL_INLINE double hil_double(uint64_t u) { double x; memcpy(&x, &u, sizeof x); r
 #define HIL_SIN_MAX 1.0e6                   /* larger |x|: libm's sin (exact reduction), also per lane */
 
 /* e^x for x ≤ 709 (larger: +inf); x < −708 gives 0 (libm: a subnormal below 3e-308).
-   fdlibm e_exp.c: x = k·ln2 + r, |r| ≤ ln2/2, e^r from its Remez rational approximation (< 1 ulp). */
+   x = k·ln2 + r (fdlibm e_exp.c's reduction), |r| ≤ ln2/2; e^r = 1 + r + r²·A(r), A the Taylor
+   polynomial to r^13 (truncation < 2^-57) in Estrin's scheme: no division, a short dependency chain. */
 HIL_INLINE double hil_exp1(double x) {
     double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
     double t = xc * 1.44269504088896338700e+00 + HIL_RND;
     double k = t - HIL_RND;
-    double hi = xc - k * HIL_LN2_HI, lo = k * HIL_LN2_LO;
-    double r = hi - lo, z = r * r;
-    double c = r - z * (1.66666666666666019037e-01 + z * (-2.77777777770155933842e-03 + z * (6.61375632143793436117e-05
-               + z * (-1.65339022054652515390e-06 + z * 4.13813679705723846039e-08))));
-    double y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
+    double r = (xc - k * HIL_LN2_HI) - k * HIL_LN2_LO;
+    double r2 = r * r, r4 = r2 * r2;
+    double a01 = 1.0 / 2.0 + r * (1.0 / 6.0), a23 = 1.0 / 24.0 + r * (1.0 / 120.0);
+    double a45 = 1.0 / 720.0 + r * (1.0 / 5040.0), a67 = 1.0 / 40320.0 + r * (1.0 / 362880.0);
+    double a89 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0), a1011 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0);
+    double A = (a01 + r2 * a23) + r4 * ((a45 + r2 * a67) + r4 * (a89 + r2 * a1011));
+    double y = 1.0 + (r + r2 * A);
     y = y * hil_double((hil_bits(t) - hil_bits(HIL_RND) + 1023) << 52);   /* × 2^k */
     y = x < -708.0 ? 0.0 : y;
     return x > 709.0 ? INFINITY : y;
