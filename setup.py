@@ -1,8 +1,14 @@
 """Builds the Cython extensions (kernel, real-time loop); everything else is in pyproject.toml."""
 
+import platform
+import sys
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+# glibc's vector math library (x86-64 vector ABI), used by hil/kernel/vmath.h when the CPU has AVX2
+LIBMVEC = sys.platform == "linux" and platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc"
 
 
 def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
@@ -11,10 +17,9 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
         [name.replace(".", "/") + ".pyx"],
         depends=list(depends),
         include_dirs=[numpy.get_include()],
-        # no FMA contraction: round-off as MuJoCo (only vmath.h's AVX2/AVX-512 functions contract, per
-        # function attribute); -fopenmp-simd: vmath.h's `omp simd` loops, no OpenMP runtime
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd"],
-        libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
+        # current libm symbols (the compat ones take a slow path on underflow); libmvec: vmath.h
+        libraries=["m", "mvec"] if LIBMVEC else ["m"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 

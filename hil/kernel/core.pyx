@@ -18,10 +18,11 @@ cnp.import_array()
 cdef extern from "vmath.h" nogil:
     int hil_simd                # vector-math path of step_all's pass 2 (0 scalar, 1 AVX2, 2 AVX-512)
     int hil_simd_max()          # best path this CPU and build support
-    void hil_vsin(double* x, int n)
-    void hil_vexp(double* x, int n)
-    void hil_vlog(double* x, int n)
-    void hil_vpow(double* x, const double* y, int n)
+    int HIL_SIMD_MIN_N          # smaller rigs use libm's scalar functions
+    void hil_vsin(double* x, int n, int path)
+    void hil_vexp(double* x, int n, int path)
+    void hil_vlog(double* x, int n, int path)
+    void hil_vpow(double* x, const double* y, int n, int path)
 
 hil_simd = hil_simd_max()
 SIMD_PATHS = ("scalar", "avx2", "avx512")
@@ -48,13 +49,13 @@ def _vmath(str fn, x, a=None):
     if n == 0:
         return np.asarray(y)
     if fn == "sin":
-        hil_vsin(&y[0], n)
+        hil_vsin(&y[0], n, hil_simd)
     elif fn == "exp":
-        hil_vexp(&y[0], n)
+        hil_vexp(&y[0], n, hil_simd)
     elif fn == "log":
-        hil_vlog(&y[0], n)
+        hil_vlog(&y[0], n, hil_simd)
     elif fn == "pow":
-        hil_vpow(&y[0], &e[0], n)
+        hil_vpow(&y[0], &e[0], n, hil_simd)
     else:
         raise ValueError(f"unknown function {fn!r}")
     return np.asarray(y)
@@ -640,13 +641,15 @@ cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, 
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
     1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
-    2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: vectorized
-       with FMA where the CPU has AVX2 / AVX-512, within round-off of its scalar path);
+    2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
+       libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
+       libm; within round-off of each other);
     3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (`load_step`).
     Each actuator's result depends only on its own parameters, state and input."""
     cdef Block b
     cdef int j, m, need
+    cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0
     cdef Py_ssize_t j0 = 0
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
@@ -654,18 +657,18 @@ cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, do
         for j in range(m):
             need |= transcendental_args(&p[j0 + j], &s[j0 + j], &b, j, m)
         if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
-            hil_vlog(b.gauss_log, m)
-        hil_vsin(b.sin_x, 2 * m)
+            hil_vlog(b.gauss_log, m, path)
+        hil_vsin(b.sin_x, 2 * m, path)
         if need & NEED_POW:
-            hil_vpow(b.pow_x, b.pow_a, m)
+            hil_vpow(b.pow_x, b.pow_a, m, path)
             for j in range(m):
                 if b.use_pow[j]:
                     b.exp_x[m + j] = -b.pow_x[j]
-        hil_vexp(b.exp_x, 2 * m)
+        hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
             motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
         if need & NEED_ZOH:
-            hil_vexp(b.zoh_ea, m)
+            hil_vexp(b.zoh_ea, m, path)
         for j in range(m):
             load_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j, m)
         j0 += m

@@ -1,9 +1,9 @@
-"""The kernel's own transcendentals (hil/kernel/vmath.h) and their run-time dispatch.
+"""The kernel's block transcendentals (hil/kernel/vmath.h) and their run-time dispatch.
 
-step_all evaluates the sines, exponentials, logarithms and powers of a block of actuators together,
-vectorized (AVX2 / AVX-512 with FMA) where the CPU has it, else with the scalar path (no FMA). The
-functions must stay within a few ulp of glibc's libm on every path, the paths must agree to round-off,
-and within a path an actuator's step must not depend on the block it shares (bit-identical).
+step_all evaluates the sines, exponentials, logarithms and powers of a block of actuators together:
+glibc's libmvec (AVX2 / AVX-512) where the CPU has it and the rig has HIL_SIMD_MIN_N actuators or
+more, else libm. The vector functions stay within libmvec's documented 4 ulp of libm, the paths agree
+to round-off, and within a rig an actuator's step does not depend on where it sits (bit-identical).
 """
 
 from __future__ import annotations
@@ -37,25 +37,32 @@ ARGS = {
     "exp": np.concatenate([np.linspace(-708, 0, 40001), np.linspace(-1e-6, 1e-6, 2001), [5.0, 700.0]]),
     "log": np.concatenate([np.linspace(1e-12, 1, 20001), np.geomspace(1e-300, 1e300, 20001), [5e-320, 1.0]]),
 }
-REF = {"sin": np.sin, "exp": np.exp, "log": np.log}
+def _libm(f):
+    """glibc's own function (math module), element by element: numpy's ufuncs have their own SIMD code."""
+    def ref(x):
+        return np.array([f(v) for v in x])
+    return ref
+
+
+REF = {"sin": _libm(math.sin), "exp": _libm(math.exp), "log": _libm(math.log)}
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("fn", ["sin", "exp", "log"])
-def test_functions_within_2_ulp_of_libm(fn, path, restore_path):
+def test_functions_within_4_ulp_of_libm(fn, path, restore_path):
     core._simd(path)
     x = ARGS[fn]
-    assert np.max(ulps(core._vmath(fn, x), REF[fn](x))) <= 2.0
+    assert np.max(ulps(core._vmath(fn, x), REF[fn](x))) <= (0.0 if path == "scalar" else 4.0)
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_pow_error_grows_only_with_the_exponent(path, restore_path):
+def test_pow_within_4_ulp_of_libm(path, restore_path):
     core._simd(path)
     rng = np.random.default_rng(1)
     x = np.exp(rng.uniform(-10, 4, 20000))
     a = rng.uniform(0.3, 3.0, x.size)
-    bound = 2.0 + 2.0 * np.abs(a * np.log(x))      # exp(a·ln x): the rounding of a·ln x, in ulp
-    assert np.all(ulps(core._vmath("pow", x, a), x ** a) <= bound)
+    ref = np.array([math.pow(b, e) for b, e in zip(x, a, strict=True)])
+    assert np.max(ulps(core._vmath("pow", x, a), ref)) <= (0.0 if path == "scalar" else 4.0)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -66,13 +73,15 @@ def test_special_values(path, restore_path):
     log = core._vmath("log", [0.0, math.inf, math.nan, 1.0])
     assert log[0] == -math.inf and log[1] == math.inf and math.isnan(log[2]) and log[3] == 0.0
     sin = core._vmath("sin", [math.inf, math.nan, 1e7, 0.0])
-    assert math.isnan(sin[0]) and math.isnan(sin[1]) and sin[2] == math.sin(1e7) and sin[3] == 0.0
+    assert math.isnan(sin[0]) and math.isnan(sin[1]) and sin[3] == 0.0
+    assert abs(sin[2] - math.sin(1e7)) <= 4 * np.spacing(1.0)
     assert core._vmath("pow", [0.0, 1.0], [0.84, 0.84]).tolist() == [0.0, 1.0]
 
 
-def full_feature_run(n: int, steps: int = 600, only: int | None = None) -> dict:
+def full_feature_run(n: int, steps: int = 600, which: list[int] | None = None) -> dict:
     """The full-feature actuator of bench/kernel.py, n of them with different seeds, gains of the goal
-    and Stribeck exponents (the pow, and the α = 1, 2 shortcuts); `only`: just actuator `only`, alone."""
+    and Stribeck exponents (the pow, and the α = 1, 2 shortcuts); `which`: just those actuators, in
+    that order, as a rig of their own."""
     dt = 1e-3
     full = make_params(
         law=1, resistance=2.0, motorconst=0.0125, gear=200.0, armature=3e-7, te=5e-4, didt_max=2000.0,
@@ -87,23 +96,29 @@ def full_feature_run(n: int, steps: int = 600, only: int | None = None) -> dict:
         friction_viscous=0.025, mass=0.5, arm_mass=0.1, length=0.15, gravity=9.80665)
     t = np.arange(steps) * dt
     u = 200.0 * 0.8 * np.sin(2 * np.pi * 0.5 * t)[:, None] * np.linspace(0.5, 1.5, n)[None, :]
-    which = range(n) if only is None else [only]
+    which = list(range(n)) if which is None else which
     k = Kernel(len(which), dt)
     for i, j in enumerate(which):
         k.set_params(i, full | {"seed": j + 1, "alpha": (0.84, 1.0, 2.0)[j % 3]})
-    return k.run(u[:, list(which)])
+    return k.run(u[:, which])
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_an_actuator_does_not_depend_on_its_block(path, restore_path):
-    """45 actuators (a full block of 32 and a partial one) against each alone, bit for bit."""
+    """45 actuators (a full block of 32 and a partial one) against the same actuators in reverse order
+    and against a rig of 9 (other blocks, other lanes), bit for bit; alone (libm) to round-off."""
     core._simd(path)
     together = full_feature_run(45)
     assert np.ptp(together["theta"], axis=0).min() > 0.1
+    reverse = full_feature_run(45, which=list(range(44, -1, -1)))
+    nine = [44, 0, 7, 31, 32, 1, 2, 3, 4]
+    small = full_feature_run(45, which=nine)
     for j in (0, 7, 31, 32, 44):
-        alone = full_feature_run(45, only=j)
+        alone = full_feature_run(45, which=[j])
         for name in together:
-            np.testing.assert_array_equal(together[name][:, j], alone[name][:, 0], err_msg=f"{name}[{j}]")
+            np.testing.assert_array_equal(together[name][:, j], reverse[name][:, 44 - j], err_msg=f"{name}[{j}]")
+            np.testing.assert_array_equal(together[name][:, j], small[name][:, nine.index(j)], err_msg=f"{name}[{j}]")
+        assert np.max(np.abs(together["theta"][:, j] - alone["theta"][:, 0])) < 1e-12
 
 
 def test_paths_agree_to_round_off(restore_path):
