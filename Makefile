@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd drivers/*/*.pyx)
+PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd hil/*/*.h drivers/*/*.pyx)
 
 .PHONY: run test lint soak bench clean
 

@@ -1,22 +1,31 @@
 """Builds the Cython extensions (kernel, real-time loop, Dynamixel codec); everything else is in pyproject.toml."""
 
+import platform
+import sys
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+# glibc's vector math library (x86-64 vector ABI), used by hil/kernel/vmath.h when the CPU has AVX2
+LIBMVEC = sys.platform == "linux" and platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc"
 
-def extension(name: str) -> Extension:
+
+def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
     return Extension(
         name,
         [name.replace(".", "/") + ".pyx"],
+        depends=list(depends),
         include_dirs=[numpy.get_include()],
         extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
-        libraries=["m"],  # current libm symbols (the compat ones take a slow path on underflow)
+        # current libm symbols (the compat ones take a slow path on underflow); libmvec: vmath.h
+        libraries=["m", "mvec"] if LIBMVEC else ["m"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 
 
-extensions = [extension("hil.kernel.core"), extension("hil.loop.rt"), extension("drivers.dynamixel.codec")]
+extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h",)), extension("hil.loop.rt"),
+              extension("drivers.dynamixel.codec")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,

@@ -23,7 +23,9 @@ Before timing, the MuJoCo-equivalent subset of the kernel configuration is stepp
 is known to be the same physics.
 
 `--quick` makes every sample short (CI smoke test, < 60 s once the bam venv exists); `--ablate`
-adds a per-feature cost breakdown at N = 1024 (each feature switched off in turn).
+adds a per-feature cost breakdown at N = 1024 (each feature switched off in turn); `--simd PATH`
+forces the kernel's vector-math path (scalar, avx2, avx512; default: the best this CPU has), which
+`machine.kernel_simd` reports.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+# numpy's BLAS worker threads are never used here; keep them from spinning next to the measured thread
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
@@ -599,12 +604,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="samples per measurement (default 9, --quick 5)")
     ap.add_argument("--no-bam", action="store_true", help="skip the bam peer")
     ap.add_argument("--ablate", action="store_true", help="add a per-feature cost breakdown at N = 1024")
+    ap.add_argument("--simd", choices=("scalar", "avx2", "avx512"),
+                    help="force the kernel's vector-math path (default: the best available)")
     args = ap.parse_args(argv)
     min_time = args.min_time or (0.03 if args.quick else 0.5)
     repeats = args.repeats or (5 if args.quick else 9)
     if repeats < 1 or min_time <= 0:
         ap.error("--repeats must be >= 1 and --min-time > 0")
 
+    import hil.kernel.core as core
+
+    best_simd = core._simd()
+    if args.simd:
+        try:
+            core._simd(args.simd)
+        except ValueError as exc:
+            ap.error(str(exc))
     pinned = pin()
     t_start = time.time()
     stat0, load0 = proc_stat(), os.getloadavg()
@@ -694,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         "numpy": np.__version__,
         "mujoco": mujoco.__version__ if mj_ok else None,
         "kernel_build": kernel_build(),
+        "kernel_simd": {"path": core._simd(), "best_available": best_simd},
         "hil_package": str(Path(hil.__file__).parent),
         "steal_fraction": {
             "all_cpus": steal_fraction(stat0, stat1, "cpu"),

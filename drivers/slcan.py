@@ -54,11 +54,13 @@ flushes the pty's queue on open), then whatever the bus carries until its python
 
 from __future__ import annotations
 
+import binascii
 import collections
 import contextlib
 import dataclasses
 import logging
 import os
+import re
 import select
 import threading
 import time
@@ -88,7 +90,8 @@ BITRATES: dict[int, int] = {
 _OK = b"\r"
 _BEL = b"\x07"
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-_DIGITS = frozenset(b"012345678")
+# a transmit command after its letter: id (3 or 8 hex digits), DLC digit, data bytes in hex
+_FRAME_LINE = {width: re.compile(rb"([0-9A-Fa-f]{%d})([0-8])((?:[0-9A-Fa-f]{2}){0,8})" % width) for width in (3, 8)}
 _MAX_LINE = 64            # longest valid line is 26 bytes (T + 8 id + 1 dlc + 16 data); longer is garbage
 _BTR_CLOCK_HZ = 8_000_000  # SJA1000 at 16 MHz: the CAN clock its BTR registers divide; python-can requires 8 MHz
 _TIMESTAMP_WRAP_MS = 60_000
@@ -158,28 +161,24 @@ def parse_frame(line: bytes) -> CanFrame:
     """The frame in a host's transmit command `line` (`t`/`T`/`r`/`R`, without CR); ValueError if
     it is malformed (wrong id width, id out of range, DLC not 0..8, data not exactly DLC bytes of hex)."""
     kind = line[:1]
-    if kind in (b"t", b"r"):
+    if kind == b"t" or kind == b"r":
         width = 3
-    elif kind in (b"T", b"R"):
+    elif kind == b"T" or kind == b"R":
         width = 8
     else:
         raise ValueError(f"not a frame command: {line!r}")
-    remote = kind in (b"r", b"R")
-    if len(line) < 2 + width:
-        raise ValueError(f"frame command too short: {line!r}")
-    ident, dlc_char, data = line[1:1 + width], line[1 + width], line[2 + width:]
-    if not set(ident) <= _HEX:
-        raise ValueError(f"id is not hex: {line!r}")
-    if dlc_char not in _DIGITS:
-        raise ValueError(f"DLC must be one digit 0..8: {line!r}")
-    dlc = dlc_char - 0x30
-    if remote:
+    m = _FRAME_LINE[width].fullmatch(line, 1)
+    if m is None:
+        raise ValueError(f"malformed frame command (id of {width} hex digits, DLC 0..8, data as hex): {line!r}")
+    ident, dlc_char, data = m.groups()
+    dlc = dlc_char[0] - 0x30
+    if kind == b"r" or kind == b"R":
         if data:
             raise ValueError(f"remote frame command carries data: {line!r}")
         return CanFrame(int(ident, 16), b"", extended=width == 8, remote=True, dlc=dlc)
-    if len(data) != 2 * dlc or not set(data) <= _HEX:
+    if len(data) != 2 * dlc:
         raise ValueError(f"data must be exactly {dlc} bytes of hex: {line!r}")
-    return CanFrame(int(ident, 16), bytes.fromhex(data.decode("ascii")), extended=width == 8)
+    return CanFrame(int(ident, 16), binascii.unhexlify(data), extended=width == 8)
 
 
 @dataclass(slots=True)
@@ -207,6 +206,16 @@ class SlcanAdapter(threading.Thread):
     `bitrate` [bit/s] is the CAN bitrate the adapter starts with (None: `O` is refused until the
     host sets one with `S`/`s`, as on a Lawicel adapter). `hw_version`, `sw_version` (0..99) and
     `serial_number` (4 letters or digits) are what `V` and `N` report.
+
+    `fifo_priority` (1..99, 0 = do not try): the thread asks for SCHED_FIFO at this priority (below the
+    real-time loop's), else for 1 ns timer slack (`hil.loop.rt.realtime_thread`; `rt_mode` says which):
+    the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to 50 µs late
+    and wait behind every other process.
+
+    `timer(now)`, if set before `start()`, is called from this thread after every wake-up and returns
+    when it wants to be called next [s, time.monotonic()] or None; it may `send()` and shares the
+    errors rule of `on_frame`. It lets the owner run periodic work in this thread instead of a second
+    one contending with it.
     """
 
     TX_QUEUE = 64           # host frames waiting for the wire before we stop reading the pty
@@ -215,7 +224,7 @@ class SlcanAdapter(threading.Thread):
 
     def __init__(self, port: PtyPort | SerialDevicePort, on_frame: Callable[[CanFrame, float], None],
                  name: str = "slcan", *, bitrate: int | None = None, hw_version: int = 1,
-                 sw_version: int = 0, serial_number: str = "SH01") -> None:
+                 sw_version: int = 0, serial_number: str = "SH01", fifo_priority: int = 0) -> None:
         super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         if not (0 <= hw_version <= 99 and 0 <= sw_version <= 99):
             raise ValueError(f"versions must be 0..99, got {hw_version}, {sw_version}")
@@ -224,7 +233,10 @@ class SlcanAdapter(threading.Thread):
         if bitrate is not None and not 0 < bitrate <= 1_000_000:
             raise ValueError(f"bitrate must be 1..1000000 bit/s, got {bitrate}")
         self.port = port
+        self.fifo_priority = fifo_priority
+        self.rt_mode: str | None = None
         self.on_frame = on_frame
+        self.timer: Callable[[float], float | None] | None = None
         self.error: BaseException | None = None
         self.bitrate: int | None = bitrate
         self.is_open = False
@@ -278,6 +290,8 @@ class SlcanAdapter(threading.Thread):
                 self._count(dropped=1)
                 return
             self._inbox.append((time.monotonic(), frame, lost_bits))
+            if threading.get_ident() == self.ident:     # on_frame / timer: the loop takes the inbox next
+                return
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread
                 os.write(self._wake_w, b"\0")
 
@@ -295,7 +309,10 @@ class SlcanAdapter(threading.Thread):
                 os.close(fd)
 
     def run(self) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            self.rt_mode = realtime_thread(self.fifo_priority)
             self._serve()
         except BaseException as exc:  # a dead adapter must be visible: the daemon checks `error`
             self.error = exc
@@ -304,28 +321,42 @@ class SlcanAdapter(threading.Thread):
     # ----------------------------------------------------------------- the thread
 
     def _serve(self) -> None:
-        fd = self.port.fileno()
+        # every step is skipped when it has nothing to do: the loop wakes at each frame's end on the wire
+        fd, stop_r, wake_r = self.port.fileno(), self._stop_r, self._wake_r
+        wire, inbox, monotonic, wait = self._wire, self._inbox, time.monotonic, select.select
+        all_readers, control = [stop_r, wake_r, fd], [stop_r, wake_r]
+        timer_due: float | None = None
         while True:
-            self._take_inbox()
-            timeout = max(0.0, self._wire[0][0] - time.monotonic()) if self._wire else None
-            readers = [self._stop_r, self._wake_r]
-            if self._host_pending < self.TX_QUEUE:
-                readers.append(fd)
-            writers = [fd] if self._out else []
-            ready, _, _ = select.select(readers, writers, [], timeout)
-            if self._stop_r in ready:
-                return
-            if self._wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 4096)
-            if fd in ready:
-                self._in += self.port.read()
-            self._feed(time.monotonic())
-            self._flush(fd)             # replies first: the host must not wait for on_frame
-            self._take_inbox()
-            self._run_due(time.monotonic(), fd)
-            self._feed(time.monotonic())   # lines held back while the transmit queue was full
-            self._flush(fd)
+            if inbox:
+                self._take_inbox()
+            due = wire[0][0] if wire else None
+            if timer_due is not None and (due is None or timer_due < due):
+                due = timer_due
+            timeout = None if due is None else max(0.0, due - monotonic())
+            readers = all_readers if self._host_pending < self.TX_QUEUE else control
+            ready = wait(readers, [fd] if self._out else (), (), timeout)[0]
+            if ready:
+                if stop_r in ready:
+                    return
+                if wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 4096)
+                if fd in ready:
+                    self._in += self.port.read()
+            if self._in:
+                self._feed(monotonic())
+            if self._out:
+                self._flush(fd)         # replies first: the host must not wait for on_frame
+            if inbox:
+                self._take_inbox()
+            if wire and wire[0][0] <= monotonic():
+                self._run_due(monotonic(), fd)
+                if self._in:
+                    self._feed(monotonic())     # lines held back while the transmit queue was full
+                if self._out:
+                    self._flush(fd)
+            if self.timer is not None:
+                timer_due = self.timer(monotonic())
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:
@@ -366,7 +397,8 @@ class SlcanAdapter(threading.Thread):
                 continue
             stamp = int((due - self._t_open) * 1000.0) % _TIMESTAMP_WRAP_MS if self.timestamps else None
             self._out += encode_frame(frame, stamp)
-            self._count(frames_to_host=1)
+            with self._stats_lock:
+                self._stats.frames_to_host += 1
 
     def _flush(self, fd: int) -> None:
         if not self._out:
@@ -411,7 +443,8 @@ class SlcanAdapter(threading.Thread):
             return _BEL
         self._schedule(now, _FROM_HOST, frame)
         self._host_pending += 1
-        self._count(frames_from_host=1)
+        with self._stats_lock:
+            self._stats.frames_from_host += 1
         return b"Z\r" if frame.extended else b"z\r"
 
     def _command(self, line: bytes) -> bytes:

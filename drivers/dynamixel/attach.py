@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.mirror import MirrorServer
 from drivers.dynamixel.server import BusServer
+from drivers.mirror import open_recorder
 from drivers.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import load_model, model_names
 from firmware_models.dynamixel.servo import DynamixelServo
@@ -67,12 +68,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
 
 def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:
     """The bus as a proxy mirror: the controller's packets go to the real bus at cfg.real, and drive `twin`."""
-    recorder = None
-    if cfg.record:
-        from hil.recorder import SideBySideRecorder
-
-        recorder = SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}",
-                                      metadata={"rig": live.rig.name, "bus": cfg.name, "real": cfg.real})
+    recorder = open_recorder(cfg, live)
     joints = {a.id: a.joint for a in live.rig.actuators if a.bus == cfg.name}
     try:
         real = SerialDevicePort(cfg.real, cfg.baud)

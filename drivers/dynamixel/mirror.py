@@ -32,6 +32,7 @@ from drivers.dynamixel.protocol import (
     decode_write,
 )
 from drivers.dynamixel.server import BusThread
+from drivers.mirror import record_pair
 from drivers.ports import PtyPort, SerialDevicePort
 
 log = logging.getLogger("servo-hil")
@@ -133,7 +134,5 @@ class MirrorServer(BusThread):
             real = servo.decode_state(address, data)
             servo.refresh(address, length)
             sim = servo.decode_state(address, bytes(servo.table.data[address:address + length]))
-        if "position" in real:   # a state needs at least the position; other items as the controller read them
-            self.record.state("real", joint, t_ns, real)
-            self.record.state("sim", joint, t_ns, sim)
+        record_pair(self.record, joint, t_ns, real, sim)
 

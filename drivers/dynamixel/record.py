@@ -8,13 +8,13 @@ leaves them); each cycle writes the goal, then reads Present PWM … Present Tem
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
 import numpy as np
 
+from hil.bam_logs import check_trajectories, record_sweep
 from hil.excitation import DURATION_S, TRAJECTORIES
 from hil.params.config_file import ConfigError
 
@@ -63,8 +63,8 @@ class _Servo:
         self.port.closePort()
 
 
-def record_one(servo: _Servo, trajectory: str, kp: int, header: dict) -> dict:
-    """One run: move to the start, follow `trajectory` for 6 s, return bam's raw log."""
+def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: float = DURATION_S) -> dict:
+    """One run: move to the start, follow `trajectory` for `duration` s (bam: 6), return bam's raw log."""
     traj = TRAJECTORIES[trajectory]
     servo.write(_TORQUE_ENABLE, 1, 0)
     servo.write(_OPERATING_MODE, 1, 3)
@@ -76,7 +76,7 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict) -> dict:
     time.sleep(1.0)                      # settle at the start, as bam's recorder does
     entries, enabled = [], True
     t0 = time.monotonic()
-    while (t := time.monotonic() - t0) < DURATION_S:
+    while (t := time.monotonic() - t0) < duration:
         goal, enable = traj(t)
         if enable != enabled:
             servo.write(_TORQUE_ENABLE, 1, int(enable))
@@ -103,38 +103,13 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict) -> dict:
     return {**header, "kp": kp, "vin": header.get("vin") or vin, "trajectory": trajectory, "entries": entries}
 
 
-def process(raw: dict, dt: float = 0.005) -> dict:
-    """bam.process: resample the entries linearly onto a dt grid, torque_enable re-thresholded at 0.5."""
-    e = raw["entries"]
-    t = np.array([x["timestamp"] for x in e])
-    grid = np.arange(t[0], t[-1], dt)
-    out = {k: v for k, v in raw.items() if k != "entries"} | {"dt": dt}
-    cols = {k: np.interp(grid, t, [float(x[k]) for x in e]) for k in ("position", "speed", "goal_position",
-                                                                      "torque_enable")}
-    out["entries"] = [{"timestamp": float(grid[i]), "position": float(cols["position"][i]),
-                       "speed": float(cols["speed"][i]), "goal_position": float(cols["goal_position"][i]),
-                       "torque_enable": bool(cols["torque_enable"][i] > 0.5)} for i in range(len(grid))]
-    return out
-
-
 def record(port: str, dxl_id: int, baud: int, trajectories: list[str], gains: list[int], header: dict,
-           out: Path) -> list[Path]:
+           out: Path, duration: float = DURATION_S) -> list[Path]:
     """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json."""
-    unknown = [t for t in trajectories if t not in TRAJECTORIES]
-    if unknown:
-        raise ConfigError(f"unknown trajectory {unknown[0]!r} (known: {', '.join(TRAJECTORIES)})")
+    check_trajectories(trajectories)
     servo = _Servo(port, baud, dxl_id)
-    written = []
     try:
-        for kp in gains:
-            for name in trajectories:
-                raw = record_one(servo, name, kp, header)
-                stem = f"{time.strftime('%Y-%m-%d_%Hh%Mm%S')}_{name}_kp{kp}"
-                for sub, log in (("raw", raw), ("processed", process(raw))):
-                    path = out / sub / f"{stem}.json"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(json.dumps(log))
-                    written.append(path)
+        return record_sweep(trajectories, gains, lambda name, kp: record_one(servo, name, kp, header, duration),
+                            out)
     finally:
         servo.close()
-    return written

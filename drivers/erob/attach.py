@@ -23,7 +23,7 @@ def rig_drives(live: LiveRig) -> ErobDrives:
     from drivers.erob.drives import ErobDrives
 
     if live.erob_drives is None:
-        live.erob_drives = ErobDrives(period_s=1e-3)
+        live.erob_drives = ErobDrives(period_s=1e-3, fifo_priority=_server_priority(live))
         live.reset_hooks.append(live.erob_drives.power_cycle)   # `reset`: every drive powers up again
     return live.erob_drives
 
@@ -55,7 +55,8 @@ def _can_node_id(live: LiveRig, j: int) -> int:
 
 
 def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> CanopenBus:
-    """The eRob nodes of bus `cfg` behind an SLCAN adapter on a pty at `port` (or cfg.port / cfg.device)."""
+    """The eRob nodes of bus `cfg` behind an SLCAN adapter on a pty at `port` (or cfg.port / cfg.device);
+    with cfg.real, the same adapter in front of the real bus, the nodes being the real ones' twins."""
     from drivers.erob.canopen_bus import CanopenBus
     from drivers.ports import PtyPort, SerialDevicePort
     from drivers.slcan import BITRATES
@@ -76,8 +77,27 @@ def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> 
     if not nodes:
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
     path = port or cfg.port
+    if cfg.real:
+        return _mirror(cfg, live, nodes, PtyPort(path))
     device = SerialDevicePort(cfg.device, 115200) if cfg.device and not port else PtyPort(path)
-    return CanopenBus(rig_drives(live), nodes, device, bitrate=cfg.baud, name=cfg.name)
+    return CanopenBus(rig_drives(live), nodes, device, bitrate=cfg.baud, name=cfg.name,
+                      fifo_priority=_server_priority(live))
+
+
+def _mirror(cfg: BusConfig, live: LiveRig, nodes: list, controller) -> CanopenBus:
+    """The bus as a proxy mirror: the controller's frames go to the python-can bus cfg.real, and drive `nodes`."""
+    from drivers.can_interface import can_bus_kwargs, open_can_bus
+    from drivers.erob.mirror import CanMirror
+    from drivers.mirror import open_recorder, real_label
+
+    try:
+        real = open_can_bus(can_bus_kwargs(cfg.real, cfg.baud))
+    except (OSError, ValueError) as exc:
+        controller.close()
+        raise ConfigError(f"buses ({cfg.name}): real = {real_label(cfg)}: {exc}") from None
+    joints = {a.id: a.joint for a in live.rig.actuators if a.bus == cfg.name}
+    return CanMirror(rig_drives(live), nodes, controller, real, real_label(cfg), joints, open_recorder(cfg, live),
+                     bitrate=cfg.baud, name=cfg.name)
 
 
 def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer:
@@ -88,4 +108,10 @@ def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer:
     for joint in cfg.joints:
         j = live.index[joint]
         devices.append(_drive(live, j, _can_node_id(live, j)))
-    return EtherbanServer(rig_drives(live), devices, cfg.bind, name=cfg.name)
+    return EtherbanServer(rig_drives(live), devices, cfg.bind, name=cfg.name, fifo_priority=_server_priority(live))
+
+
+def _server_priority(live: LiveRig) -> int:
+    """SCHED_FIFO priority of the bus threads: they answer on the bus's time, so real-time, one step below
+    the loop they must not delay (0, not tried, when the rig asks no real-time priority)."""
+    return max(live.rig.loop.fifo_priority - 1, 0)

@@ -4,7 +4,13 @@ The controller runs unchanged python-can / python-canopen code with `interface="
 channel=<the printed path>` (or the same choice in python-can's environment / config file). The
 adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`node.py`) answer
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
-event TPDOs, EMCY) in the drives' 1 kHz thread (`drives.py`).
+event TPDOs, EMCY) after every drive tick (`drives.py`).
+
+The adapter's thread also ticks the drives: once per SYNC, right after the nodes sampled their TPDOs
+(the drive samples its actual values at the SYNC, CiA 301 §7.2.5, then runs its cyclic synchronous cycle
+with the set-points received, CiA 402) while those TPDOs cross the wire, and, for the first bus of a rig
+to start, once per millisecond when no SYNC comes (`drives.py`). One thread for frames and ticks: nothing
+contends on two cores, and the tick finds the actual values the SYNC just read (no second kernel read).
 
 The bit rate the host opens its adapter with (`S8` = 1 Mbit/s, python-can's `bitrate=`) must be the
 bus's (`baud` of the rig's bus, 1 Mbit/s for eRobs): at another rate the nodes and the host cannot
@@ -39,14 +45,16 @@ _ERROR_FRAME_BITS = 20      # error flag (6..12) + delimiter (8) + intermission 
 
 class CanopenBus:
     """The eRob `nodes` ((drive, node ID, bus faults)) on one CAN bus at `bitrate`, reached through an
-    SLCAN adapter on `port`. `start()` powers the nodes up (boot-up frames) and starts the adapter."""
+    SLCAN adapter on `port` whose thread runs at SCHED_FIFO `fifo_priority` if allowed (0: not tried).
+    `start()` powers the nodes up (boot-up frames) and starts the adapter."""
 
     def __init__(self, drives: ErobDrives, nodes: list[tuple[Cia402Drive, int, BusFaults]],
-                 port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can"):
+                 port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can",
+                 fifo_priority: int = 0):
         self.name = name
         self.drives = drives
         self.bitrate = bitrate
-        self.adapter = SlcanAdapter(port, self._on_frame, name, bitrate=bitrate)
+        self.adapter = SlcanAdapter(port, self._on_frame, name, bitrate=bitrate, fifo_priority=fifo_priority)
         self.nodes: list[CanopenNode] = []
         self.faults: list[BusFaults] = []
         self._delayed: list[tuple[float, CanFrame]] = []    # (due, frame) held by the delay fault
@@ -54,6 +62,7 @@ class CanopenBus:
             self.nodes.append(CanopenNode(drive, node_id, self._sender(faults)))
             self.faults.append(faults)
         self._started = False
+        self._ticks = False             # this bus's thread runs the drives' periodic ticks
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -76,6 +85,8 @@ class CanopenBus:
                 n.boot(now)       # the host's channel is not open yet: the boot-up frames are lost, as on a bus
             self.drives.tick_hooks.append(self._poll)
             self.drives.power_hooks.append(self._power_up)
+        self._ticks = self.drives.take_ticks(self, timeout=1.0)
+        self.adapter.timer = self._timer
         self.adapter.start()
         self.drives.start()
         self._started = True
@@ -88,8 +99,10 @@ class CanopenBus:
         with self.drives.lock:
             self.drives.tick_hooks.remove(self._poll)
             self.drives.power_hooks.remove(self._power_up)
-        self.drives.release(timeout)
         self.adapter.stop(timeout)
+        if self._ticks:
+            self.drives.give_back_ticks(self, timeout)
+        self.drives.release(timeout)
 
     # ------------------------------------------------------------------ frames
     def _heard(self) -> bool:
@@ -99,10 +112,25 @@ class CanopenBus:
     def _on_frame(self, frame: CanFrame, t: float) -> None:
         if not self._heard():
             return
+        synced = False
         with self.drives.lock:
             for node, faults in zip(self.nodes, self.faults, strict=True):
                 if not faults.wrong_baud:
                     node.handle(frame, t)
+                    synced = synced or node.is_sync(frame)
+        if synced:
+            self.drives.sync_tick(t)
+
+    def _timer(self, now: float) -> float | None:
+        """The drives' periodic ticks, in the adapter thread, if this bus runs them."""
+        if not self._ticks:
+            return None
+        clock = self.drives.clock
+        if clock.due(now) is None:
+            self.drives.tick_once(now)
+            now = time.monotonic()
+        due = clock.due(now)
+        return now if due is None else due
 
     def _sender(self, faults: BusFaults):
         def send(frame: CanFrame) -> None:

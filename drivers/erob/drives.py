@@ -6,15 +6,21 @@ and, as Rhoban does, through an EtherCAT master behind the Etherban ZeroMQ serve
 created by whichever opens it first, shared by both, and ticked here.
 
 Threads: the drive model holds no lock (firmware_models/erob/cia402.py), so every access — a CAN frame,
-an Etherban request, a tick — goes under `lock`. The tick thread runs `Cia402Drive.tick()` of every
-drive once per `period_s` of wall time (the eRob's 1 kHz position loop; the drive takes its dt from the
-simulation clock, so a paused or lock-step rig simply sees dt = 0), then the `tick_hooks` (the CANopen
-time services: heartbeat, event-driven TPDOs, EMCY, delayed frames) with the monotonic time.
+an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick()` of every drive (the
+eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
+rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,
+EMCY, delayed frames) with the monotonic time. When (`clock`, a `TickClock`): once per cycle of the
+master — a CAN SYNC once the nodes sampled their TPDOs, an Etherban request once its Response is sent
+(the drive's cyclic synchronous modes run their cycle on it, CiA 402) — else once per `period_s`. Who: the thread
+that serves the cycle ticks for it (`sync_tick`); the periodic ticks run in the thread of a CAN bus that
+took them (`take_ticks`), else (an Etherban-only rig, or once that bus stops) in this module's thread.
+So a 1 kHz master leaves no second thread to contend for the GIL and the lock at 1 kHz.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -35,10 +41,11 @@ class ErobDrives:
     `error` and logged; the users report it (the daemon checks their `error`).
     """
 
-    def __init__(self, period_s: float = 1e-3):
+    def __init__(self, period_s: float = 1e-3, fifo_priority: int = 0):
         if not period_s > 0:
             raise ValueError(f"period must be > 0 s, got {period_s}")
         self.period_s = period_s
+        self.fifo_priority = fifo_priority      # our thread's SCHED_FIFO priority if allowed (0: not tried)
         self.lock = threading.RLock()
         self.drives: dict[int, Cia402Drive] = {}
         self.tick_hooks: list[Callable[[float], None]] = []      # called with time.monotonic()
@@ -46,6 +53,8 @@ class ErobDrives:
         self.error: BaseException | None = None
         self.ticks = 0
         self._users = 0
+        self._ticker: object | None = None       # the bus whose thread runs the periodic ticks, if any
+        self.clock = TickClock(period_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,22 +82,49 @@ class ErobDrives:
     def start(self) -> None:
         with self.lock:
             self._users += 1
-            if self._thread is None:
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="servo-hil-erob", daemon=True)
-                self._thread.start()
+        self._own_thread()
 
     def release(self, timeout: float = 1.0) -> None:
         with self.lock:
             self._users = max(0, self._users - 1)
-            if self._users or self._thread is None:
+        self._own_thread(timeout)
+
+    def take_ticks(self, owner: object, timeout: float = 1.0) -> bool:
+        """`owner` (a bus) runs the periodic ticks (`clock`) from now on, in its own thread; False if another
+        owner already does. Our thread stops meanwhile."""
+        with self.lock:
+            if self._ticker is not None:
+                return False
+            self._ticker = owner
+        self._own_thread(timeout)
+        return True
+
+    def give_back_ticks(self, owner: object, timeout: float = 1.0) -> None:
+        """`owner` stops ticking; our thread takes over while the drives have users."""
+        with self.lock:
+            if self._ticker is owner:
+                self._ticker = None
+        self._own_thread(timeout)
+
+    def _own_thread(self, timeout: float = 1.0) -> None:
+        """Run our tick thread exactly while the drives have users and no bus ticks them."""
+        with self.lock:
+            wanted = self._users > 0 and self._ticker is None
+            if wanted and self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="servo-hil-erob",
+                                                daemon=True)
+                self._thread.start()
+                return
+            if wanted or self._thread is None:
                 return
             thread, self._thread = self._thread, None
             self._stop.set()
-        thread.join(timeout)
+        if thread is not threading.current_thread():
+            thread.join(timeout)
 
-    def tick_once(self, now: float | None = None) -> None:
-        """One control period of every drive, then the tick hooks (the thread calls this)."""
+    def tick_once(self, now: float | None = None, synced: bool = False) -> None:
+        """One control period of every drive, then the tick hooks; `synced`: at a master's cycle."""
         with self.lock:
             for d in self.drives.values():
                 d.tick()
@@ -96,18 +132,56 @@ class ErobDrives:
             for hook in self.tick_hooks:
                 hook(now)
             self.ticks += 1
+            self.clock.ticked(now, synced)
 
-    def _run(self) -> None:
+    def sync_tick(self, now: float) -> None:
+        """A master's cycle (SYNC, Etherban request) at `now` has been answered: its tick, unless the
+        last tick is less than half a period old (cycles faster than the position loop)."""
+        with self.lock:
+            if self.clock.sync_may_tick(now):
+                self.tick_once(now, synced=True)
+
+    def _run(self, stop: threading.Event) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
-            due = time.monotonic()
-            while not self._stop.is_set():
-                self.tick_once()
-                due += self.period_s
-                now = time.monotonic()
-                if due < now - self.period_s:      # fell behind (a stall): skip, do not burst
-                    due = now
-                if self._stop.wait(max(0.0, due - now)):
+            realtime_thread(self.fifo_priority)   # as the bus threads that wait for our lock
+            while not stop.is_set():
+                due = self.clock.due(time.monotonic())
+                if due is None:
+                    self.tick_once()
+                elif stop.wait(due - time.monotonic()):
                     return
         except BaseException as exc:   # a dead drive thread must be visible: the users report it
             self.error = exc
             log.exception("eRob drive thread stopped")
+
+
+class TickClock:
+    """When the drives tick: once per `period_s` of wall time on absolute deadlines (a tick that falls a
+    whole period behind, a stall, skips the missed ones rather than bursting; an early one, e.g. by hand,
+    does not run the schedule ahead). A tick at a master's cycle (`synced`) moves the next one to half a
+    period after the cycle's next expected one, so that a 1 kHz master ticks the drives once per cycle and
+    the period resumes by itself when the cycles stop; a cycle within half a period of the last tick does
+    not tick again."""
+
+    def __init__(self, period_s: float, now: float | None = None):
+        self.period_s = period_s
+        self._next = time.monotonic() if now is None else now     # the first tick is due at once
+        self._last = -math.inf
+
+    def due(self, now: float) -> float | None:
+        """None if a tick is due now, else when the next one is [s, time.monotonic()]."""
+        return None if now >= self._next else self._next
+
+    def sync_may_tick(self, now: float) -> bool:
+        return now - self._last >= 0.5 * self.period_s
+
+    def ticked(self, now: float, synced: bool = False) -> None:
+        self._last = now
+        if synced:
+            self._next = now + 1.5 * self.period_s
+            return
+        nxt = self._next + self.period_s
+        # fell behind (a stall): skip, do not burst; ahead (ticked early): not more than a period ahead
+        self._next = now if nxt < now - self.period_s else min(nxt, now + self.period_s)

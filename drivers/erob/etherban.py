@@ -42,7 +42,9 @@ Behaviour (messages: drivers/erob/etherban.proto, field numbers assumed):
   range, hot winding), and has_fault then stays true.
 
 Every drive access holds `drives.lock` (the drive model holds none); a request does a few object writes
-and reads per device, well inside the 1 ms cycle.
+and reads per device, well inside the 1 ms cycle. Choice: each request is a cycle of the EtherCAT master
+(as a distributed-clock frame is for a real drive): once the Response is sent, this thread ticks the
+drives (`ErobDrives.sync_tick`), and the periodic 1 kHz ticks pause while requests keep coming.
 """
 
 from __future__ import annotations
@@ -94,9 +96,10 @@ class EtherbanServer(threading.Thread):
     `endpoint` at construction (a port in use raises zmq.ZMQError naming it). See the module docstring."""
 
     def __init__(self, drives: ErobDrives, devices: list[Cia402Drive], endpoint: str, name: str = "etherban",
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, fifo_priority: int = 0):
         super().__init__(name=name, daemon=True)
         self.drives = drives
+        self.fifo_priority = fifo_priority      # SCHED_FIFO for the serving thread if allowed (0: not tried)
         self.devices = list(devices)
         self._error: BaseException | None = None
         self._modes: list[Mode | None] = [None] * len(self.devices)   # last cyclic mode ordered per device
@@ -146,12 +149,16 @@ class EtherbanServer(threading.Thread):
             self._context.term()
 
     def run(self) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            realtime_thread(self.fifo_priority)     # a reply must not wait behind other processes
             while not self._halt.is_set():
                 if not self._sock.poll(_POLL_MS, zmq.POLLIN):
                     continue
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
                 self._sock.send(self.handle(frames))
+                self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
         except BaseException as exc:   # a dead server must be visible: the daemon checks `error`
             self._error = exc
             log.exception("etherban %s: server stopped", self.name)

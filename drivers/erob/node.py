@@ -267,6 +267,11 @@ class CanopenNode:
                     self._rpdo(n, p, data, now)
                     return
 
+    def is_sync(self, frame: CanFrame) -> bool:
+        """`frame` is a SYNC (COB-ID of 0x1005, no data) whichever the NMT state (CiA 301 §7.2.5)."""
+        return not (frame.extended or frame.remote or frame.data) and \
+            frame.id == self.drive.values[(0x1005, 0)] & 0x7FF
+
     def _guard(self, now: float) -> None:
         self._send(CanFrame(0x700 + self.id, bytes([self._guard_toggle | self.state])))
         self._guard_toggle ^= 0x80
@@ -321,7 +326,7 @@ class CanopenNode:
         self._after_write(now)
 
     def _apply(self, p: Pdo, data: bytes) -> None:
-        for index, subindex, value in p.unpack(data):
+        for (index, subindex), value in p.unpack(data):
             self.drive.write(index, subindex, value)   # a refused value is dropped: a PDO has no answer
 
     def _tpdo_request(self, cid: int, now: float) -> None:

@@ -111,6 +111,11 @@ class Pdo:
         self.map = (RPDO_MAP if receive else TPDO_MAP) + n
         self.entries: list[Entry] = []
         self.length = 0           # mapped bytes
+        # the communication parameters, read back by reload() after every write to this PDO's objects
+        # (node.py) and every reset, so that a frame costs no object-store lookups
+        self.cob_id = self.can_id = self.transmission_type = 0
+        self.valid = self.rtr_allowed = False
+        self.inhibit_s = self.event_timer_s = 0.0
         self.sync_count = 0       # SYNCs since the last transmission (types 1..240)
         self.last_data: bytes | None = None   # TPDO: last transmitted data; RPDO: buffered for SYNC
         self.last_sent = -1e9     # TPDO: monotonic time of the last transmission [s]
@@ -119,7 +124,16 @@ class Pdo:
 
     # ------------------------------------------------------------------ configuration
     def reload(self) -> None:
-        """Re-read the mapping from the object store (after a reset or a mapping change)."""
+        """Re-read the communication parameters and the mapping from the object store (after a reset or a
+        write to any of this PDO's objects)."""
+        v, comm = self.values, self.comm
+        self.cob_id = v[(comm, 1)]
+        self.can_id = self.cob_id & 0x7FF
+        self.valid = not self.cob_id & COB_INVALID
+        self.rtr_allowed = not self.cob_id & COB_NO_RTR
+        self.transmission_type = v[(comm, 2)]
+        self.inhibit_s = v.get((comm, 3), 0) * 1e-4
+        self.event_timer_s = v.get((comm, 5), 0) * 1e-3
         entries = []
         for k in range(1, min(self.values.get((self.map, 0), 0), MAX_ENTRIES) + 1):
             e = decode_entry(self.od, self.values.get((self.map, k), 0), self.receive)
@@ -129,37 +143,12 @@ class Pdo:
             entries.append(e)
         self.entries = entries
         self.length = sum(e.bits for e in entries) // 8
+        # one precompiled struct for the whole PDO: dummy entries are pad bytes
+        self._struct = struct.Struct("<" + "".join(e.code or f"{e.bits // 8}x" for e in entries))
+        self._keys = [(e.index, e.subindex) for e in entries if e.code is not None]
         self.last_data = None
         self.sampled = None
         self.sync_count = 0
-
-    @property
-    def cob_id(self) -> int:
-        return self.values[(self.comm, 1)]
-
-    @property
-    def can_id(self) -> int:
-        return self.cob_id & 0x7FF
-
-    @property
-    def valid(self) -> bool:
-        return not self.cob_id & COB_INVALID
-
-    @property
-    def rtr_allowed(self) -> bool:
-        return not self.cob_id & COB_NO_RTR
-
-    @property
-    def transmission_type(self) -> int:
-        return self.values[(self.comm, 2)]
-
-    @property
-    def inhibit_s(self) -> float:
-        return self.values.get((self.comm, 3), 0) * 1e-4
-
-    @property
-    def event_timer_s(self) -> float:
-        return self.values.get((self.comm, 5), 0) * 1e-3
 
     def check_write(self, index: int, subindex: int, value: int) -> int | None:
         """The abort code that refuses writing `value` to this PDO's index:subindex, or None."""
@@ -200,14 +189,9 @@ class Pdo:
     def pack(self) -> bytes:
         """The TPDO's data from the object store."""
         v = self.values
-        return b"".join(struct.pack("<" + e.code, v[(e.index, e.subindex)]) for e in self.entries)
+        return self._struct.pack(*[v[k] for k in self._keys])
 
-    def unpack(self, data: bytes) -> list[tuple[int, int, int]]:
-        """(index, subindex, value) of each mapped object in RPDO `data` (dummies skipped)."""
-        out, offset = [], 0
-        for e in self.entries:
-            n = e.bits // 8
-            if e.code is not None:
-                out.append((e.index, e.subindex, struct.unpack_from("<" + e.code, data, offset)[0]))
-            offset += n
-        return out
+    def unpack(self, data: bytes) -> list[tuple[tuple[int, int], int]]:
+        """((index, subindex), value) of each mapped object in RPDO `data` (at least `length` bytes; dummies
+        skipped)."""
+        return list(zip(self._keys, self._struct.unpack_from(data), strict=True))

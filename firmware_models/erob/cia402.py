@@ -75,6 +75,7 @@ below the kernel's temp_limit; it releases the kernel latches and sends EMCY 0x0
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import IntEnum
@@ -253,7 +254,7 @@ class Units:
     rated_torque_nm: float
     rated_current_a: float
 
-    @property
+    @functools.cached_property
     def counts_per_rad(self) -> float:
         return self.counts_per_rev / TWO_PI
 
@@ -282,9 +283,13 @@ class Units:
         return permille * self.rated_current_a / 1000.0
 
 
+_RANGES = {(bits, signed): ((-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1))
+           for bits in (16, 32) for signed in (False, True)}
+
+
 def _sat(value: int, bits: int, signed: bool = True) -> int:
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    return min(max(value, lo), hi)
+    lo, hi = _RANGES[bits, signed]
+    return lo if value < lo else hi if value > hi else value
 
 
 def _toward(v: float, target: float, up: float, down: float) -> float:
@@ -380,6 +385,8 @@ class Cia402Drive:
         self._seg_from = self._seg_to = 0.0
         self._seg_t0 = self._seg_T = 0.0
         self._last_sample_t: float | None = None
+        self._sensed_state: dict | None = None     # what the actual values were last computed from
+        self._sensed_inputs: tuple = ()
         self.joint.command(params=self._law_params(LAWS["erob_pd"]), enable=False, clear_latches=True)
         self._enabled = False
         self.joint.sync()
@@ -412,6 +419,7 @@ class Cia402Drive:
             self._on_mode(Mode(value))
         elif key == TARGET_POSITION:
             self._csp_sample()
+            return None                 # a CSP sample changes no statusword bit (the cyclic set-point path)
         elif key in (MAX_TORQUE, TARGET_TORQUE, TORQUE_OFFSET) and self.state == State.OPERATION_ENABLED:
             self._actuate()
         self._update_status()
@@ -490,10 +498,15 @@ class Cia402Drive:
     def _sense(self) -> tuple[dict, dict]:
         st = self.joint.read_state()
         p = self.joint.params()
+        inputs = (p["supply_override"], p["supply_v"], p["ambient"], p["motorconst"], p["gear"], p["efficiency"])
+        if st == self._sensed_state and inputs == self._sensed_inputs:
+            return st, p        # the kernel has not stepped since (a SYNC's refresh, then the tick): as it was
+        self._sensed_state, self._sensed_inputs = st, inputs
         u, v = self.units, self.values
         theta = st["theta_meas"] if st["k"] > 0 else st["theta"]
-        self._pos_act = theta * u.counts_per_rad + u.zero_counts
-        self._vel_act = st["omega"] * u.counts_per_rad
+        cpr = u.counts_per_rad
+        self._pos_act = theta * cpr + u.zero_counts
+        self._vel_act = st["omega"] * cpr
         pos = _sat(round(self._pos_act), 32)
         v[POSITION_ACTUAL] = v[POSITION_INTERNAL] = v[AUX_POSITION] = pos
         v[VELOCITY_ACTUAL] = _sat(round(self._vel_act), 32)
@@ -524,7 +537,8 @@ class Cia402Drive:
             self._command(cmd)
         if self.state == State.OPERATION_ENABLED and self._mode == Mode.PP:
             self._pp_controlword(cw, prev)
-        self._actuate()
+        # no kernel command here: a transition sent its own (_set_state), and a set-point handshake only
+        # changes what the next tick's profile heads for
 
     def _command(self, cmd: Command) -> None:
         s, C, S = self.state, Command, State

@@ -160,41 +160,91 @@ def _serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real:
 @one_line_errors
 def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
-    real: Annotated[list[str], typer.Option(
-        "--real", help="the real bus (serial device): DEVICE for a rig with one bus, or BUS=DEVICE")],
+    real: Annotated[list[str] | None, typer.Option(
+        "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL\\[@BITRATE] "
+                       "such as slcan:/dev/ttyACM0@1000000 (canopen); REAL for a rig with one bus, or BUS=REAL; "
+                       "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,
     record: Annotated[str | None, typer.Option(help="folder for side-by-side MCAP logs (/real, /sim, /bus)")] = None,
     mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
-    """Proxy mirror: forward an unchanged controller's packets to the real servos and their replies back,
-    byte for byte, while the same writes drive a simulated twin of each servo (logged side by side)."""
-    _serve(rig, mqtt, port or [], log_level, real=real, record=record)
+    """Proxy mirror: forward an unchanged controller's packets (Dynamixel) or frames (eRob CANopen) to the real
+    bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
+    side by side)."""
+    if not real:
+        from hil.daemon.rig import Rig
+        from hil.params.config_file import read_toml, validate
+
+        if not any(b.real for b in validate(Rig, read_toml(rig), str(rig)).buses):
+            raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
+    _serve(rig, mqtt, port or [], log_level, real=real or [], record=record)
 
 
 @app.command()
 @one_line_errors
 def record(
-    port: Annotated[str, typer.Option(help="the servo's serial port (a real adapter, or a servo-hil bus)")],
     out: Annotated[Path, typer.Option(help="output folder: raw/ and processed/ bam logs")],
     mass: Annotated[float, typer.Option(help="pendulum mass [kg]")],
     length: Annotated[float, typer.Option(help="pendulum length [m]")],
-    motor: Annotated[str, typer.Option(help="the motor name bam's tools expect, e.g. xl330, mx64")],
-    servo_id: Annotated[int, typer.Option("--id", help="Dynamixel ID")] = 1,
-    baud: Annotated[int, typer.Option(help="bus baud rate [bit/s]")] = 1_000_000,
-    kp: Annotated[list[int] | None, typer.Option(help="Position P Gain values to sweep (repeatable)")] = None,
+    motor: Annotated[str, typer.Option(help="the motor name bam's tools expect, e.g. xl330, mx64, erob80_100")],
+    protocol: Annotated[Literal["dynamixel", "etherban", "canopen"], typer.Option(
+        help="dynamixel (dynamixel-sdk on --port), etherban (bam's eRob client to --endpoint) or canopen "
+             "(python-canopen on the python-can bus --endpoint)")] = "dynamixel",
+    port: Annotated[str | None, typer.Option(help="dynamixel: the servo's serial port (a real adapter, or a "
+                                                  "servo-hil bus)")] = None,
+    endpoint: Annotated[str | None, typer.Option(
+        help="etherban: the server, default tcp://127.0.0.1:7332; canopen: a python-can bus "
+             "INTERFACE:CHANNEL\\[@BITRATE], e.g. slcan:/tmp/ttyCAN@1000000")] = None,
+    servo_id: Annotated[int, typer.Option("--id", help="dynamixel: the servo's ID")] = 1,
+    node: Annotated[int | None, typer.Option(help="canopen: the eRob's node ID")] = None,
+    device: Annotated[int, typer.Option(help="etherban: the eRob's device index")] = 0,
+    baud: Annotated[int, typer.Option(help="dynamixel: bus baud rate [bit/s]")] = 1_000_000,
+    kp: Annotated[list[float] | None, typer.Option(
+        help="gains to sweep (repeatable): dynamixel Position P Gain (integer, default 400); eRob host PD "
+             "[A/rad] (default 25)")] = None,
+    damping: Annotated[float | None, typer.Option(
+        help="eRob: the PD's damping, D = damping·√kp (default bam's: 2.0 for erob80_100, 1.0 for erob80_50)")] = None,
+    kt: Annotated[float | None, typer.Option(
+        help="canopen: N·m per A to turn the PD's amps into CST torque (default: the drive's 0x6076/0x6075)")] = None,
+    offset: Annotated[float, typer.Option(help="eRob: the drive position of the pendulum hanging down [rad]")] = 0.0,
     trajectory: Annotated[list[str] | None, typer.Option(
         help="sin_sin, lift_and_drop, up_and_down, sin_time_square (repeatable; default: all four)")] = None,
+    duration: Annotated[float, typer.Option(help="seconds of each trajectory (bam: 6)")] = 6.0,
     arm_mass: Annotated[float, typer.Option(help="uniform arm mass [kg]")] = 0.0,
 ) -> None:
-    """Active mirror: drive a Dynamixel servo through bam's excitation trajectories at each gain and
-    record bam's raw and processed JSON logs (for `replay`, `report` and bam's identification)."""
-    from drivers.dynamixel.record import record as run
+    """Active mirror: drive a servo (Dynamixel, or an eRob through Etherban or CANopen with bam's host PD) through
+    bam's excitation trajectories at each gain and record bam's raw and processed JSON logs (for `replay`,
+    `report` and bam's identification)."""
+    from hil.bam_logs import check_trajectories
     from hil.excitation import TRAJECTORIES
 
+    trajectories = trajectory or list(TRAJECTORIES)
+    check_trajectories(trajectories)
+    if not duration > 0:
+        raise ConfigError(f"--duration {duration}: must be > 0 s")
     header = {"mass": mass, "length": length, "arm_mass": arm_mass, "motor": motor}
-    files = run(port, servo_id, baud, trajectory or list(TRAJECTORIES), kp or [400], header, out)
+    if protocol == "dynamixel":
+        from drivers.dynamixel.record import record as run
+
+        if port is None:
+            raise ConfigError("--port: give the Dynamixel bus's serial port")
+        gains = kp or [400]
+        if any(k != int(k) for k in gains):
+            raise ConfigError(f"--kp {next(k for k in gains if k != int(k))}: a Position P Gain is an integer")
+        files = run(port, servo_id, baud, trajectories, [int(k) for k in gains], header, out, duration)
+    else:
+        from drivers.erob.host_link import open_link
+        from drivers.erob.record import BAM_DAMPING
+        from drivers.erob.record import record as run
+
+        if damping is None:
+            if motor not in BAM_DAMPING:
+                raise ConfigError(f"--damping: give it for motor {motor!r} (bam's defaults: {BAM_DAMPING})")
+            damping = BAM_DAMPING[motor]
+        link = open_link(protocol, endpoint, device, node, kt)
+        files = run(link, trajectories, kp or [25.0], damping, header, out, offset, duration)
     print(f"{len(files) // 2} runs → {out}/raw, {out}/processed")
 
 

@@ -436,6 +436,9 @@ class LiveJoint:
     def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
                 clear_latches: bool = False) -> None:
         live, j = self.live, self.j
+        if params is None and enable is None and not clear_latches and goal is not None:
+            live._push("set_u", j, goal)    # the drives' every tick: one command needs no batch
+            return
         with live.atomic():
             if params:
                 live._set_params(j, params)

@@ -9,6 +9,8 @@
     name = "dxl"  protocol = "dynamixel"    # or "canopen" (eRob CiA 402 nodes behind an SLCAN adapter)
     port = "/tmp/servo-hil-dxl"             # pty symlink to create (or device = "/dev/ttyUSB0")
     baud = 1000000  fast = false            # canopen: baud is the CAN bit rate
+    real = "/dev/ttyUSB0"  record = "logs/"  # mirror: the real bus (canopen: "slcan:/dev/ttyACM0@1000000"
+                                            # or a table of can.Bus arguments), side-by-side MCAP logs
     [[buses]]
     name = "ethercat"  protocol = "etherban"  # Rhoban's Etherban ZeroMQ server (bam's eRob client)
     bind = "tcp://127.0.0.1:7332"  joints = ["elbow"]   # device 0, 1, … in this order
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationInfo, field_validator, model_validator
 
 from hil.kernel import Kernel
 from hil.params.actuator import ActuatorSpec
@@ -52,14 +54,29 @@ class BusConfig(Strict):
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
     fast: bool = Field(False, description="answer at once: no return delay, no wire-time pacing (CI throughput)")
-    real: str | None = Field(None, description="mirror: the real bus (serial device) the controller's packets "
-                                               "are forwarded to; the rig's servos become their simulated twins")
+    real: str | dict[str, Any] | None = Field(
+        None, description="mirror: the real bus the controller's packets are forwarded to (dynamixel: a serial "
+                          "device; canopen: a python-can bus, INTERFACE:CHANNEL[@BITRATE] or a table of can.Bus "
+                          "arguments); the rig's servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
     bind: str = Field(ETHERBAN_ENDPOINT, description="etherban: the ZeroMQ REP endpoint to bind")
     joints: list[str] = Field(default_factory=list, description="etherban: the eRob joints it drives, as "
                                                                 "devices 0, 1, … in this order")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+    @field_validator("real")
+    @classmethod
+    def _real_bus(cls, value: str | dict | None, info: ValidationInfo) -> str | dict | None:
+        if value is None:
+            return value
+        if info.data.get("protocol") == "canopen":
+            from drivers.can_interface import can_bus_kwargs
+
+            can_bus_kwargs(value)           # a python-can spec: refused here with what is wrong in it
+        elif not isinstance(value, str):
+            raise ValueError("a dynamixel mirror's real bus is a serial device path")
+        return value
 
     @model_validator(mode="after")
     def _one_port(self) -> BusConfig:
@@ -77,8 +94,6 @@ class BusConfig(Strict):
         elif self.joints:
             raise ValueError(f"joints = ... is for etherban; a {self.protocol} bus lists its actuators "
                              "by their bus = ... and id = ...")
-        if self.protocol == "canopen" and self.real:
-            raise ValueError("real = ... (mirror) is for dynamixel buses")
         return self
 
 

@@ -14,10 +14,10 @@ import zmq
 from drivers import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
-from hil.daemon.rig import Rig, load_rig
+from hil.daemon.rig import BusConfig, Rig, load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher
 from hil.loop.rt import lock_memory
-from hil.params.config_file import ConfigError
+from hil.params.config_file import ConfigError, validate
 
 log = logging.getLogger("servo-hil")
 
@@ -32,7 +32,13 @@ class Daemon:
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
             bus = self.rig.buses[k]
-            self.rig.buses[k] = bus.model_copy(update={"real": device, "record": record or bus.record})
+            self.rig.buses[k] = validate(BusConfig, bus.model_dump() | {"real": device}, f"--real {device}")
+        if record is not None:
+            mirrored = [k for k, b in enumerate(self.rig.buses) if b.real]
+            if not mirrored:
+                raise ConfigError(f"{rig_path}: --record needs a mirrored bus: give --real or real = ... in the rig")
+            for k in mirrored:
+                self.rig.buses[k] = self.rig.buses[k].model_copy(update={"record": record})
         self.buses: list = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = zmq.Context()

@@ -146,6 +146,13 @@ cdef packed struct Params:
     double _decay              # 1 − exp(−dt/t_e) of the exact current update
     double _counts_per_rad
     double _rad_per_count
+    double _inv_dt             # 1/dt, 1/t_e, 1/R_T, 1/C, 1/ωs, 1/θ̇s (0 where the divisor is 0)
+    double _inv_te
+    double _inv_thermal_r
+    double _inv_thermal_c
+    double _inv_lugre_ws
+    double _inv_dtheta_stribeck
+    double _gravity_torque     # −(m + m_arm/2)·g·l: pendulum torque per sin(θ + q_offset)
 
 
 cdef packed struct State:

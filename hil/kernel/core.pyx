@@ -15,6 +15,51 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+cdef extern from "vmath.h" nogil:
+    int hil_simd                # vector-math path of step_all's pass 2 (0 scalar, 1 AVX2, 2 AVX-512)
+    int hil_simd_max()          # best path this CPU and build support
+    int HIL_SIMD_MIN_N          # smaller rigs use libm's scalar functions
+    void hil_vsin(double* x, int n, int path)
+    void hil_vexp(double* x, int n, int path)
+    void hil_vlog(double* x, int n, int path)
+    void hil_vpow(double* x, const double* y, int n, int path)
+
+hil_simd = hil_simd_max()
+SIMD_PATHS = ("scalar", "avx2", "avx512")
+
+
+def _simd(path=None):
+    """The vector-math path step_all uses ("scalar", "avx2", "avx512"); `path` selects one (tests)."""
+    global hil_simd
+    if path is not None:
+        level = SIMD_PATHS.index(path)
+        if level > hil_simd_max():
+            raise ValueError(f"{path} is not available on this CPU or build (best: {SIMD_PATHS[hil_simd_max()]})")
+        hil_simd = level
+    return SIMD_PATHS[hil_simd]
+
+
+def _vmath(str fn, x, a=None):
+    """vmath.h's `fn` ("sin", "exp", "log", "pow" with exponents a) of a float64 array, on the active
+    path (tests)."""
+    cdef double[::1] y = np.array(x, dtype=np.float64).ravel()
+    cdef double[::1] e = np.broadcast_to(np.asarray(1.0 if a is None else a, dtype=np.float64),
+                                         (y.shape[0],)).copy()
+    cdef int n = <int>y.shape[0]
+    if n == 0:
+        return np.asarray(y)
+    if fn == "sin":
+        hil_vsin(&y[0], n, hil_simd)
+    elif fn == "exp":
+        hil_vexp(&y[0], n, hil_simd)
+    elif fn == "log":
+        hil_vlog(&y[0], n, hil_simd)
+    elif fn == "pow":
+        hil_vpow(&y[0], &e[0], n, hil_simd)
+    else:
+        raise ValueError(f"unknown function {fn!r}")
+    return np.asarray(y)
+
 # Names exported to Python (hil.kernel): the enum values above live only in C.
 LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
         "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE,
@@ -27,6 +72,28 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
 
 cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
+
+cdef enum:
+    BLOCK = 32   # actuators per block of step_all: their Params and State stay in L1 across the passes
+    NEED_POW = 1     # what a block needs besides the sines and exponentials
+    NEED_LOG = 2
+    NEED_ZOH = 4
+
+
+cdef struct Block:
+    # step_all's per-block arrays: the transcendentals of BLOCK actuators, evaluated together (pass 2)
+    double sin_x[2 * BLOCK]     # [0, m): cogging Np·L + phase, [m, 2m): pendulum θ + q_offset → sines
+    double exp_x[2 * BLOCK]     # [0, m): LuGre −(Ld/ωs)², [m, 2m): Stribeck −|ω/θ̇s|^α → exponentials
+    double pow_x[BLOCK]         # |ω/θ̇s| → |ω/θ̇s|^α (α not 1 or 2)
+    double pow_a[BLOCK]         # α
+    char use_pow[BLOCK]
+    double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn)
+    double gauss_log[BLOCK]     # → log r
+    double gauss_x[BLOCK]
+    double gauss_y[BLOCK]
+    double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
+    double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
+    double zoh_v[BLOCK]         # Ld
 
 
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
@@ -47,33 +114,25 @@ cdef inline double uniform(uint64_t* state) noexcept nogil:
     return ((x * <uint64_t>2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300
 
 
-cdef inline double gaussian(State* s) noexcept nogil:
-    # Marsaglia's polar method; the spare deviate is kept in the state, so the stream stays a pure
-    # function of (seed, k) and costs one log and one sqrt per two draws.
-    cdef double x, y, r
-    if s.has_spare:
-        s.has_spare = 0
-        return s.gauss_spare
-    while True:
-        x = 2.0 * uniform(&s.rng) - 1.0
-        y = 2.0 * uniform(&s.rng) - 1.0
-        r = x * x + y * y
-        if 0.0 < r < 1.0:
-            break
-    r = sqrt(-2.0 * log(r) / r)
-    s.gauss_spare = y * r
-    s.has_spare = 1
-    return x * r
+cdef inline double measure(const Params* p, State* s, double dt, const Block* b, int j) noexcept nogil:
+    """Position the firmware reads from its encoder: slip, noise, then quantization to whole counts.
 
-
-cdef inline double measure(const Params* p, State* s, double dt) noexcept nogil:
-    """Position the firmware reads from its encoder: slip, noise, then quantization to whole counts."""
+    Noise is Marsaglia's polar method: pass 1 drew the pair (x, y) with r = x² + y², pass 2
+    took log r; the spare deviate is kept in the state, so the stream stays a pure function of (seed, k)."""
+    cdef double q, r
     if p.encoder_stuck and s.k > 0:
         return s.theta_meas
     s.enc_offset += p.encoder_slip * dt
-    cdef double q = s.theta + s.enc_offset
+    q = s.theta + s.enc_offset
     if p.encoder_noise > 0:
-        q += p.encoder_noise * gaussian(s)
+        if s.has_spare:
+            s.has_spare = 0
+            q += p.encoder_noise * s.gauss_spare
+        else:
+            r = sqrt(-2.0 * b.gauss_log[j] / b.gauss_r[j])
+            s.gauss_spare = b.gauss_y[j] * r
+            s.has_spare = 1
+            q += p.encoder_noise * (b.gauss_x[j] * r)
     if p.encoder_counts > 0:
         q = floor(q * p._counts_per_rad + 0.5) * p._rad_per_count
     return q
@@ -89,12 +148,15 @@ cdef inline double derated_current(const Params* p, double temp_abs) noexcept no
     return p.derate_i_safe + (p.derate_i_rated - p.derate_i_safe) * (1.0 - x * x * (3.0 - 2.0 * x))
 
 
-cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w) noexcept nogil:
-    """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1); unused terms have zero coefficients."""
-    cdef double s = 0.0
+cdef inline double stribeck(const Params* p, double w) noexcept nogil:
+    """bam's Stribeck factor exp(−|ω/θ̇s|^α), 0 without θ̇s (scalar; step_all evaluates it in pass 2)."""
+    return exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha)) if p.dtheta_stribeck > 0 else 0.0
+
+
+cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w, double s) noexcept nogil:
+    """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1) with Stribeck factor s; unused terms have zero
+    coefficients."""
     cdef double q = 0.0
-    if p.dtheta_stribeck > 0:
-        s = exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha))
     if p.budget_quadratic and sign(tau_m) != sign(tau_e):
         if fabs(tau_e) < fabs(tau_m):
             q = p.load_friction_external_quad * tau_e * tau_e
@@ -288,7 +350,9 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
     return duty
 
 
-cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexcept nogil:
+cdef inline void motor_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
+    """Pass 3 of step_all, actuator j of the block (its transcendentals already in b): sensing, faults,
+    firmware law, motor; the actuator torque goes to s.torque, the actuator states advance."""
     cdef double g = p.gear
     cdef double t = s.k * dt
     cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
@@ -299,12 +363,11 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
     cdef double thm, Lm, vs, R, T, i, V, f, tau_act, di, i_next, e, gs, a, z_rate
     cdef double slew_rate = 0.0, int_rate = 0.0, temp_rate = 0.0, imax_t
     cdef bint voltage_mode = 0, open_now = 0
-    cdef double ea, frac
+    cdef double frac
     a = 0.0
-    cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs
 
     # -- sensing (pre-step state) and faults
-    thm = measure(p, s, dt)
+    thm = measure(p, s, dt, b, j)
     s.theta_meas = thm
     Lm = g * thm
     s.fault_flags = 0
@@ -354,7 +417,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         voltage_mode = 1
         if p.slew > 0:
             u = clip(u, s.slew_u - p.slew * dt, s.slew_u + p.slew * dt)
-            slew_rate = (u - s.slew_u) / dt
+            slew_rate = (u - s.slew_u) * p._inv_dt
         if p.ki > 0:
             e = u - Lm if p.law == LAW_POSITION else u
             if p.imax > 0:
@@ -410,7 +473,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
             f = 0.0
         elif p.te > 0:
             i = s.current
-            di = (V / R - K / R * Ld - i) / p.te
+            di = (V / R - K / R * Ld - i) * p._inv_te
             if p.didt_max > 0:
                 di = clip(di, -p.didt_max, p.didt_max)
             i_next = i + di * p.te * p._decay   # exact exponential; torque from i_{k+1}
@@ -419,7 +482,7 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
             i = (V - K * Ld) / R
             f = K / R * V - K / R * K * Ld
     if p.thermal_r > 0:
-        temp_rate = (R * i * i - T / p.thermal_r) / p.thermal_c
+        temp_rate = (R * i * i - T * p._inv_thermal_r) * p._inv_thermal_c
     if p.law != LAW_TORQUE:
         if p.tau_max > 0:
             f = clip(f, -p.tau_max, p.tau_max)
@@ -430,10 +493,9 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
             f = clip(f, -K * imax_t, K * imax_t)
         f *= p.efficiency
         if p.cog_amplitude != 0:
-            f += p.cog_amplitude * sin(p.cog_poles * L + p.cog_phase)
+            f += p.cog_amplitude * b.sin_x[j]
         if p.lugre_s0 > 0:
-            z_rate = Ld / p.lugre_ws
-            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * exp(-z_rate * z_rate)
+            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * b.exp_x[j]
             a = -p.lugre_s0 * fabs(Ld) / gs if gs > 0 else 0.0
             z_rate = a * s.bristle + Ld
             f -= p.lugre_s0 * s.bristle + p.lugre_s1 * z_rate
@@ -461,8 +523,31 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         else:
             s.ol_timer = 0.0
 
-    # -- load and integration
-    tau_e = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length * sin(s.theta + p.q_offset) \
+    # -- advance the actuator states (mj_nextActivation; the integration below does not read them)
+    if p.slew > 0 and voltage_mode:
+        s.slew_u = s.slew_u + dt * slew_rate
+    if p.ki > 0 and voltage_mode:
+        s.integral = s.integral + dt * int_rate
+        if p.imax > 0:
+            s.integral = clip(s.integral, -p.imax, p.imax)
+    if p.thermal_r > 0:
+        s.temp_rise = s.temp_rise + dt * temp_rate
+    b.zoh_a[j] = a                     # the bristle state advances in pass 4
+    b.zoh_ea[j] = a * dt
+    b.zoh_v[j] = Ld
+    if p.te > 0:
+        s.current = i_next
+    s.k += 1
+
+
+
+cdef inline void load_step(const Params* p, State* s, const Input* inp, double dt, const Block* b, int j,
+                          int m) noexcept nogil:
+    """Pass 4 of step_all, actuator j of a block of m: load, friction budget, integration, bristle
+    state (a pass of its own: the CPU overlaps the dependency chains of several actuators)."""
+    cdef double g = p.gear, tau_act = s.torque
+    cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs, a, ea
+    tau_e = p._gravity_torque * b.sin_x[m + j] \
         + inp.external_torque
     wabs = fabs(s.omega)
     tau_net = tau_act + tau_e \
@@ -474,8 +559,9 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         Meff = M
     if p.budget:
         # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
-        tau_stop = Meff / dt * s.omega + tau_net
-        tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega))
+        tau_stop = Meff * p._inv_dt * s.omega + tau_net
+        tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega,
+                                                               b.exp_x[m + j] if p.dtheta_stribeck > 0 else 0.0))
         tau_net = tau_net + tau_f
     s.friction_torque = tau_f
     acc = tau_net / Meff
@@ -486,25 +572,13 @@ cdef void step_one(const Params* p, State* s, const Input* inp, double dt) noexc
         w_new = clip(s.omega + acc * dt, -BAM_MAX_VELOCITY, BAM_MAX_VELOCITY)
         s.theta = s.theta + w_new * dt + 0.5 * acc * dt * dt
         s.omega = w_new
-
-    # -- advance the actuator states (mj_nextActivation)
-    if p.slew > 0 and voltage_mode:
-        s.slew_u = s.slew_u + dt * slew_rate
-    if p.ki > 0 and voltage_mode:
-        s.integral = s.integral + dt * int_rate
-        if p.imax > 0:
-            s.integral = clip(s.integral, -p.imax, p.imax)
-    if p.thermal_r > 0:
-        s.temp_rise = s.temp_rise + dt * temp_rate
     if p.lugre_s0 > 0 and p.law != LAW_TORQUE:
+        a = b.zoh_a[j]
         if fabs(a) > 1e-15:
-            ea = exp(a * dt)
-            s.bristle = ea * s.bristle + (ea - 1.0) / a * Ld     # exact zero-order hold
+            ea = b.zoh_ea[j]     # exp(a·dt), pass 3
+            s.bristle = ea * s.bristle + (ea - 1.0) / a * b.zoh_v[j]   # exact zero-order hold
         else:
-            s.bristle = s.bristle + dt * Ld
-    if p.te > 0:
-        s.current = i_next
-    s.k += 1
+            s.bristle = s.bristle + dt * b.zoh_v[j]
 
 
 cdef void prepare(Params* p, double dt) noexcept nogil:
@@ -512,14 +586,92 @@ cdef void prepare(Params* p, double dt) noexcept nogil:
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
+    # reciprocals of the divisors that do not change from step to step, and the pendulum's m·g·l
+    p._inv_dt = 1.0 / dt
+    p._inv_te = 1.0 / p.te if p.te > 0 else 0.0
+    p._inv_thermal_r = 1.0 / p.thermal_r if p.thermal_r > 0 else 0.0
+    p._inv_thermal_c = 1.0 / p.thermal_c if p.thermal_c != 0 else 0.0
+    p._inv_lugre_ws = 1.0 / p.lugre_ws if p.lugre_ws != 0 else 0.0
+    p._inv_dtheta_stribeck = 1.0 / p.dtheta_stribeck if p.dtheta_stribeck > 0 else 0.0
+    p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
 
 
+cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, int m) noexcept nogil:
+    """Pass 1 of step_all: the arguments of actuator j's transcendentals, from the pre-step state
+    (every slot is written, unused ones with harmless values). Returns the NEED_* it has."""
+    cdef double x, y, r
+    cdef int need = NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0
+    b.sin_x[j] = p.cog_poles * (p.gear * s.theta) + p.cog_phase
+    b.sin_x[m + j] = s.theta + p.q_offset
+    x = p.gear * s.omega * p._inv_lugre_ws if p.lugre_s0 > 0 else 0.0
+    b.exp_x[j] = -x * x
+    b.exp_x[m + j] = 0.0
+    b.pow_x[j] = 1.0
+    b.pow_a[j] = 1.0
+    b.use_pow[j] = 0
+    if p.budget and p.dtheta_stribeck > 0:
+        x = fabs(s.omega * p._inv_dtheta_stribeck)
+        if p.alpha == 1.0:
+            b.exp_x[m + j] = -x
+        elif p.alpha == 2.0:
+            b.exp_x[m + j] = -(x * x)
+        else:
+            b.pow_x[j] = x
+            b.pow_a[j] = p.alpha
+            b.use_pow[j] = 1
+            need |= NEED_POW
+    b.gauss_r[j] = 1.0
+    if p.encoder_noise > 0 and not (p.encoder_stuck and s.k > 0) and not s.has_spare:
+        while True:   # the polar method's rejection loop (measure() finishes the deviates)
+            x = 2.0 * uniform(&s.rng) - 1.0
+            y = 2.0 * uniform(&s.rng) - 1.0
+            r = x * x + y * y
+            if 0.0 < r < 1.0:
+                break
+        b.gauss_x[j] = x
+        b.gauss_y[j] = y
+        b.gauss_r[j] = r
+        need |= NEED_LOG
+    b.gauss_log[j] = b.gauss_r[j]
+    return need
+
+
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
-    cdef Py_ssize_t j
-    for j in range(n):
-        step_one(&p[j], &s[j], &inp[j], dt)
+    """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
+    1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
+    2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
+       libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
+       libm; within round-off of each other);
+    3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
+    4. load, friction budget, integration and the LuGre bristle update (`load_step`).
+    Each actuator's result depends only on its own parameters, state and input."""
+    cdef Block b
+    cdef int j, m, need
+    cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0
+    cdef Py_ssize_t j0 = 0
+    while j0 < n:
+        m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
+        need = 0
+        for j in range(m):
+            need |= transcendental_args(&p[j0 + j], &s[j0 + j], &b, j, m)
+        if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
+            hil_vlog(b.gauss_log, m, path)
+        hil_vsin(b.sin_x, 2 * m, path)
+        if need & NEED_POW:
+            hil_vpow(b.pow_x, b.pow_a, m, path)
+            for j in range(m):
+                if b.use_pow[j]:
+                    b.exp_x[m + j] = -b.pow_x[j]
+        hil_vexp(b.exp_x, 2 * m, path)
+        for j in range(m):
+            motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+        if need & NEED_ZOH:
+            hil_vexp(b.zoh_ea, m, path)
+        for j in range(m):
+            load_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j, m)
+        j0 += m
 
 
 cdef Params _zero_params() noexcept:
@@ -562,7 +714,7 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     cdef double[::1] o = out.reshape(-1)
     cdef Py_ssize_t j
     for j in range(a.shape[0]):
-        o[j] = _budget(&p, a[j], b[j], omega)
+        o[j] = _budget(&p, a[j], b[j], omega, stribeck(&p, omega))
     return out
 
 

@@ -100,6 +100,23 @@ def bind_libzmq(str path):
 
 RT_MODES = {0: "starting", 1: "SCHED_FIFO", 2: "SCHED_OTHER (timer slack 1 ns)", 3: "SCHED_OTHER"}
 
+
+cdef int _realtime(int priority) noexcept nogil:
+    """The calling thread to SCHED_FIFO at `priority` (if > 0 and allowed), else timer slack 1 ns; the
+    RT_MODES key of what it got."""
+    if priority > 0 and hil_try_fifo(priority) == 0:
+        return 1
+    if hil_timerslack_1ns() == 0:
+        return 2
+    return 3
+
+
+def realtime_thread(int priority):
+    """What the loop thread does for itself, for another time-critical thread (a bus adapter): the calling
+    thread to SCHED_FIFO at `priority` (1..99; 0 = do not try), else 1 ns timer slack (its select/poll
+    timeouts then end on time instead of up to 50 µs late). Returns the RT_MODES name it got."""
+    return RT_MODES[_realtime(priority)]
+
 cdef packed struct Command:
     int64_t kind
     int64_t index
@@ -359,12 +376,7 @@ cdef class RealtimeLoop:
     cdef void _run(self) noexcept nogil:
         cdef int64_t next_ns, now, late, b
         cdef uint64_t drained
-        if self.fifo_priority > 0 and hil_try_fifo(self.fifo_priority) == 0:
-            self.sh.rt_mode = 1
-        elif hil_timerslack_1ns() == 0:
-            self.sh.rt_mode = 2
-        else:
-            self.sh.rt_mode = 3
+        self.sh.rt_mode = _realtime(self.fifo_priority)
         next_ns = hil_now_ns()
         self.sh.start_ns = next_ns
         while not hil_load(&self.sh.stop):

@@ -65,20 +65,31 @@ class CanRig:
     pub: str
 
 
-def write_can_rig(directory: Path, name: str) -> CanRig:
+def write_can_rig(directory: Path, name: str, *, actuators=ACTUATORS, model: str = "m6", actuator_extra: str = "",
+                  bus_extra: str = "", etherban: str | None = None, integrator: str = "euler") -> CanRig:
+    """The rig TOML (see the module docstring); `model`, `actuator_extra` (TOML lines added to every actuator),
+    `bus_extra` (lines added to the bus, e.g. a mirror's real = ...) and `integrator` vary it. With `etherban` (an
+    endpoint to bind) the bus is an Etherban server "ethercat" driving the actuators as devices 0, 1, … instead,
+    and `port` is that endpoint (what its banner prints)."""
     pub = f"tcp://127.0.0.1:{free_port()}"
     cmd = f"tcp://127.0.0.1:{free_port()}"
-    port = str(directory / f"tty-{name}")
+    port = etherban or str(directory / f"tty-{name}")
     parts = [
         f'name = "{name}"\n',
-        "[loop]\nrate_hz = 1000\nmlockall = false\nfifo_priority = 0\n",
+        f'[loop]\nrate_hz = 1000\nmlockall = false\nfifo_priority = 0\nintegrator = "{integrator}"\n',
         f'[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n',
         "[mqtt]\nenabled = false\n",
-        f'[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{port}"\nbaud = {BITRATE}\n',
     ]
-    for joint, catalog, node_id, load in ACTUATORS:
-        parts.append(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{catalog}"\nmodel = "m6"\n'
-                     f'load = {load}\nbus = "can"\nid = {node_id}\n')
+    if etherban:
+        joints = ", ".join(f'"{a[0]}"' for a in actuators)
+        parts.append(f'[[buses]]\nname = "ethercat"\nprotocol = "etherban"\nbind = "{etherban}"\n'
+                     f"joints = [{joints}]\n{bus_extra}")
+    else:
+        parts.append(f'[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{port}"\nbaud = {BITRATE}\n{bus_extra}')
+    for joint, catalog, node_id, load in actuators:
+        on_bus = "" if etherban else f'bus = "can"\nid = {node_id}\n'
+        parts.append(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{catalog}"\nmodel = "{model}"\n'
+                     f'load = {load}\n{on_bus}{actuator_extra}')
     path = directory / f"{name}.toml"
     path.write_text("".join(parts))
     return CanRig(path, port, cmd, pub)

@@ -1,0 +1,87 @@
+/* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
+
+   The vector paths call glibc's libmvec (the x86-64 vector ABI: _ZGVdN4v_* for AVX2, _ZGVeN8v_* for
+   AVX-512; ≤ 4 ulp, the same functions gcc emits for `omp simd` loops under -ffast-math), picked at run
+   time (hil_simd, from __builtin_cpu_supports). Each lane's result depends only on its argument, and
+   the lanes that do not fill a whole vector go through libm, so an actuator's step depends on its
+   position in a block only by that round-off (tests/hil/test_kernel_vmath.py). Without glibc on x86-64,
+   or when forced (hil_simd = 0), every call is libm's. */
+
+#ifndef HIL_VMATH_H
+#define HIL_VMATH_H
+
+#include <math.h>
+
+#define HIL_SIMD_SCALAR 0
+#define HIL_SIMD_AVX2 1
+#define HIL_SIMD_AVX512 2
+
+static int hil_simd = HIL_SIMD_SCALAR;   /* the path step_all uses for rigs of HIL_SIMD_MIN_N or more */
+/* A one-lane libmvec call (padded to a vector) costs about twice libm's scalar call: smaller rigs stay
+   on libm, so a rig's actuators all take one path whatever their position (round-off apart, a rig's
+   size does not change its results either: ≤ 4 ulp per function). */
+#define HIL_SIMD_MIN_N 8
+
+/* the tail (and the scalar path): libm */
+static void hil_sin_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = sin(x[i]); }
+static void hil_exp_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = exp(x[i]); }
+static void hil_log_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = log(x[i]); }
+static void hil_pow_libm(double* x, const double* y, int i, int n) { for (; i < n; i++) x[i] = pow(x[i], y[i]); }
+
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+
+/* libmvec's entry points (glibc ≥ 2.22; declared by <math.h> only under -ffast-math) */
+__m256d _ZGVdN4v_sin(__m256d);
+__m256d _ZGVdN4v_exp(__m256d);
+__m256d _ZGVdN4v_log(__m256d);
+__m256d _ZGVdN4vv_pow(__m256d, __m256d);
+__m512d _ZGVeN8v_sin(__m512d);
+__m512d _ZGVeN8v_exp(__m512d);
+__m512d _ZGVeN8v_log(__m512d);
+__m512d _ZGVeN8vv_pow(__m512d, __m512d);
+
+/* A path's function of an array: whole vectors, then the remaining lanes padded into one more vector
+   (a lane's result never depends on where in the array it sits). */
+#define HIL_VECTOR(fn, sfx, attr, w, V, load, store, call)                                            \
+    attr static void hil_##fn##_##sfx(double* x, const double* y, int n) {                            \
+        double px[w], py[w];                                                                           \
+        int i = 0, k;                                                                                  \
+        (void)y;                                                                                       \
+        for (; i + w <= n; i += w) { V a = load(x + i), b = load(y + i); (void)b; store(x + i, call); } \
+        if (i == n) return;                                                                            \
+        for (k = 0; k < w; k++) { px[k] = i + k < n ? x[i + k] : 1.0; py[k] = i + k < n ? y[i + k] : 1.0; } \
+        { V a = load(px), b = load(py); (void)b; store(px, call); }                                    \
+        for (k = 0; i + k < n; k++) x[i + k] = px[k];                                                  \
+    }
+#define HIL_PATH(sfx, attr, w, V, load, store, isa)                                                   \
+    HIL_VECTOR(sin, sfx, attr, w, V, load, store, _ZGV##isa##v_sin(a))                               \
+    HIL_VECTOR(exp, sfx, attr, w, V, load, store, _ZGV##isa##v_exp(a))                               \
+    HIL_VECTOR(log, sfx, attr, w, V, load, store, _ZGV##isa##v_log(a))                               \
+    HIL_VECTOR(pow, sfx, attr, w, V, load, store, _ZGV##isa##vv_pow(a, b))
+
+HIL_PATH(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4)
+HIL_PATH(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8)
+
+static int hil_simd_max(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return HIL_SIMD_AVX512;
+    if (__builtin_cpu_supports("avx2")) return HIL_SIMD_AVX2;
+    return HIL_SIMD_SCALAR;
+}
+#define HIL_DISPATCH(fn, x, y, n)                                                                    \
+    if (path == HIL_SIMD_AVX512) fn##_avx512(x, y, n);                                               \
+    else if (path == HIL_SIMD_AVX2) fn##_avx2(x, y, n);                                              \
+    else fn##_libm(x, y, 0, n);
+#else
+static int hil_simd_max(void) { return HIL_SIMD_SCALAR; }
+#define HIL_DISPATCH(fn, x, y, n) (void)path; fn##_libm(x, y, 0, n);
+#endif
+
+/* x[i] = f(x[i]) (pow: x[i] = x[i]^y[i]) for i < n, on `path` (≤ hil_simd_max()) */
+static void hil_vsin(double* x, int n, int path) { HIL_DISPATCH(hil_sin, x, x, n) }
+static void hil_vexp(double* x, int n, int path) { HIL_DISPATCH(hil_exp, x, x, n) }
+static void hil_vlog(double* x, int n, int path) { HIL_DISPATCH(hil_log, x, x, n) }
+static void hil_vpow(double* x, const double* y, int n, int path) { HIL_DISPATCH(hil_pow, x, y, n) }
+
+#endif

@@ -1,0 +1,185 @@
+"""Who ticks the eRob drives, and when (drivers/erob/drives.py, canopen_bus.py), in-process on an offline kernel.
+
+The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after
+the SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again
+once the bus stops. The Etherban server ticks them once per answered request. A drive's control period
+is simulation time whoever ticks it: a kernel that only moves when stepped (a lock-step rig) advances
+the drive exactly by the steps taken.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from drivers.erob.canopen_bus import CanopenBus
+from drivers.erob.drives import ErobDrives, TickClock
+from drivers.erob.etherban import EtherbanServer
+from drivers.ports import PtyPort
+from hil.daemon.faults import BusFaults
+from hil.joint import KernelJoint
+from hil.kernel import Kernel
+from hil.params import catalog
+from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.drivers.erob.test_etherban import Master
+from tests.drivers.test_slcan import RawHost, wait_for
+
+PERIOD = 1e-3
+NODE = 2
+
+
+def test_tick_clock_period_sync_and_stall():
+    c = TickClock(PERIOD, now=10.0)
+    assert c.due(10.0) is None                               # the first tick at once
+    c.ticked(10.0)
+    assert c.due(10.0005) == pytest.approx(10.001)
+    for k in range(1, 5):                                    # absolute deadlines: no drift from late ticks
+        c.ticked(10.0 + k * PERIOD + 2e-4)
+        assert c.due(10.0 + k * PERIOD + 3e-4) == pytest.approx(10.0 + (k + 1) * PERIOD)
+    # a SYNC tick: the next periodic one half a period after the SYNC's next expected one
+    assert c.sync_may_tick(10.0052) and not c.sync_may_tick(10.0045)
+    c.ticked(10.0052, synced=True)
+    assert c.due(10.0062) == pytest.approx(10.0067)
+    assert not c.sync_may_tick(10.0052 + 0.4 * PERIOD)      # SYNCs faster than the position loop
+    # a stall of 10 periods: one tick at once, then the period again (no burst)
+    c.ticked(10.0172)
+    c.ticked(10.0172)
+    assert c.due(10.0172) == pytest.approx(10.0182)
+    for _ in range(5):                                       # ticks by hand do not run the schedule ahead
+        c.ticked(10.0175)
+    assert c.due(10.0175) == pytest.approx(10.0185)
+
+
+@pytest.fixture
+def drives():
+    """One eRob80:100 drive (node 2) on a one-actuator offline kernel: time moves only when the test steps it."""
+    kernel = Kernel(1, PERIOD)
+    kernel.set_params(0, kernel_params(catalog.entry("erob80_100").actuator("m6"), LoadConfig(), EncoderConfig(),
+                                       FaultConfig(), "euler"))
+    d = ErobDrives(PERIOD)
+    d.drive(0, "erob80_100", NODE, KernelJoint(kernel))
+    d.kernel = kernel
+    yield d
+    d.release()
+
+
+@pytest.fixture
+def bus(drives, tmp_path):
+    # real-time as the daemon asks it (where allowed): the phase checks below are about our scheduling of ticks
+    b = CanopenBus(drives, [(drives.drives[0], NODE, BusFaults())], PtyPort(tmp_path / "ttyCAN"), fifo_priority=10)
+    yield b
+    b.stop()
+    assert b.error is None, b.error
+
+
+def own_thread() -> bool:
+    return any(t.name == "servo-hil-erob" for t in threading.enumerate())
+
+
+def tick_rate(drives: ErobDrives, seconds: float = 0.4) -> float:
+    n0 = drives.ticks
+    time.sleep(seconds)
+    return (drives.ticks - n0) / seconds
+
+
+def test_the_bus_takes_the_ticks_and_gives_them_back(drives, bus):
+    drives.start()                                           # an Etherban server's share: our thread ticks
+    wait_for(own_thread)
+    bus.start()
+    assert not own_thread() and bus.adapter.is_alive()       # one thread for frames and ticks
+    assert 500 < tick_rate(drives) <= 1050                   # 1 kHz without SYNC, never a burst
+    other = object()
+    assert not drives.take_ticks(other)                      # one ticker at a time
+    bus.stop()
+    wait_for(own_thread)                                     # the Etherban user still needs the ticks
+    assert 500 < tick_rate(drives) <= 1050
+    drives.release()
+    wait_for(lambda: not own_thread())
+    assert drives.take_ticks(other)
+    drives.give_back_ticks(other)
+
+
+def test_one_tick_per_sync_and_none_on_top(drives, bus):
+    bus.start()
+    syncs: list[float] = []
+    ticks: list[float] = []
+    on_frame = bus.adapter.on_frame
+
+    def seen(frame, t):
+        on_frame(frame, t)
+        if frame.id == 0x080:
+            syncs.append(t)
+
+    bus.adapter.on_frame = seen
+    drives.tick_hooks.append(ticks.append)
+    host = RawHost(bus.path)
+    try:
+        assert host.cmd(b"S8") == b"\r" and host.cmd(b"O") == b"\r"
+        for _ in range(400):                                 # SYNC every 1 ms or a little more (never a burst)
+            time.sleep(PERIOD)
+            host.ser.write(b"t0800\r")
+        wait_for(lambda: len(syncs) == 400)
+        time.sleep(0.01)
+    finally:
+        host.close()
+    # a SYNC ticks the drives once its 55 µs on the wire are over and its TPDOs are sampled, unless
+    # the last tick is less than half a period old (a gap longer than 1.5 periods gets a tick of its own,
+    # this host's sleeps may overshoot); between two SYNCs less than 1.4 periods apart nothing else ticks,
+    # so the drives keep their 1 kHz: no tick of the period on top of the SYNC's
+    due_ticks = [s for s in syncs if s - max((t for t in ticks if t < s), default=-1.0) >= 0.5 * PERIOD]
+    prompt = [any(s <= t < s + 0.5 * PERIOD for t in ticks) for s in due_ticks]
+    assert len(due_ticks) >= 40 and sum(prompt) >= 0.9 * len(due_ticks)
+    close = [(a, b) for a, b in itertools.pairwise(syncs) if b - a < 1.4 * PERIOD]
+    assert len(close) >= 40 and sum(sum(a <= t < b for t in ticks) <= 1 for a, b in close) >= 0.95 * len(close)
+    window = [t for t in ticks if syncs[0] <= t < syncs[-1]]
+    assert len(window) <= 1.1 * (syncs[-1] - syncs[0]) / PERIOD + 2
+
+
+def test_simulation_time_sets_the_control_period_whoever_ticks(drives, bus):
+    """A lock-step rig: the kernel moves only when stepped; the drive's profile follows the steps taken,
+    however many ticks the bus thread runs between them (dt = 0 while time stands still)."""
+    bus.start()
+    drive = drives.drives[0]
+    wait_for(lambda: drive.statusword & 0x6F == 0x40)        # Switch on disabled after the first tick
+    with drives.lock:
+        for index, value in ((0x6060, 3), (0x6083, 100_000), (0x607F, 262_144), (0x60FF, 200_000)):
+            assert drive.write(index, 0, value) is None      # PV, 100 000 counts/s², toward 200 000 counts/s
+        for cw in (0x06, 0x07, 0x0F):
+            drive.write(0x6040, 0, cw)
+        assert drive.statusword & 0x6F == 0x27
+    time.sleep(0.02)                                         # ~20 ticks, time standing still
+    assert drive.read(0x606B) == 0
+    for _ in range(50):                                      # 50 steps of 1 ms, each followed by ticks
+        with drives.lock:
+            drives.kernel.step([drive.joint.u], [drive.joint.enable], [0.0])
+        time.sleep(0.002)
+    assert drive.read(0x606B) == pytest.approx(100_000 * 0.050, abs=100_000 * PERIOD)
+
+
+def test_an_etherban_request_ticks_the_drives_once_answered(drives):
+    """The Etherban server's requests are the master's cycles: each answered request ticks the drives in the
+    server's thread, and the drives' own 1 kHz ticks pause meanwhile (no tick on top)."""
+    server = EtherbanServer(drives, [drives.drives[0]], "tcp://127.0.0.1:0", fifo_priority=10)
+    ticks: list[float] = []
+    drives.tick_hooks.append(lambda now: ticks.append(now))
+    server.start()
+    master = Master(server.path)
+    try:
+        answered = []
+        due = time.monotonic()
+        for _ in range(300):
+            due += PERIOD
+            time.sleep(max(0.0, due - time.monotonic()))
+            master.exchange()
+            answered.append(time.monotonic())
+        time.sleep(0.01)
+    finally:
+        master.close()
+        server.stop()
+    assert server.error is None
+    in_window = [t for t in ticks if answered[0] <= t < answered[-1]]
+    assert len(in_window) <= 1.1 * (answered[-1] - answered[0]) / PERIOD + 2       # ~one per request, not two
+    assert sum(any(a - 0.5 * PERIOD <= t <= a for t in ticks) for a in answered) >= 0.75 * len(answered)

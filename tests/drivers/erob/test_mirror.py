@@ -1,0 +1,175 @@
+"""Proxy mirror of an eRob CAN bus (issue 6): an unchanged python-canopen controller on the mirror's SLCAN pty, the
+"real" eRob a second servo-hil daemon (bam m6 with encoder noise) on its own SLCAN pty, reached by the mirror
+through python-can's slcan; the twin is bam m1. Wiretaps (slcan_tap.py) on both serial lines see every frame:
+what the controller sent must reach the real bus unchanged and in order, and what the real bus sent must reach the
+controller unchanged and in order.
+
+Expected values: CiA 301 / CiA 402 (notes/erob.md §3), the eRob's 524 288 counts/rev (notes §1.2), never the code
+under test.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import struct
+import subprocess
+import time
+
+import canopen
+import pytest
+from canopen.profiles.p402 import BaseNode402
+
+from drivers.can_interface import can_bus_kwargs
+from hil.recorder import read_side_by_side
+from tests.daemon_process import SERVO_HIL
+
+from .conftest import ACTUATORS, EDS, CanLauncher, connect, write_can_rig
+from .slcan_tap import SlcanTap
+from .test_canopen import enable_by_sdo, remap
+
+RAD_PER_COUNT = 2 * math.pi / 524288
+ONE_EROB = ACTUATORS[:1]                    # erob100, node 2
+SYNC_HZ = 100
+
+
+class MirrorLauncher(CanLauncher):
+    def argv(self, rig) -> list[str]:
+        return [*SERVO_HIL, "mirror", str(rig.path)]
+
+
+def test_real_bus_specs():
+    assert can_bus_kwargs("slcan:/dev/ttyACM0@1000000") == {"interface": "slcan", "channel": "/dev/ttyACM0",
+                                                           "bitrate": 1000000}
+    assert can_bus_kwargs("socketcan:can0", 500000) == {"interface": "socketcan", "channel": "can0",
+                                                       "bitrate": 500000}
+    table = {"interface": "slcan", "channel": "/dev/x", "sleep_after_open": 0}
+    assert can_bus_kwargs(table, 1000000) == table | {"bitrate": 1000000}
+    for bad, says in (("can0", "INTERFACE:CHANNEL"), ("nosuch:can0", "unknown python-can interface"),
+                      ("slcan:/dev/x@fast", "bitrate"), ({"channel": "can0"}, "interface")):
+        with pytest.raises(ValueError, match=says):
+            can_bus_kwargs(bad)
+
+
+def test_bad_real_spec_is_one_line_naming_the_key(tmp_path):
+    rig = write_can_rig(tmp_path, "bad", actuators=ONE_EROB, bus_extra='real = "nosuch:can0"\n')
+    run = subprocess.run([*SERVO_HIL, "mirror", str(rig.path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "buses.0.real" in run.stderr and "nosuch" in run.stderr
+    ok = write_can_rig(tmp_path, "ok", actuators=ONE_EROB)
+    run = subprocess.run([*SERVO_HIL, "mirror", str(ok.path), "--real", "slcan:/dev/null@x"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--real" in run.stderr and "bitrate" in run.stderr
+
+
+def _quiet(taps: list[SlcanTap], still_s: float = 0.5, timeout: float = 10.0) -> None:
+    """Wait until no frame crossed either tap for `still_s` (every frame in flight has arrived)."""
+    end, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < end:
+        counts = [tuple(map(len, t.frames())) for t in taps]
+        if counts != last:
+            last, since = counts, time.monotonic()
+        elif time.monotonic() - since > still_s:
+            return
+        time.sleep(0.05)
+
+
+def _target(t: float, start: int) -> int:
+    """A cubic move of +0.3 rad in 1 s from `start` [counts], then hold."""
+    s = min(t, 1.0)
+    return start + round(0.3 * s * s * (3 - 2 * s) / RAD_PER_COUNT)
+
+
+def test_python_canopen_through_the_mirror(tmp_path, record_property):
+    launcher = MirrorLauncher(tmp_path)
+    real_launcher = CanLauncher(tmp_path)
+    taps: list[SlcanTap] = []
+    net = canopen.Network()
+    try:
+        real = real_launcher.start(write_can_rig(tmp_path, "real", actuators=ONE_EROB, model="m6",
+                                                 actuator_extra="encoder = { noise_rad = 0.0005, seed = 3 }\n"))
+        real_tap = SlcanTap(real.rig.port)
+        taps.append(real_tap)
+        real_tap.start()
+        logs = tmp_path / "logs"
+        bus_extra = (f'real = {{ interface = "slcan", channel = "{real_tap.path}", sleep_after_open = 0 }}\n'
+                     f'record = "{logs}"\n')
+        twin = launcher.start(write_can_rig(tmp_path, "twin", actuators=ONE_EROB, model="m1", bus_extra=bus_extra))
+        assert "mirroring" in twin.banner and real_tap.path in twin.banner
+        ctl_tap = SlcanTap(twin.rig.port)
+        taps.append(ctl_tap)
+        ctl_tap.start()
+
+        connect(net, ctl_tap.path)
+        node = BaseNode402(2, str(EDS))
+        net.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 3.0           # three processes and two python-can readers on 2 shared cores
+        node.nmt.send_command(0x81)                # reset node: the real node's boot-up comes back through the mirror
+        node.nmt.wait_for_bootup(5.0)
+        uploads = []
+        for _ in range(20):                        # SDO round trips through the mirror (and both taps)
+            t0 = time.perf_counter()
+            assert node.sdo[0x1000].raw == 0x00420192    # device type, CiA 402 (notes §1.2)
+            uploads.append(time.perf_counter() - t0)
+        remap(node, 0x1800, 0x1A00, 0x182, (0x60640020, 0x606C0020), 1)              # TPDO1: position, velocity
+        remap(node, 0x1801, 0x1A01, 0x282, (0x60410010, 0x60780010, 0x60770010), 1)  # TPDO2: status, current, torque
+        remap(node, 0x1400, 0x1600, 0x202, (0x60400010, 0x607A0020), 0xFF)          # RPDO1: control, target
+        node.sdo[0x1006].raw = 1_000_000 // SYNC_HZ
+        node.nmt.state = "OPERATIONAL"
+        start = enable_by_sdo(node, 8)                                               # CSP, operation enabled
+        t0 = time.perf_counter()
+        for k in range(int(2.0 * SYNC_HZ)):
+            time.sleep(max(0.0, t0 + k / SYNC_HZ - time.perf_counter()))
+            target = _target(k / SYNC_HZ, start)
+            net.send_message(0x202, struct.pack("<Hi", 0x0F, target))
+            net.send_message(0x80, b"")
+        time.sleep(0.3)
+        real_q = real.ok("state")["state"]["erob100"]["position"]
+        twin_q = twin.ok("state")["state"]["erob100"]["position"]
+        goal = target * RAD_PER_COUNT
+        _quiet(taps)
+        net.disconnect()
+        assert twin.terminate(5.0) == 0, twin.stderr()          # closes the MCAP file
+    finally:
+        for tap in taps:
+            tap.close()
+        launcher.finish()
+        real_launcher.finish()
+
+    # both followed the targets: the real node, and the twin that saw the same frames
+    assert real_q == pytest.approx(goal, abs=0.02) and twin_q == pytest.approx(goal, abs=0.02), (real_q, twin_q, goal)
+    # every frame forwarded unchanged and in order, both ways
+    sent, received = ctl_tap.frames()
+    real_in, real_out = real_tap.frames()
+    assert sent == real_in and received == real_out
+    tpdo1 = [f for f in received if f[0] == 0x182]
+    print(f"mirror: {len(sent)} frames to the real bus, {len(received)} back; SDO upload p50 "
+          f"{1e3 * statistics.median(uploads):.2f} ms")
+    record_property("frames_to_real", len(sent))
+    record_property("frames_to_controller", len(received))
+    record_property("sdo_upload_p50_ms", round(1e3 * statistics.median(uploads), 3))
+    assert len(tpdo1) >= 0.8 * 2.0 * SYNC_HZ and sum(f[0] == 0x80 for f in sent) == 2.0 * SYNC_HZ
+    assert (0x702, b"\x00", False, False) in received                     # the real node's boot-up
+
+    # side by side: one real/sim pair per reply that carried the position (uploads of 0x6064 and TPDO1s)
+    log = read_side_by_side(logs)
+    real_log, sim_log = log["/real/erob100/state"], log["/sim/erob100/state"]
+    positions = [struct.unpack_from("<i", d)[0] if cid == 0x182 else struct.unpack_from("<i", d, 4)[0]
+                 for cid, d, _, _ in received if cid == 0x182 or (cid == 0x582 and d[:4] == b"\x43\x64\x60\x00")]
+    assert [m["position"] for m in real_log] == pytest.approx([p * RAD_PER_COUNT for p in positions], abs=1e-12)
+    assert [m["log_time_ns"] for m in real_log] == [m["log_time_ns"] for m in sim_log]
+    velocities = [struct.unpack_from("<i", d, 4)[0] * RAD_PER_COUNT for cid, d, _, _ in tpdo1]
+    assert [m["velocity"] for m in real_log if m["velocity"] is not None] == pytest.approx(velocities, abs=1e-12)
+    assert sim_log[-1]["position"] == pytest.approx(twin_q, abs=0.01)
+    assert sim_log[-1]["position"] == pytest.approx(real_log[-1]["position"], abs=0.03)
+    # TPDO2 (statusword, current, torque) joins the TPDO1 before it in one state: ‰ of 0x6075 / 0x6076 (config/erob)
+    tpdo2 = [struct.unpack("<Hhh", d) for cid, d, _, _ in received if cid == 0x282]
+    cycles = [m for m in real_log if m["current"] is not None]
+    assert [m["current"] for m in cycles] == pytest.approx([c * 5.5 / 1000 for _, c, _ in tpdo2], abs=1e-12)
+    assert [m["torque"] for m in cycles] == pytest.approx([t * 31.0 / 1000 for _, _, t in tpdo2], abs=1e-12)
+    assert cycles[-1]["enable"] is True and sim_log[-1]["enable"] is True and sim_log[-1]["current"] is not None
+    commands = log["/bus/erob100/commands"]
+    rpdos = [m for m in commands if m["service"] == "rpdo"]
+    assert len(rpdos) == 2.0 * SYNC_HZ and rpdos[-1]["objects"] == {"0x6040:0": 0x0F, "0x607A:0": target}
+    assert any(m["service"] == "sdo_download" and m["index"] == 0x6060 and m["data"] == "08" for m in commands)
+    assert any(m["service"] == "nmt" and m["command"] == 0x01 for m in commands)
