@@ -133,8 +133,10 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     finally:
         for tap in taps:
             tap.close()
-        launcher.finish()
-        real_launcher.finish()
+        try:
+            launcher.finish()
+        finally:
+            real_launcher.finish()     # even when the twin's check fails: no daemon outlives the test
 
     # both followed the targets: the real node, and the twin that saw the same frames
     assert real_q == pytest.approx(goal, abs=0.02) and twin_q == pytest.approx(goal, abs=0.02), (real_q, twin_q, goal)
