@@ -6,14 +6,18 @@ window reports: loop lateness p50/p99/p99.9 and overrun fraction (periods more t
 late) from the loop's own histogram, hypervisor steal from /proc/stat, the daemon's CPU %, and the
 ZeroMQ latency from each tick's deadline (the message's timestamp frame) to its receipt here, with
 drops counted from sequence gaps. Targets are judged only when steal stays under 2 %.
+
+The ZeroMQ figures have a peer measured in the same run (`zmq_peer`): a process that publishes as many
+messages per tick at the same rate, with payloads of the same size, stamped with its own deadlines
+(sleeping to 100 µs before each deadline, then spinning), to the same subscriber code. It is the
+transport's floor on this host: ZeroMQ's I/O threads in two processes, loopback TCP and a Python
+subscriber, without a simulation behind them.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,16 +28,12 @@ import msgpack
 import numpy as np
 import zmq
 
+from hil.benchmarks.host import PeerProcess, cpu_ns, free_port
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import request
 
 STEAL_LIMIT = 0.02
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_SPIN_S = 100e-6            # the peer sleeps to this much before each deadline, then spins
 
 
 def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int) -> str:
@@ -41,11 +41,6 @@ def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: st
                      f'load = {{ mass = 0.5, length = 0.1 }}\n' for i in range(actuators))
     return (f'name = "bench"\n[loop]\nrate_hz = {rate}\n[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n'
             f'publish_every = {publish_every}\n[mqtt]\nembedded_port = {mqtt_port}\n{joints}')
-
-
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _drain(sub: zmq.Socket, into: list) -> None:
@@ -63,20 +58,101 @@ def _drain(sub: zmq.Socket, into: list) -> None:
 
 def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publish_every: int = 1,
         warmup: float = 1.0) -> dict:
-    pub, cmd = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    pub, cmd = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory() as tmp:
         rig = Path(tmp) / "bench.toml"
-        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, _free_port()))
+        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port()))
         proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
                                 stderr=subprocess.PIPE, text=True)
         try:
-            return _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup)
+            out = _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup)
         finally:
             proc.terminate()
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    out["zmq_peer"] = _measure_peer(rate / publish_every, actuators, out["zmq"]["payload_bytes"], seconds, warmup)
+    if out["zmq"]["latency_p99_us"] and out["zmq_peer"]["latency_p99_us"]:
+        out["zmq"]["p99_over_peer_p99"] = out["zmq"]["latency_p99_us"] / out["zmq_peer"]["latency_p99_us"]
+    return out
+
+
+def _peer(conn, arg) -> None:
+    """The transport peer (a spawned process): a PUB on a free port sending `n` messages per tick at
+    `rate` Hz, framed as the daemon's: [topic, `size` bytes, the tick's deadline as epoch seconds]."""
+    rate, n, size = arg
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 200_000)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    topics = [f"peer/j{j}".encode() for j in range(n)]
+    payload = bytes(size)
+    epoch_minus_monotonic = time.time() - time.monotonic()
+    conn.send(f"tcp://127.0.0.1:{port}")
+    conn.close()
+    period, k, t0 = 1.0 / rate, 0, time.monotonic() + 0.1
+    send, more = sock.send, zmq.SNDMORE
+    while True:
+        deadline = t0 + k * period
+        rest = deadline - time.monotonic() - _SPIN_S
+        if rest > 0:
+            time.sleep(rest)
+        while time.monotonic() < deadline:
+            pass
+        stamp = b"%.9f" % (deadline + epoch_minus_monotonic)
+        for topic in topics:
+            send(topic, more)
+            send(payload, more)
+            send(stamp)
+        k += 1
+
+
+def _subscribe(pub: str, seconds: float, warmup: float, on_start=None) -> tuple[list, float]:
+    """Connect a SUB to `pub`, let the subscription settle for `warmup` s, call `on_start()`, then receive
+    for `seconds`: ([(receive time, topic, payload, timestamp frame)], window length [s])."""
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 1_000_000)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(pub)
+    end_warm = time.monotonic() + warmup
+    while time.monotonic() < end_warm:  # slow joiner: let the subscription settle, keep the queue empty
+        if sub.poll(10):
+            _drain(sub, [])
+    _drain(sub, [])
+    if on_start is not None:
+        on_start()
+    frames: list = []
+    wall0 = time.monotonic()
+    end = wall0 + seconds
+    # the window keeps ~10⁵ tuples alive: the collector's full passes over them would stall this
+    # subscriber for tens of ms and show as the publisher's latency
+    gc.disable()
+    try:
+        while time.monotonic() < end:
+            if sub.poll(50):
+                _drain(sub, frames)
+        wall = time.monotonic() - wall0
+    finally:
+        gc.enable()
+        sub.close()
+        ctx.term()
+    return frames, wall
+
+
+def _latency_us(frames: list) -> dict:
+    lat = np.array([now - float(ts) for now, _, _, ts in frames]) * 1e6
+    return {"latency_p50_us": float(np.percentile(lat, 50)) if frames else None,
+            "latency_p99_us": float(np.percentile(lat, 99)) if frames else None}
+
+
+def _measure_peer(rate: float, actuators: int, payload_bytes: int, seconds: float, warmup: float) -> dict:
+    with PeerProcess(_peer, (rate, actuators, payload_bytes), "zmq-peer") as peer:
+        frames, wall = _subscribe(peer.address, seconds, warmup)
+    return {"received": len(frames), "expected_approx": round(wall * rate * actuators),
+            "payload_bytes": payload_bytes, **_latency_us(frames),
+            "what": "a process sending as many messages per tick from Python, no simulation behind them"}
 
 
 def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) -> dict:
@@ -90,54 +166,31 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
         except TimeoutError:
             if time.monotonic() > deadline:
                 raise
-    ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, 1_000_000)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(pub)
-    end_warm = time.monotonic() + warmup
-    while time.monotonic() < end_warm:  # slow joiner: let the subscription settle, keep the queue empty
-        if sub.poll(10):
-            _drain(sub, [])
-    _drain(sub, [])
-    t0 = request(cmd, {"cmd": "timing"})["timing"]
-    steal = StealMeter()
-    cpu0, wall0 = _proc_cpu_s(proc.pid), time.monotonic()
-    frames: list = []
-    end = wall0 + seconds
-    # the window keeps ~10⁵ tuples alive: the collector's full passes over them would stall this
-    # subscriber for tens of ms and show as the daemon's latency
-    gc.disable()
-    try:
-        while time.monotonic() < end:
-            if sub.poll(50):
-                _drain(sub, frames)
-    finally:
-        gc.enable()
-    wall = time.monotonic() - wall0
+    start: dict = {}
+
+    def on_start() -> None:
+        start.update(timing=request(cmd, {"cmd": "timing"})["timing"], steal=StealMeter(), cpu=cpu_ns(proc.pid))
+
+    frames, wall = _subscribe(pub, seconds, warmup, on_start)
+    t0, steal, cpu0 = start["timing"], start["steal"], start["cpu"]
     # decode after the window so that the subscriber keeps up: (receive time, topic, payload, timestamp)
     last_seq: dict[bytes, int] = {}
     gaps = 0
-    lat = []
-    for now, topic, payload, ts in frames:
+    for _, topic, payload, _ in frames:
         seq = msgpack.unpackb(payload)["seq"]
         if topic in last_seq and seq != last_seq[topic] + 1:
             gaps += seq - last_seq[topic] - 1
         last_seq[topic] = seq
-        lat.append(now - float(ts))
     received = len(frames)
-    cpu = _proc_cpu_s(proc.pid) - cpu0
+    cpu = (cpu_ns(proc.pid) - cpu0) * 1e-9
     t1 = request(cmd, {"cmd": "timing"})["timing"]
     steal_fraction = steal.fraction()
-    sub.close()
-    ctx.term()
     hist = np.zeros(max(t1["histogram_us"], default=0) + 1, dtype=np.int64)  # window = end − start counts
     for b, c in t1["histogram_us"].items():
         hist[int(b)] = c - t0["histogram_us"].get(b, 0)
     wakeups = t1["wakeups"] - t0["wakeups"]
     overruns = t1["overruns"] - t0["overruns"]
     pct = {name: percentile_us(hist, q) for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
-    lat_us = np.array(lat) * 1e6
     expected = wall * rate / publish_every * actuators
     out = {
         "config": {"rate_hz": rate, "seconds": seconds, "actuators": actuators, "publish_every": publish_every,
@@ -151,16 +204,16 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
         "daemon_cpu_percent": 100.0 * cpu / wall,
         "zmq": {"received": received, "expected_approx": round(expected), "drops_seq_gaps": gaps,
                 "sample_ring_drops": t1["sample_drops"] - t0["sample_drops"],
-                "latency_p50_us": float(np.percentile(lat_us, 50)) if lat else None,
-                "latency_p99_us": float(np.percentile(lat_us, 99)) if lat else None,
-                "latency_measure": "subscriber receive time − tick deadline (the message's timestamp frame)"},
+                **_latency_us(frames),
+                "latency_measure": "subscriber receive time − tick deadline (the message's timestamp frame)",
+                "payload_bytes": int(np.median([len(p) for _, _, p, _ in frames])) if frames else 0},
     }
     judged = steal_fraction < STEAL_LIMIT
     if rate <= 1000:
         targets = {"lateness_p50_le_20us": pct["p50"] is not None and pct["p50"] <= 20,
                    "lateness_p99_le_100us": pct["p99"] is not None and pct["p99"] <= 100,
                    "overruns_lt_0.1pct": out["loop"]["overrun_fraction"] < 0.001,
-                   "zmq_p99_le_500us": bool(lat) and out["zmq"]["latency_p99_us"] <= 500,
+                   "zmq_p99_le_500us": bool(frames) and out["zmq"]["latency_p99_us"] <= 500,
                    "zmq_zero_drops": gaps == 0 and out["zmq"]["sample_ring_drops"] == 0}
     else:
         targets = {"lateness_p99_le_100us": pct["p99"] is not None and pct["p99"] <= 100}

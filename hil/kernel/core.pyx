@@ -24,7 +24,11 @@ cdef extern from "vmath.h" nogil:
     void hil_vlog(double* x, int n, int path)
     void hil_vpow(double* x, const double* y, int n, int path)
 
-hil_simd = hil_simd_max()
+# AVX2 by default even where AVX-512 exists: in the daemon, AVX-512 in the loop thread every tick
+# lowered the core's clock for the Python bus threads too (bench dynamixel, 12 servos, fast mode: a
+# Sync Read + Sync Write cycle 900/s against 1230–1430/s on the AVX2 or libm paths). `_simd("avx512")`
+# still selects it (bench/kernel.py --simd avx512: offline throughput runs).
+hil_simd = min(hil_simd_max(), 1)
 SIMD_PATHS = ("scalar", "avx2", "avx512")
 
 

@@ -2,7 +2,7 @@
 
    The vector paths call glibc's libmvec (the x86-64 vector ABI: _ZGVdN4v_* for AVX2, _ZGVeN8v_* for
    AVX-512; ≤ 4 ulp, the same functions gcc emits for `omp simd` loops under -ffast-math), picked at run
-   time (hil_simd, from __builtin_cpu_supports). Each lane's result depends only on its argument, and
+   time (hil_simd, from __builtin_cpu_supports; core.pyx defaults to AVX2, see there). Each lane's result depends only on its argument, and
    the lanes that do not fill a whole vector go through libm, so an actuator's step depends on its
    position in a block only by that round-off (tests/hil/test_kernel_vmath.py). Without glibc on x86-64,
    or when forced (hil_simd = 0), every call is libm's. */

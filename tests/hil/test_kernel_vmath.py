@@ -17,7 +17,25 @@ import hil.kernel.core as core
 from hil.kernel import Kernel
 from tests.hil.kernel_helpers import params as make_params
 
-PATHS = [p for p in core.SIMD_PATHS if core.SIMD_PATHS.index(p) <= core.SIMD_PATHS.index(core._simd())]
+
+def _available() -> list[str]:
+    """Every path this CPU and build can take (the default is AVX2 even where AVX-512 exists)."""
+    active, out = core._simd(), []
+    for path in core.SIMD_PATHS:
+        try:
+            core._simd(path)
+            out.append(path)
+        except ValueError:
+            pass
+    core._simd(active)
+    return out
+
+
+PATHS = _available()
+
+
+def test_default_path_is_avx2_at_most():
+    assert core._simd() == ("avx2" if "avx2" in PATHS else "scalar")
 
 
 @pytest.fixture
