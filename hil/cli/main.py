@@ -15,11 +15,13 @@ from rich.table import Table
 
 from hil.params.config_file import ConfigError
 
+# help texts are plain text: units in brackets ("[kg]") must not be read as rich markup and vanish
 app = typer.Typer(help="Real-time hardware-in-the-loop servo emulator.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
-actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/*.toml).", no_args_is_help=True)
+                  pretty_exceptions_enable=False, add_completion=False, rich_markup_mode=None)
+actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/*.toml).", no_args_is_help=True,
+                           rich_markup_mode=None)
 app.add_typer(actuator_app, name="actuator")
-bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")
 console = Console()
 Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
@@ -161,7 +163,7 @@ def _serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real:
 def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
     real: Annotated[list[str] | None, typer.Option(
-        "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL\\[@BITRATE] "
+        "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL[@BITRATE] "
                        "such as slcan:/dev/ttyACM0@1000000 (canopen); REAL for a rig with one bus, or BUS=REAL; "
                        "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
@@ -196,7 +198,7 @@ def record(
                                                   "servo-hil bus)")] = None,
     endpoint: Annotated[str | None, typer.Option(
         help="etherban: the server, default tcp://127.0.0.1:7332; canopen: a python-can bus "
-             "INTERFACE:CHANNEL\\[@BITRATE], e.g. slcan:/tmp/ttyCAN@1000000")] = None,
+             "INTERFACE:CHANNEL[@BITRATE], e.g. slcan:/tmp/ttyCAN@1000000")] = None,
     servo_id: Annotated[int, typer.Option("--id", help="dynamixel: the servo's ID")] = 1,
     node: Annotated[int | None, typer.Option(help="canopen: the eRob's node ID")] = None,
     device: Annotated[int, typer.Option(help="etherban: the eRob's device index")] = 0,
