@@ -24,10 +24,9 @@ cdef extern from "vmath.h" nogil:
     void hil_vlog(double* x, int n, int path)
     void hil_vpow(double* x, const double* y, int n, int path)
 
-# AVX2 by default even where AVX-512 exists: in the daemon, AVX-512 in the loop thread every tick
-# lowered the core's clock for the Python bus threads too (bench dynamixel, 12 servos, fast mode: a
-# Sync Read + Sync Write cycle 900/s against 1230–1430/s on the AVX2 or libm paths). `_simd("avx512")`
-# still selects it (bench/kernel.py --simd avx512: offline throughput runs).
+# AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
+# N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
+# core's clock for every thread on it, the daemon's Python bus threads too. `_simd("avx512")` selects it.
 hil_simd = min(hil_simd_max(), 1)
 SIMD_PATHS = ("scalar", "avx2", "avx512")
 
