@@ -57,6 +57,7 @@ from hil.benchmarks.host import (
     PeerProcess,
     cpu_ns,
     cpu_split,
+    disturbance_notes,
     free_port,
     latency_stats,
     loadavg,
@@ -77,8 +78,6 @@ PEER_POSITION = 2048            # what the echo peer's servos all report
 TARGET_RATIO = 0.10             # paced: p50 within 10 % of the bound ...
 TARGET_SLACK_US = 50.0          # ... or within 50 µs of it
 TARGET_CYCLES_PER_S = 2000.0    # fast: Sync Read + Sync Write cycles per second
-STEAL_LIMIT = 0.02
-OTHER_LOAD_LIMIT = 0.25         # cores used by other processes during a phase before the JSON warns
 IDLE_S = 0.5                    # server background CPU is measured over this before the client starts
 
 
@@ -458,13 +457,7 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         "runs": runs,
         "targets": targets,
         "all_targets_met": all(targets.values()),
-        "steal_max_fraction": max_steal,
-        "steal_note": (f"steal reached {100 * max_steal:.2f} % (≥ 2 %): timings are disturbed by the hypervisor"
-                       if max_steal >= STEAL_LIMIT else None),
-        "other_load_max_cores": max_other,
-        "other_load_note": (f"other processes used up to {max_other:.2f} of {os.cpu_count()} cores during a phase: "
-                            "the SDK's busy wait and the server were competing for CPU, timings are pessimistic"
-                            if max_other >= OTHER_LOAD_LIMIT else None),
+        **disturbance_notes(max_steal, max_other, "the SDK's busy wait and the server"),
         "elapsed_s": time.monotonic() - t_start,
     }
 

@@ -70,6 +70,7 @@ from hil.benchmarks.host import (
     PeerProcess,
     cpu_ns,
     cpu_split,
+    disturbance_notes,
     free_port,
     latency_stats,
     loadavg,
@@ -92,8 +93,6 @@ MAX_AMPS = 12.0
 ETHERBAN_STEP_RAD = 0.1                         # the fixed PD target: the first position + this
 PEER_POSITION = 0                               # what the SLCAN peer's TPDOs carry
 PEER_STATUSWORD = 0x1237                        # Operation enabled, CSP "follows the command"
-STEAL_LIMIT = 0.02
-OTHER_LOAD_LIMIT = 0.25
 IDLE_S = 0.5                                    # server background CPU, measured before each phase
 DRAIN_S = 1.0                                   # late TPDOs are still read (and timed) this long after the loop
 SDO_TIMEOUT_S = 1.0
@@ -730,13 +729,7 @@ def run(cycles: int = 5000, warmup: int | None = None, quick: bool = False) -> d
         "etherban": {"servo_hil": eb_emu, "echo_peer": eb_peer},
         "targets": targets,
         "all_targets_met": all(targets.values()),
-        "steal_max_fraction": max_steal,
-        "steal_note": (f"steal reached {100 * max_steal:.2f} % (≥ 2 %): timings are disturbed by the hypervisor"
-                       if max_steal >= STEAL_LIMIT else None),
-        "other_load_max_cores": max_other,
-        "other_load_note": (f"other processes used up to {max_other:.2f} of {os.cpu_count()} cores during a phase: "
-                            "client and server were competing for CPU, timings are pessimistic"
-                            if max_other >= OTHER_LOAD_LIMIT else None),
+        **disturbance_notes(max_steal, max_other, "client and server"),
         "elapsed_s": time.monotonic() - t_start,
     }
 

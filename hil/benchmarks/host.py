@@ -24,6 +24,23 @@ import numpy as np
 
 from hil.daemon.telemetry import percentile_us
 
+STEAL_LIMIT = 0.02            # hypervisor steal above which a benchmark's timings are called disturbed
+OTHER_LOAD_LIMIT = 0.25       # cores used by other processes during a phase before the JSON warns
+
+
+def disturbance_notes(max_steal: float, max_other: float, competing: str) -> dict:
+    """The JSON's steal and other-load fields: the worst of each over the phases, and a note when either
+    passed its limit (`competing`: who was competing for the CPU, for the note)."""
+    return {
+        "steal_max_fraction": max_steal,
+        "steal_note": (f"steal reached {100 * max_steal:.2f} % (≥ 2 %): timings are disturbed by the hypervisor"
+                       if max_steal >= STEAL_LIMIT else None),
+        "other_load_max_cores": max_other,
+        "other_load_note": (f"other processes used up to {max_other:.2f} of {os.cpu_count()} cores during a phase: "
+                            f"{competing} were competing for CPU, timings are pessimistic"
+                            if max_other >= OTHER_LOAD_LIMIT else None),
+    }
+
 
 def free_port() -> int:
     """A free TCP port on the loopback interface."""

@@ -28,11 +28,10 @@ import msgpack
 import numpy as np
 import zmq
 
-from hil.benchmarks.host import PeerProcess, cpu_ns, free_port
+from hil.benchmarks.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import request
 
-STEAL_LIMIT = 0.02
 _SPIN_S = 100e-6            # the peer sleeps to this much before each deadline, then spins
 
 
