@@ -732,6 +732,14 @@ class Cia402Drive:
             self._limit_active = True
         return clamped
 
+    def _demand(self, target: float, limit: float) -> float:
+        """A velocity or torque demand within ±limit (internal limit active, statusword bit 11, when cut),
+        and 0 if it points further out past a software position limit (notes §3.4)."""
+        if abs(target) > limit:
+            target = math.copysign(limit, target)
+            self._limit_active = True
+        return 0.0 if self._outward(target) else target
+
     def _outward(self, direction: float) -> bool:
         """A demand of this sign would push the shaft further past a software limit."""
         limits = self._limits()
@@ -859,12 +867,7 @@ class Cia402Drive:
                 self._reached = self._held(inside, v[VELOCITY_WINDOW_TIME])
         else:
             vmax = v[MAX_MOTOR_SPEED] / 60.0 / self.config.units.motor_revs_per_output_rev * self.units.counts_per_rev
-            target = float(v[TARGET_VELOCITY] + v[VELOCITY_OFFSET])
-            if abs(target) > vmax:
-                target = math.copysign(vmax, target)
-                self._limit_active = True
-            if self._outward(target):
-                target = 0.0
+            target = self._demand(float(v[TARGET_VELOCITY] + v[VELOCITY_OFFSET]), vmax)
             self._vel_dem = target
             self._pos_dem += target * dt
             self._i_ff = self._torque_ff()
@@ -888,11 +891,7 @@ class Cia402Drive:
             target = 0.0 if v[CONTROLWORD] & CW_HALT else float(v[TARGET_TORQUE])
         else:
             target = float(v[TARGET_TORQUE] + v[TORQUE_OFFSET])
-        if abs(target) > limit:
-            target = math.copysign(limit, target)
-            self._limit_active = True
-        if self._outward(target):
-            target = 0.0
+        target = self._demand(target, limit)
         if mode == Mode.PT:
             slope = v[TORQUE_SLOPE]
             step = slope * dt if slope > 0 else math.inf
