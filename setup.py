@@ -25,6 +25,7 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
 
 
 extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h",)), extension("hil.loop.rt"),
+              extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={

@@ -23,7 +23,7 @@ def rig_drives(live: LiveRig) -> ErobDrives:
     from drivers.erob.drives import ErobDrives
 
     if live.erob_drives is None:
-        live.erob_drives = ErobDrives(period_s=1e-3, fifo_priority=_server_priority(live))
+        live.erob_drives = ErobDrives(period_s=1e-3, fifo_priority=live.rig.loop.io_priority)
         live.reset_hooks.append(live.erob_drives.power_cycle)   # `reset`: every drive powers up again
     return live.erob_drives
 
@@ -81,7 +81,7 @@ def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> 
         return _mirror(cfg, live, nodes, PtyPort(path))
     device = SerialDevicePort(cfg.device, 115200) if cfg.device and not port else PtyPort(path)
     return CanopenBus(rig_drives(live), nodes, device, bitrate=cfg.baud, name=cfg.name,
-                      fifo_priority=_server_priority(live))
+                      fifo_priority=live.rig.loop.io_priority)
 
 
 def _mirror(cfg: BusConfig, live: LiveRig, nodes: list, controller) -> CanopenBus:
@@ -108,10 +108,5 @@ def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer:
     for joint in cfg.joints:
         j = live.index[joint]
         devices.append(_drive(live, j, _can_node_id(live, j)))
-    return EtherbanServer(rig_drives(live), devices, cfg.bind, name=cfg.name, fifo_priority=_server_priority(live))
+    return EtherbanServer(rig_drives(live), devices, cfg.bind, name=cfg.name, fifo_priority=live.rig.loop.io_priority)
 
-
-def _server_priority(live: LiveRig) -> int:
-    """SCHED_FIFO priority of the bus threads: they answer on the bus's time, so real-time, one step below
-    the loop they must not delay (0, not tried, when the rig asks no real-time priority)."""
-    return max(live.rig.loop.fifo_priority - 1, 0)

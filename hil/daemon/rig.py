@@ -117,6 +117,13 @@ class LoopConfig(Strict):
     spin_us: NonNegativeFloat = Field(0.0, le=1000.0, description="busy-wait margin before each deadline")
     lockstep: bool = Field(False, description="advance only on `step N` commands (co-simulation)")
 
+    @property
+    def io_priority(self) -> int:
+        """SCHED_FIFO priority of the threads serving the loop's I/O (bus adapters and servers, the state
+        publisher, ZeroMQ's I/O threads): one below the loop, so that they never delay a tick; 0 (do not
+        try) when the loop itself does not ask for FIFO."""
+        return max(self.fifo_priority - 1, 0)
+
 
 class ZmqConfig(Strict):
     pub: str = "tcp://127.0.0.1:9872"

@@ -15,7 +15,7 @@ from drivers import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.rig import BusConfig, Rig, load_rig
-from hil.daemon.zmq_io import CommandServer, StatePublisher
+from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
 from hil.loop.rt import lock_memory
 from hil.params.config_file import ConfigError, validate
 
@@ -41,7 +41,7 @@ class Daemon:
                 self.rig.buses[k] = self.rig.buses[k].model_copy(update={"record": record})
         self.buses: list = []
         self.live = LiveRig(self.rig, self.specs, kernel)
-        self.context = zmq.Context()
+        self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
         self.commands: CommandServer | None = None
         self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
@@ -53,7 +53,7 @@ class Daemon:
             log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
         # sockets first: a port already in use fails before the loop starts
         try:
-            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context)
+            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
         try:

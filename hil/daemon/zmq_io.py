@@ -44,12 +44,12 @@ import zmq
 from hil.daemon.arguments import CommandError
 from hil.daemon.live_rig import LiveRig, fault_names
 from hil.kernel import FAULT_BITS
-from hil.loop.rt import bind_libzmq
+from hil.loop.rt import bind_libzmq, realtime_thread
 
 log = logging.getLogger("servo-hil")
 
 
-def _loaded_libzmq() -> str:
+def loaded_libzmq() -> str:
     """Path of the libzmq pyzmq loaded into this process (its bundled copy or the system's)."""
     with open("/proc/self/maps") as maps:
         for line in maps:
@@ -59,15 +59,47 @@ def _loaded_libzmq() -> str:
     raise OSError("libzmq is not loaded (pyzmq's backend should have loaded it)")
 
 
-bind_libzmq(_loaded_libzmq())
+bind_libzmq(loaded_libzmq())
+
+
+def fifo_allowed(priority: int) -> bool:
+    """Whether a thread of this process may switch itself to SCHED_FIFO at `priority` (tried in a
+    throw-away thread: the caller's own scheduling is left alone)."""
+    allowed = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            allowed.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, name="servo-hil-fifo-probe")
+    t.start()
+    t.join()
+    return bool(allowed)
+
+
+def realtime_context(priority: int) -> zmq.Context:
+    """A ZeroMQ context whose I/O threads run SCHED_FIFO at `priority` (1..99) when the process may, else a
+    plain one. Each state message crosses the publisher's I/O thread: at normal priority it waits behind
+    every busy process for its wake-up, as the loop would without SCHED_FIFO. libzmq aborts the process when
+    it cannot apply the policy (thread.cpp, posix_assert), so it is asked only after a probe succeeded."""
+    context = zmq.Context()
+    if priority > 0 and fifo_allowed(priority):
+        context.set(zmq.THREAD_SCHED_POLICY, os.SCHED_FIFO)
+        context.set(zmq.THREAD_PRIORITY, priority)
+    return context
 
 
 class StatePublisher(threading.Thread):
     """Drains the loop's sample ring and publishes it; raises fault events on flag changes."""
 
-    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context):
+    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, fifo_priority: int = 0):
         super().__init__(name="servo-hil-pub", daemon=True)
         self.live = live
+        self.fifo_priority = fifo_priority   # SCHED_FIFO priority of this thread (0 = do not try)
+        self.rt_mode: str | None = None
         self.sock = context.socket(zmq.PUB)
         self.sock.setsockopt(zmq.SNDHWM, 200_000)
         self.sock.setsockopt(zmq.LINGER, 500)
@@ -109,6 +141,8 @@ class StatePublisher(threading.Thread):
                            "temperature": temperature, "t": t})
 
     def run(self) -> None:
+        # woken by the loop every published tick: at normal priority that wake-up waits behind other processes
+        self.rt_mode = realtime_thread(self.fifo_priority)
         fd = self.live.loop.notify_fd
         while not self._halt.is_set():
             # the loop signals its eventfd after each publish: wake exactly then, not on a poll timer

@@ -1,9 +1,10 @@
 """`servo-hil bench loop` (short window): the JSON it prints has the documented structure and sane values.
 
 No timing target is asserted (a shared 2-CPU host decides those). What is checked: every message of the
-window arrived once (sequence numbers without gaps, the count the rate gives), the transport peer of
-the same run delivered its messages too, latencies are positive and ordered, and the ratio against the
-peer is the quotient of the two p99s. The steal and the figures are in every failure message.
+window arrived once (sequence numbers without gaps, the count the rate gives, nothing malformed), the
+Python subscriber and the transport peer of the same run delivered their messages too, latencies are
+positive and ordered, and the ratio against the peer is the quotient of the two p99s. The steal and the
+figures are in every failure message.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ def test_bench_loop_short_window():
     assert zmq["drops_seq_gaps"] == 0 and zmq["sample_ring_drops"] == 0, where
     assert zmq["received"] == pytest.approx(expected, rel=0.1), where
     assert peer["received"] == pytest.approx(expected, rel=0.1), where
+    assert zmq["malformed"] == 0, where
+    py = doc["zmq_python_subscriber"]       # the same stream, received by Python after the C window
+    assert py["received"] == pytest.approx(expected, rel=0.1), where
     assert zmq["payload_bytes"] == peer["payload_bytes"] > 100, where       # the peer sends the same sizes
-    for side in (zmq, peer):
+    for side in (zmq, peer, py):
         assert 0 < side["latency_p50_us"] <= side["latency_p99_us"] < 1e6, where
     assert zmq["p99_over_peer_p99"] == pytest.approx(zmq["latency_p99_us"] / peer["latency_p99_us"]), where
     loop = doc["loop"]

@@ -6,9 +6,13 @@ On shared VMs hypervisor steal produces multi-millisecond stalls that no loop ca
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
+
+from hil.daemon.zmq_io import fifo_allowed
 
 from . import ok
 
@@ -39,3 +43,25 @@ def test_loop_lateness_and_overruns(make_rig, start_daemon):
     assert overrun_fraction < 0.05, figures
     assert rate == pytest.approx(1000.0, rel=0.02), figures
     assert s1["sample_drops"] == 0, figures
+
+
+def test_stream_threads_run_one_below_the_loop(make_rig, start_daemon):
+    """The state publisher and ZeroMQ's I/O threads carry every message: with FIFO allowed they run at the
+    loop's priority − 1 (the rig's default 50 → 49), like the bus threads; without, the daemon runs anyway."""
+    rig = make_rig()
+    d = start_daemon(rig)
+    threads = {}
+    for task in Path(f"/proc/{d.proc.pid}/task").iterdir():
+        tid = int(task.name)
+        threads[tid] = ((task / "comm").read_text().strip(), os.sched_getscheduler(tid),
+                        os.sched_getparam(tid).sched_priority)
+    fifo = sorted((prio, comm) for comm, policy, prio in threads.values() if policy == os.SCHED_FIFO)
+    io = [(policy, prio) for comm, policy, prio in threads.values() if comm.startswith("ZMQbg/IO")]
+    assert io, f"no ZeroMQ I/O thread among {threads}"
+    if not fifo_allowed(1):
+        assert not fifo, f"FIFO refused to the tests but the daemon has {fifo}"
+        return
+    assert io == [(os.SCHED_FIFO, 49)] * len(io), threads
+    # the loop at 50, and at 49 at least the publisher beside the I/O and reaper threads
+    assert fifo[-1][0] == 50 and sum(1 for prio, comm in fifo if prio == 49 and not comm.startswith("ZMQbg")) >= 1, fifo
+    assert d.alive
