@@ -84,6 +84,12 @@ class BusFaults:
         else:
             self.wrong_baud = False
 
+    def reset(self) -> None:
+        """Every fault cleared and the random stream restarted, in place: the bus adapters hold this object."""
+        self.drop = self.corrupt = self.delay_s = 0.0
+        self.wrong_baud = False
+        self.rng.seed(1)
+
 
 def kernel_fault_params(fault: str, args: dict[str, Any], now_s: float) -> dict[str, float]:
     """Kernel parameter changes that inject `fault` at simulation time `now_s` [s]."""

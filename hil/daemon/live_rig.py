@@ -365,7 +365,7 @@ class LiveRig:
                        else theta if self.params[j]["law"] in POSITION_LAWS else 0.0)
             self._push("set_external", j, 0.0)
             self._push("set_enable", j, 1.0)
-            self.bus_faults[j] = BusFaults()
+            self.bus_faults[j].reset()
             self.active[j] = {}
             self.overheat_restore[j] = None
 

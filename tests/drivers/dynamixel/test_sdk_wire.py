@@ -141,6 +141,15 @@ def test_drop_fault(daemon, dxl):
     assert dxl.ping(4)[:2] == (MODEL[4], OK)
 
 
+def test_reset_clears_bus_faults_on_the_bus(daemon, dxl):
+    """`reset` clears injected faults where they act: the bus thread's replies, not only the status."""
+    daemon.ok("inject_fault", actuator="xl330", fault="drop", args={"probability": 1.0})
+    assert dxl.ping(4)[1] == TIMEOUT
+    daemon.ok("reset")
+    assert "drop" not in daemon.ok("status")["status"]["actuators"]["xl330"]["faults"]
+    assert dxl.ping(4)[:2] == (MODEL[4], OK)
+
+
 def test_delay_fault_adds_its_time(daemon, dxl):
     base = statistics.median(round_trips(dxl, 1, 15))
     daemon.ok("inject_fault", actuator="mx64", fault="delay", args={"seconds": 0.01})
