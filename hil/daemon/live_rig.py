@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from hil.daemon.arguments import CommandError, number, only
 from hil.daemon.faults import (
     BUS_FAULTS,
@@ -67,6 +69,8 @@ class LiveRig:
         self.configured = [dict(p) for p in self.params]
         self.initial = [(a.initial.theta, a.initial.omega, a.initial.temperature_c) for a in rig.actuators]
         self.bus_faults = [BusFaults() for _ in self.names]
+        # their flag bits, which the state publisher ORs into every sample without calling into Python
+        self.bus_flag_bits = np.zeros(len(self.names), dtype=np.int64)
         self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
         self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
@@ -137,7 +141,7 @@ class LiveRig:
         out = {}
         for j, name in enumerate(self.names):
             s, i, p = states[j], inputs[j], self.params[j]
-            flags = int(s["fault_flags"]) | self.bus_faults[j].flags()
+            flags = int(s["fault_flags"]) | int(self.bus_flag_bits[j])
             out[name] = {
                 "t": s["k"] * self.loop_dt, "position": s["theta"], "position_measured": s["theta_meas"],
                 "velocity": s["omega"], "torque": s["torque"], "current": s["i_out"], "voltage": s["v_out"],
@@ -267,6 +271,7 @@ class LiveRig:
         try:
             if fault in BUS_FAULTS:
                 self.bus_faults[j].inject(fault, args)
+                self.bus_flag_bits[j] = self.bus_faults[j].flags()
             elif fault == "overheat":
                 before = self._overheat(j, args)
                 if self.overheat_restore[j] is None:  # a second injection keeps the pre-fault temperature
@@ -295,6 +300,7 @@ class LiveRig:
         fault = cmd.get("fault")
         if fault in BUS_FAULTS:
             self.bus_faults[j].clear(fault)
+            self.bus_flag_bits[j] = self.bus_faults[j].flags()
         elif fault in KERNEL_FAULTS:
             restore = None
             if fault == "overheat":
@@ -366,6 +372,7 @@ class LiveRig:
             self._push("set_external", j, 0.0)
             self._push("set_enable", j, 1.0)
             self.bus_faults[j].reset()
+            self.bus_flag_bits[j] = 0
             self.active[j] = {}
             self.overheat_restore[j] = None
 

@@ -30,10 +30,8 @@ Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok":
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
 import threading
 import time
 
@@ -110,18 +108,20 @@ class StatePublisher(threading.Thread):
         self._reported = [0] * len(live.names)                    # … and last reported as events
         self.published = 0
         self._halt = threading.Event()
-        # epoch time = monotonic time + this offset (both clocks read once, back to back)
-        self._epoch_minus_monotonic = time.time() - time.monotonic_ns() * 1e-9
+        # epoch time = monotonic time + this offset [ns] (both clocks read once, back to back)
+        self._epoch_minus_monotonic_ns = time.time_ns() - time.monotonic_ns()
 
     def stop(self) -> None:
         self._halt.set()
 
-    def publish_pending(self) -> int:
+    def publish_pending(self, wait_s: float = 0.0) -> int:
+        """Publish what the loop has produced, then (for up to `wait_s` [s]) each tick's samples as they come,
+        until a fault flag changes (its events are raised here); the messages sent."""
         live = self.live
-        # encoded and sent by C code without the GIL (hil/loop/rt.pyx publish_to): three Python send()
-        # calls per message used to dominate the stream's latency
-        sent, changes = live.loop.publish_to(self.sock.underlying, self.topics, [b.flags() for b in live.bus_faults],
-                                             self._epoch_minus_monotonic, live.rig.loop.lockstep, self.flags)
+        # encoded, sent and waited for by C code without the GIL (hil/loop/rt.pyx publish): Python here only
+        # when a fault flag changes or wait_s has passed
+        sent, changes = live.loop.publish(self.sock.underlying, self.topics, live.bus_flag_bits,
+                                          self._epoch_minus_monotonic_ns, live.rig.loop.lockstep, self.flags, wait_s)
         for j, flags, t, temp in changes:
             self._flags_changed(j, flags, t, None if temp != temp else temp)
         self.published += sent
@@ -143,13 +143,8 @@ class StatePublisher(threading.Thread):
     def run(self) -> None:
         # woken by the loop every published tick: at normal priority that wake-up waits behind other processes
         self.rt_mode = realtime_thread(self.fifo_priority)
-        fd = self.live.loop.notify_fd
         while not self._halt.is_set():
-            # the loop signals its eventfd after each publish: wake exactly then, not on a poll timer
-            if select.select([fd], [], [], 0.1)[0]:
-                with contextlib.suppress(BlockingIOError):
-                    os.eventfd_read(fd)
-                self.publish_pending()
+            self.publish_pending(wait_s=0.1)
         self.publish_pending()  # flush what the loop produced before it stopped
         self.sock.close()
 

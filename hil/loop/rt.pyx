@@ -66,6 +66,7 @@ cdef extern from *:
     int hil_timerslack_1ns() nogil
 
 DEF HIST_BINS = 10000  # 1 µs bins: 0 … 9.999 ms; the last bin collects everything later
+DEF MAX_CHANGES = 64   # fault-flag changes RealtimeLoop.publish() reports per call
 
 cdef enum:
     CMD_SET_U = 1
@@ -466,63 +467,82 @@ cdef class RealtimeLoop:
         self._wake()
         return target
 
-    def publish_to(self, size_t socket, list topics, list bus_flags, double stamp_offset_s, bint stamp_sim_time,
-                   int64_t[::1] known_flags, int64_t max_samples=1 << 16):
-        """Drain the sample ring straight into a libzmq PUB socket, without the GIL (the publisher's hot path).
+    def publish(self, size_t socket, list topics, int64_t[::1] bus_flags, int64_t stamp_offset_ns,
+                bint stamp_sim_time, int64_t[::1] known_flags, double wait_s=0.0):
+        """Publish the loop's samples into a libzmq PUB socket without the GIL (the publisher's hot path): drain
+        the sample ring, then wait on `notify_fd` for the next tick's samples and drain again, until a sample's
+        fault flags differ from `known_flags[index]` (updated), `wait_s` [s] has passed, or the loop stopped.
+        `wait_s` = 0: drain once. Waiting here instead of in Python keeps the GIL out of every tick's path.
 
-        Each sample goes out as [topics[index], msgpack map (hil/daemon/zmq_io.py), "%.9f" timestamp:
-        deadline + stamp_offset_s, or the simulation time with stamp_sim_time]; `bus_flags[index]` is
-        OR-ed into its fault flags. `socket` is pyzmq's `Socket.underlying`; only the thread that owns
-        the socket may call this. Returns (messages sent, [(index, flags, t, temperature)] for samples
-        whose flags differ from known_flags[index], which is updated).
+        Each sample goes out as [topics[index], msgpack map (hil/daemon/zmq_io.py), timestamp]: the deadline in
+        epoch seconds ("%d.%09d" of deadline_ns + stamp_offset_ns, exact to the ns), or with stamp_sim_time the
+        simulation time ("%.9f"); `bus_flags[index]` is OR-ed into its fault flags. `socket` is pyzmq's
+        `Socket.underlying`; only the thread that owns the socket may call this. Returns (messages sent,
+        [(index, flags, t, temperature)] for the samples whose flags changed, in order, at most 64).
         """
         if _zmq_send == NULL:
             raise RuntimeError("bind_libzmq() was not called")
         cdef Py_ssize_t n = self.kernel.n, j
-        if len(topics) != n or len(bus_flags) != n or known_flags.shape[0] != n:
+        if len(topics) != n or bus_flags.shape[0] != n or known_flags.shape[0] != n:
             raise ValueError("topics, bus_flags and known_flags need one entry per actuator")
-        cdef int64_t* busf = <int64_t*> malloc(n * sizeof(int64_t))
         cdef const char** tp = <const char**> malloc(n * sizeof(char*))
         cdef Py_ssize_t* tl = <Py_ssize_t*> malloc(n * sizeof(Py_ssize_t))
-        cdef int64_t tail = self.sh.smp_tail
-        cdef int64_t head = hil_load(&self.sh.smp_head)
-        cdef int64_t count = min(head - tail, max_samples), i, flags, nchg = 0, errors = 0
-        cdef int64_t* chg = <int64_t*> malloc((count + 1) * 2 * sizeof(int64_t))
-        cdef double* chg_t = <double*> malloc((count + 1) * 2 * sizeof(double))
-        cdef Sample* smp
-        cdef char buf[512]
-        cdef char ts[32]
-        cdef int m
-        cdef void* sock = <void*> socket
-        if not (busf and tp and tl and chg and chg_t):
-            free(busf); free(tp); free(tl); free(chg); free(chg_t)
+        if not (tp and tl):
+            free(tp); free(tl)
             raise MemoryError()
         for j in range(n):
-            busf[j] = bus_flags[j]
             tp[j] = <const char*> topics[j]
             tl[j] = len(topics[j])
+        cdef int64_t chg[2 * MAX_CHANGES]
+        cdef double chg_t[2 * MAX_CHANGES]
+        cdef int64_t tail, head, flags, nchg = 0, errors = 0, sent = 0, stamp_key = -1, key, ns, left_ns
+        cdef int64_t end_ns = hil_now_ns() + <int64_t>(wait_s * 1e9)
+        cdef uint64_t drained
+        cdef Sample* smp
+        cdef char buf[512]
+        cdef char ts[40]
+        cdef int m, tsl = 0
+        cdef void* sock = <void*> socket
         with nogil:
-            for i in range(count):
-                smp = &self.samples[(tail + i) % self.smp_cap]
-                flags = smp.fault_flags | busf[smp.index]
-                m = _encode_sample(buf, smp, flags)
-                if _zmq_send(sock, tp[smp.index], tl[smp.index], ZMQ_SNDMORE) < 0:
-                    errors += 1
-                _zmq_send(sock, buf, m, ZMQ_SNDMORE)
-                m = snprintf(ts, 32, "%.9f", smp.t if stamp_sim_time else smp.deadline_ns * 1e-9 + stamp_offset_s)
-                _zmq_send(sock, ts, m, 0)
-                if flags != known_flags[smp.index]:
-                    known_flags[smp.index] = flags
-                    chg[2 * nchg] = smp.index
-                    chg[2 * nchg + 1] = flags
-                    chg_t[2 * nchg] = smp.t
-                    chg_t[2 * nchg + 1] = smp.temperature
-                    nchg += 1
-            hil_store(&self.sh.smp_tail, tail + count)
-        changes = [(chg[2 * k], chg[2 * k + 1], chg_t[2 * k], chg_t[2 * k + 1]) for k in range(nchg)]
-        free(busf); free(tp); free(tl); free(chg); free(chg_t)
+            while True:
+                tail = self.sh.smp_tail
+                head = hil_load(&self.sh.smp_head)
+                while tail < head and nchg < MAX_CHANGES:
+                    smp = &self.samples[tail % self.smp_cap]
+                    flags = smp.fault_flags | bus_flags[smp.index]
+                    m = _encode_sample(buf, smp, flags)
+                    # every sample of a tick has the same stamp: format it once per tick
+                    key = smp.tick if stamp_sim_time else smp.deadline_ns
+                    if key != stamp_key:
+                        stamp_key = key
+                        if stamp_sim_time:
+                            tsl = snprintf(ts, 40, "%.9f", smp.t)
+                        else:
+                            ns = smp.deadline_ns + stamp_offset_ns
+                            tsl = snprintf(ts, 40, "%lld.%09lld", <long long>(ns // 1000000000),
+                                           <long long>(ns % 1000000000))
+                    if _zmq_send(sock, tp[smp.index], tl[smp.index], ZMQ_SNDMORE) < 0:
+                        errors += 1
+                    _zmq_send(sock, buf, m, ZMQ_SNDMORE)
+                    _zmq_send(sock, ts, tsl, 0)
+                    sent += 1
+                    tail += 1
+                    if flags != known_flags[smp.index]:
+                        known_flags[smp.index] = flags
+                        chg[2 * nchg] = smp.index
+                        chg[2 * nchg + 1] = flags
+                        chg_t[2 * nchg] = smp.t
+                        chg_t[2 * nchg + 1] = smp.temperature
+                        nchg += 1
+                hil_store(&self.sh.smp_tail, tail)
+                left_ns = end_ns - hil_now_ns()
+                if nchg > 0 or left_ns <= 0 or hil_load(&self.sh.stop):
+                    break
+                if hil_wait_readable(self.notify_fd, <int>(left_ns // 1000000) + 1) > 0:
+                    c_read(self.notify_fd, &drained, 8)
+        free(tp); free(tl)
         self.sh.publish_errors += errors
-        return count, changes
+        return sent, [(chg[2 * k], chg[2 * k + 1], chg_t[2 * k], chg_t[2 * k + 1]) for k in range(nchg)]
 
     def snapshot(self):
         """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
