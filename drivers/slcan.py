@@ -276,20 +276,25 @@ class SlcanAdapter(threading.Thread):
         with self._stats_lock:
             return dataclasses.replace(self._stats)
 
-    def send(self, frame: CanFrame, lost_bits: int = 0) -> None:
+    def send(self, frame: CanFrame, lost_bits: int = 0, ready: float | None = None) -> None:
         """Put `frame` from a simulated node on the bus; the host gets it once it has crossed the
         wire, if the channel is open then (else it is counted in `stats.dropped`). Thread-safe,
         never blocks; frames go on the wire in the order of `send` calls.
 
         `lost_bits` [bit] of wire time go before it: a first copy destroyed by a bit error plus its
-        error frame, which the CAN controller retransmits at once (status flag bit 7, bus error)."""
+        error frame, which the CAN controller retransmits at once (status flag bit 7, bus error).
+
+        `ready` [s, time.monotonic()]: when the node had the frame ready for the wire (None: now). A
+        node answering a frame passes that frame's end (`on_frame`'s `t`), so that the time we take
+        to compute the answer is not wire time: the answer's bits are due as if the node had answered
+        at once, and it is written late only if computing it took longer than its wire time."""
         if not isinstance(frame, CanFrame):
             raise TypeError(f"expected a CanFrame, got {type(frame).__name__}")
         with self._wake_lock:
             if self._stopped:
                 self._count(dropped=1)
                 return
-            self._inbox.append((time.monotonic(), frame, lost_bits))
+            self._inbox.append((time.monotonic() if ready is None else ready, frame, lost_bits))
             if threading.get_ident() == self.ident:     # on_frame / timer: the loop takes the inbox next
                 return
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread
