@@ -36,7 +36,8 @@ data by it, so a trailing timestamp is ignored.
 
 Timing: a pty delivers bytes at once, a CAN bus does not. One bus, one wire: every frame (either
 direction) occupies the wire for `frame_bits(frame) / bitrate` seconds, starting when both the frame
-is ready and the wire is free. A frame for the host is written when its last bit would have been
+is ready and the wire is free (a node's answer is ready when the frame it answers ended, `send(ready=)`:
+the emulator's own computing time is not wire time). A frame for the host is written when its last bit would have been
 received; a frame from the host reaches `on_frame` when its last bit would have been sent. The USB
 link itself is taken as instantaneous (the serial baud rate the host sets does not matter and any
 is accepted, as with a USB CDC device). When the host's frames are queued for the wire (more than

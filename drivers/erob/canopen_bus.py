@@ -6,6 +6,10 @@ adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
 event TPDOs, EMCY) after every drive tick (`drives.py`).
 
+A node's answer to a frame (a TPDO at a SYNC, an SDO reply) is ready for the wire when that frame ended, as
+from firmware that answers at once: the time we take to compute it delays the frame only if it exceeds the
+answer's own wire time.
+
 The adapter's thread also ticks the drives: once per SYNC, right after the nodes sampled their TPDOs
 (the drive samples its actual values at the SYNC, CiA 301 §7.2.5, then runs its cyclic synchronous cycle
 with the set-points received, CiA 402) while those TPDOs cross the wire, and, for the first bus of a rig

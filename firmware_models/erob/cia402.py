@@ -508,7 +508,8 @@ class Cia402Drive:
         st = self.joint.read_state()
         p = self.joint.params()
         inputs = (p["supply_override"], p["supply_v"], p["ambient"], p["motorconst"], p["gear"], p["efficiency"])
-        if st == self._sensed_state and inputs == self._sensed_inputs:
+        same = st is self._sensed_state or st == self._sensed_state    # a LiveJoint hands out one dict per step
+        if same and inputs == self._sensed_inputs:
             return st, p        # the kernel has not stepped since (a SYNC's refresh, then the tick): as it was
         self._sensed_state, self._sensed_inputs = st, inputs
         u, v = self.units, self.values
