@@ -1,4 +1,4 @@
-"""Builds the Cython extensions (kernel, real-time loop, Dynamixel codec); everything else is in pyproject.toml."""
+"""Builds the Cython extensions (kernel, real-time loop, Dynamixel and SLCAN codecs); the rest is in pyproject.toml."""
 
 import platform
 import sys
@@ -26,7 +26,7 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
 
 extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h",)), extension("hil.loop.rt"),
               extension("hil.benchmarks.zmq_receiver"),
-              extension("drivers.dynamixel.codec")]
+              extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,

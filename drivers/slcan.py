@@ -36,7 +36,8 @@ data by it, so a trailing timestamp is ignored.
 
 Timing: a pty delivers bytes at once, a CAN bus does not. One bus, one wire: every frame (either
 direction) occupies the wire for `frame_bits(frame) / bitrate` seconds, starting when both the frame
-is ready and the wire is free. A frame for the host is written when its last bit would have been
+is ready and the wire is free (a node's answer is ready when the frame it answers ended, `send(ready=)`:
+the emulator's own computing time is not wire time). A frame for the host is written when its last bit would have been
 received; a frame from the host reaches `on_frame` when its last bit would have been sent. The USB
 link itself is taken as instantaneous (the serial baud rate the host sets does not matter and any
 is accepted, as with a USB CDC device). When the host's frames are queued for the wire (more than
@@ -54,19 +55,18 @@ flushes the pty's queue on open), then whatever the bus carries until its python
 
 from __future__ import annotations
 
-import binascii
 import collections
 import contextlib
 import dataclasses
 import logging
 import os
-import re
 import select
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from drivers.can.slcan_codec import encode_line, parse_line
 from drivers.ports import PtyPort, SerialDevicePort
 
 __all__ = [
@@ -90,8 +90,6 @@ BITRATES: dict[int, int] = {
 _OK = b"\r"
 _BEL = b"\x07"
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-# a transmit command after its letter: id (3 or 8 hex digits), DLC digit, data bytes in hex
-_FRAME_LINE = {width: re.compile(rb"([0-9A-Fa-f]{%d})([0-8])((?:[0-9A-Fa-f]{2}){0,8})" % width) for width in (3, 8)}
 _MAX_LINE = 64            # longest valid line is 26 bytes (T + 8 id + 1 dlc + 16 data); longer is garbage
 _BTR_CLOCK_HZ = 8_000_000  # SJA1000 at 16 MHz: the CAN clock its BTR registers divide; python-can requires 8 MHz
 _TIMESTAMP_WRAP_MS = 60_000
@@ -151,34 +149,17 @@ def frame_bits(frame: CanFrame) -> int:
 def encode_frame(frame: CanFrame, timestamp_ms: int | None = None) -> bytes:
     """The line (with CR) a Lawicel adapter sends the host for a received `frame`; `timestamp_ms`
     (0..59999) appended as 4 hex digits when timestamps are on."""
-    kind = ("R" if frame.remote else "T") if frame.extended else ("r" if frame.remote else "t")
-    ident = f"{frame.id:08X}" if frame.extended else f"{frame.id:03X}"
-    stamp = "" if timestamp_ms is None else f"{timestamp_ms % _TIMESTAMP_WRAP_MS:04X}"
-    return f"{kind}{ident}{frame.length:d}{frame.data.hex().upper()}{stamp}\r".encode("ascii")
+    stamp = -1 if timestamp_ms is None else timestamp_ms % _TIMESTAMP_WRAP_MS
+    return encode_line(frame.id, frame.data, frame.extended, frame.remote, frame.length, stamp)
 
 
 def parse_frame(line: bytes) -> CanFrame:
     """The frame in a host's transmit command `line` (`t`/`T`/`r`/`R`, without CR); ValueError if
     it is malformed (wrong id width, id out of range, DLC not 0..8, data not exactly DLC bytes of hex)."""
-    kind = line[:1]
-    if kind == b"t" or kind == b"r":
-        width = 3
-    elif kind == b"T" or kind == b"R":
-        width = 8
-    else:
-        raise ValueError(f"not a frame command: {line!r}")
-    m = _FRAME_LINE[width].fullmatch(line, 1)
-    if m is None:
-        raise ValueError(f"malformed frame command (id of {width} hex digits, DLC 0..8, data as hex): {line!r}")
-    ident, dlc_char, data = m.groups()
-    dlc = dlc_char[0] - 0x30
-    if kind == b"r" or kind == b"R":
-        if data:
-            raise ValueError(f"remote frame command carries data: {line!r}")
-        return CanFrame(int(ident, 16), b"", extended=width == 8, remote=True, dlc=dlc)
-    if len(data) != 2 * dlc:
-        raise ValueError(f"data must be exactly {dlc} bytes of hex: {line!r}")
-    return CanFrame(int(ident, 16), binascii.unhexlify(data), extended=width == 8)
+    ident, data, extended, remote, dlc = parse_line(line if type(line) is bytes else bytes(line))
+    if remote:
+        return CanFrame(ident, b"", extended=extended, remote=True, dlc=dlc)
+    return CanFrame(ident, data, extended=extended)
 
 
 @dataclass(slots=True)
@@ -276,20 +257,25 @@ class SlcanAdapter(threading.Thread):
         with self._stats_lock:
             return dataclasses.replace(self._stats)
 
-    def send(self, frame: CanFrame, lost_bits: int = 0) -> None:
+    def send(self, frame: CanFrame, lost_bits: int = 0, ready: float | None = None) -> None:
         """Put `frame` from a simulated node on the bus; the host gets it once it has crossed the
         wire, if the channel is open then (else it is counted in `stats.dropped`). Thread-safe,
         never blocks; frames go on the wire in the order of `send` calls.
 
         `lost_bits` [bit] of wire time go before it: a first copy destroyed by a bit error plus its
-        error frame, which the CAN controller retransmits at once (status flag bit 7, bus error)."""
+        error frame, which the CAN controller retransmits at once (status flag bit 7, bus error).
+
+        `ready` [s, time.monotonic()]: when the node had the frame ready for the wire (None: now). A
+        node answering a frame passes that frame's end (`on_frame`'s `t`), so that the time we take
+        to compute the answer is not wire time: the answer's bits are due as if the node had answered
+        at once, and it is written late only if computing it took longer than its wire time."""
         if not isinstance(frame, CanFrame):
             raise TypeError(f"expected a CanFrame, got {type(frame).__name__}")
         with self._wake_lock:
             if self._stopped:
                 self._count(dropped=1)
                 return
-            self._inbox.append((time.monotonic(), frame, lost_bits))
+            self._inbox.append((time.monotonic() if ready is None else ready, frame, lost_bits))
             if threading.get_ident() == self.ident:     # on_frame / timer: the loop takes the inbox next
                 return
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread

@@ -6,6 +6,10 @@ adapter (`drivers/slcan.py`) paces every frame at the CAN bit rate; the nodes (`
 under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
 event TPDOs, EMCY) after every drive tick (`drives.py`).
 
+A node's answer to a frame (a TPDO at a SYNC, an SDO reply) is ready for the wire when that frame ended, as
+from firmware that answers at once: the time we take to compute it delays the frame only if it exceeds the
+answer's own wire time.
+
 The adapter's thread also ticks the drives: once per SYNC, right after the nodes sampled their TPDOs
 (the drive samples its actual values at the SYNC, CiA 301 §7.2.5, then runs its cyclic synchronous cycle
 with the set-points received, CiA 402) while those TPDOs cross the wire, and, for the first bus of a rig
@@ -58,6 +62,7 @@ class CanopenBus:
         self.nodes: list[CanopenNode] = []
         self.faults: list[BusFaults] = []
         self._delayed: list[tuple[float, CanFrame]] = []    # (due, frame) held by the delay fault
+        self._answering: float | None = None    # end [s, monotonic] of the frame the nodes are handling
         for drive, node_id, faults in nodes:
             self.nodes.append(CanopenNode(drive, node_id, self._sender(faults)))
             self.faults.append(faults)
@@ -114,10 +119,14 @@ class CanopenBus:
             return
         synced = False
         with self.drives.lock:
-            for node, faults in zip(self.nodes, self.faults, strict=True):
-                if not faults.wrong_baud:
-                    node.handle(frame, t)
-                    synced = synced or node.is_sync(frame)
+            self._answering = t     # the nodes' answers are ready when the frame ended (see _sender)
+            try:
+                for node, faults in zip(self.nodes, self.faults, strict=True):
+                    if not faults.wrong_baud:
+                        node.handle(frame, t)
+                        synced = synced or node.is_sync(frame)
+            finally:
+                self._answering = None
         if synced:
             self.drives.sync_tick(t)
 
@@ -142,7 +151,9 @@ class CanopenBus:
             if faults.delay_s > 0:
                 self._delayed.append((time.monotonic() + faults.delay_s, frame))
                 return
-            self.adapter.send(frame, lost)
+            # an answer (a TPDO at a SYNC, an SDO reply) is ready at the end of the frame it answers: the
+            # node's firmware answers at once, and our time computing it does not delay its bits on the wire
+            self.adapter.send(frame, lost, ready=self._answering)
         return send
 
     def _poll(self, now: float) -> None:

@@ -11,6 +11,7 @@ import itertools
 import os
 import queue
 import re
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -398,6 +399,38 @@ def test_each_frame_arrives_no_earlier_than_the_wire_allows(adapter, raw, code):
         assert line == encode_frame(frames[i])
         assert seen - t0 >= (i + 1) * 135 * bit_s
     assert got[-1][1] - t0 < 100 * 135 * bit_s + 0.5     # 13.5 ms at S8, 108 ms at S4: generous bound
+
+
+def test_an_answer_is_due_one_wire_time_after_the_frame_it_answers(make_adapter):
+    """A node that takes 8 ms to compute its answer and sends it with `ready` = the end of the request: at
+    10 kbit/s the 8-byte answer spends 13.5 ms on the wire, so the host sees it one wire time after the
+    request ended (never earlier), not compute time + wire time (21.5 ms) after."""
+    ends: queue.Queue[float] = queue.Queue()
+    answer = CanFrame(0x181, bytes(8))
+    adapter: list[SlcanAdapter] = []
+
+    def on_frame(frame: CanFrame, t: float) -> None:
+        time.sleep(0.008)
+        adapter[0].send(answer, ready=t)
+        ends.put(t)
+
+    a, _ = make_adapter(on_frame)
+    adapter.append(a)
+    host = RawHost(a.path)
+    try:
+        assert host.cmd(b"S0") == OK
+        assert host.cmd(b"O") == OK
+        delays = []
+        for _ in range(5):
+            assert host.cmd(b"t2000") == b"z\r"
+            line, seen = host.lines(1)[0]
+            assert line == encode_frame(answer)
+            delays.append(seen - ends.get(timeout=2.0))
+    finally:
+        host.close()
+    wire = frame_bits(answer) / 10_000
+    assert min(delays) >= wire - 1e-4
+    assert statistics.median(delays) < wire + 0.006
 
 
 # ------------------------------------------------------------------------------------------ raw Lawicel
