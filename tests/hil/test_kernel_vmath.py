@@ -96,6 +96,20 @@ def test_special_values(path, restore_path):
     assert core._vmath("pow", [0.0, 1.0], [0.84, 0.84]).tolist() == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_exp_underflow_lanes_are_libm(path, restore_path):
+    """Arguments below −708 (subnormal or zero results: LuGre's −(L̇/ωs)² at speed) bypass the vector
+    and take libm's exp, bit for bit, wherever they sit among ordinary arguments (chunks of 64)."""
+    core._simd(path)
+    low = np.linspace(-800.0, -708.0, 1001, endpoint=False)
+    x = np.empty(2 * low.size)
+    x[0::2], x[1::2] = low, np.linspace(-700.0, 0.0, low.size)
+    got, ref = core._vmath("exp", x), REF["exp"](x)
+    assert got[0::2].tolist() == ref[0::2].tolist()
+    assert np.count_nonzero(got[0::2]) > 100 and np.count_nonzero(got[0::2] == 0.0) > 100
+    assert np.max(ulps(got[1::2], ref[1::2])) <= (0.0 if path == "scalar" else 4.0)
+
+
 def full_feature_run(n: int, steps: int = 600, which: list[int] | None = None) -> dict:
     """The full-feature actuator of bench/kernel.py, n of them with different seeds, gains of the goal
     and Stribeck exponents (the pow, and the α = 1, 2 shortcuts); `which`: just those actuators, in
