@@ -24,8 +24,8 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
     )
 
 
-extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h",)), extension("hil.loop.rt"),
-              extension("hil.benchmarks.zmq_receiver"),
+extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h", "hil/kernel/isa.h")),
+              extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={

@@ -16,13 +16,17 @@ cimport numpy as cnp
 cnp.import_array()
 
 cdef extern from "vmath.h" nogil:
-    int hil_simd                # vector-math path of step_all's pass 2 (0 scalar, 1 AVX2, 2 AVX-512)
+    int hil_simd                # path of step_all (0 scalar, 1 AVX2, 2 AVX-512): its pass 2's vector math
+                                # and, from AVX2 on, its code compiled for AVX2 (isa.h)
     int hil_simd_max()          # best path this CPU and build support
     int HIL_SIMD_MIN_N          # smaller rigs use libm's scalar functions
     void hil_vsin(double* x, int n, int path)
     void hil_vexp(double* x, int n, int path)
     void hil_vlog(double* x, int n, int path)
     void hil_vpow(double* x, const double* y, int n, int path)
+
+cdef extern from "isa.h" nogil:
+    void hil_step(const void* p, void* s, const void* inp, Py_ssize_t n, double dt)   # step_blocks, per ISA
 
 # AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
@@ -32,7 +36,8 @@ SIMD_PATHS = ("scalar", "avx2", "avx512")
 
 
 def _simd(path=None):
-    """The vector-math path step_all uses ("scalar", "avx2", "avx512"); `path` selects one (tests)."""
+    """The path step_all uses ("scalar", "avx2", "avx512"): vector math and compiled copy; `path`
+    selects one (tests, bench/kernel.py --simd)."""
     global hil_simd
     if path is not None:
         level = SIMD_PATHS.index(path)
@@ -642,6 +647,13 @@ cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, 
 
 
 cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
+    """Advance n independent actuators by dt (`step_blocks`, in the copy compiled for the active path:
+    isa.h)."""
+    hil_step(p, s, inp, n, dt)
+
+
+cdef inline void step_blocks(const void* params, void* states, const void* inputs, Py_ssize_t n,
+                             double dt) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
     1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
@@ -649,7 +661,11 @@ cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, do
        libm; within round-off of each other);
     3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (`load_step`).
-    Each actuator's result depends only on its own parameters, state and input."""
+    Each actuator's result depends only on its own parameters, state and input. (Untyped pointers:
+    isa.h declares this function before Cython defines the structs.)"""
+    cdef const Params* p = <const Params*>params
+    cdef State* s = <State*>states
+    cdef const Input* inp = <const Input*>inputs
     cdef Block b
     cdef int j, m, need
     cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0

@@ -153,6 +153,19 @@ def test_an_actuator_does_not_depend_on_its_block(path, restore_path):
         assert np.max(np.abs(together["theta"][:, j] - alone["theta"][:, 0])) < 1e-12
 
 
+def test_instruction_set_copies_agree_bit_for_bit(restore_path):
+    """isa.h compiles step_all for AVX2 and for the x86-64 baseline. Below HIL_SIMD_MIN_N actuators every
+    path takes libm's functions, so the paths differ only by the copy of the code: the same bits."""
+    runs = {}
+    for path in PATHS:
+        core._simd(path)
+        runs[path] = full_feature_run(45, which=[0, 1, 2, 31, 44])
+    assert np.ptp(runs["scalar"]["theta"], axis=0).min() > 0.1
+    for path, out in runs.items():
+        for name in out:
+            np.testing.assert_array_equal(out[name], runs["scalar"][name], err_msg=f"{path}: {name}")
+
+
 def test_paths_agree_to_round_off(restore_path):
     runs = {}
     for path in PATHS:
