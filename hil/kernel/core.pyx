@@ -8,7 +8,7 @@ Step order and semantics follow MuJoCo 3.11's `dcmotor` (notes/mujoco_dcmotor.md
 from libc.math cimport exp, fabs, sin, sqrt, floor, log, pow, isnan, M_PI, INFINITY, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 
 import numpy as np
 cimport numpy as cnp
@@ -94,7 +94,7 @@ cdef struct Block:
     double exp_x[2 * BLOCK]     # [0, m): LuGre −(Ld/ωs)², [m, 2m): Stribeck −|ω/θ̇s|^α → exponentials
     double pow_x[BLOCK]         # |ω/θ̇s| → |ω/θ̇s|^α (α not 1 or 2)
     double pow_a[BLOCK]         # α
-    char use_pow[BLOCK]
+    int64_t use_pow[BLOCK]      # (as wide as a double: the select below vectorizes)
     double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn)
     double gauss_log[BLOCK]     # → log r
     double gauss_x[BLOCK]
@@ -681,8 +681,7 @@ cdef inline void step_blocks(const void* params, void* states, const void* input
         if need & NEED_POW:
             hil_vpow(b.pow_x, b.pow_a, m, path)
             for j in range(m):
-                if b.use_pow[j]:
-                    b.exp_x[m + j] = -b.pow_x[j]
+                b.exp_x[m + j] = -b.pow_x[j] if b.use_pow[j] else b.exp_x[m + j]
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
             motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
