@@ -24,11 +24,14 @@ static int hil_simd = HIL_SIMD_SCALAR;   /* the path step_all uses for rigs of H
 
 /* the tail (and the scalar path): libm */
 static void hil_sin_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = sin(x[i]); }
-/* Below HIL_EXP_LOW exp(x) is subnormal or zero, and libmvec computes such a lane by calling libm's exp
-   for it after the whole vector (LuGre's −(L̇/ωs)² is far below at speed): the vector paths send those
-   lanes to libm themselves (hil_exp_lanes), and below HIL_EXP_ZERO, where libm returns +0 after an
-   underflow path of its own, return +0 directly. The same bits as before, at a fraction of the cost. */
-#define HIL_EXP_LOW (-708.0)
+/* At and below HIL_EXP_LOW exp(x) is at the bottom of the normal range or below, and libmvec computes
+   such a lane by calling libm's exp for it after the whole vector (LuGre's −(L̇/ωs)² is far below at
+   speed): the vector paths send exactly those lanes to libm themselves (hil_exp_lanes), and below
+   HIL_EXP_ZERO, where libm returns +0 after an underflow path of its own, return +0 directly. The same
+   bits as libmvec's, at a fraction of the cost. HIL_EXP_LOW is glibc 2.36's bound (found by bisection,
+   AVX2 and AVX-512 alike); were another glibc's different, the lanes in between would differ by
+   libmvec's ≤ 4 ulp, no more. */
+#define HIL_EXP_LOW (-708.39599609375)
 #define HIL_EXP_ZERO (-746.0)
 static inline double hil_exp1(double x) { return x < HIL_EXP_ZERO ? 0.0 : exp(x); }
 static void hil_exp_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = hil_exp1(x[i]); }
@@ -67,22 +70,22 @@ __m512d _ZGVeN8vv_pow(__m512d, __m512d);
     HIL_VECTOR(log, sfx, attr, w, V, load, store, _ZGV##isa##v_log(a))                               \
     HIL_VECTOR(pow, sfx, attr, w, V, load, store, _ZGV##isa##vv_pow(a, b))
 
-/* exp of one vector with its lanes below HIL_EXP_LOW (if any: one compare per vector) through libm */
+/* exp of one vector with its lanes at or below HIL_EXP_LOW (if any: one compare per vector) through libm */
 #define HIL_EXP_LANES(sfx, attr, w, V, load, store, isa, tiny_mask)                                  \
     attr static inline V hil_exp_lanes_##sfx(V a) {                                                   \
         double in[w], out[w];                                                                          \
         int k;                                                                                         \
         if (!(tiny_mask)) return _ZGV##isa##v_exp(a);                                                 \
         store(in, a);                                                                                  \
-        for (k = 0; k < w; k++) out[k] = in[k] < HIL_EXP_LOW ? 0.0 : in[k];                            \
+        for (k = 0; k < w; k++) out[k] = in[k] <= HIL_EXP_LOW ? 0.0 : in[k];                           \
         store(out, _ZGV##isa##v_exp(load(out)));                                                       \
-        for (k = 0; k < w; k++) if (in[k] < HIL_EXP_LOW) out[k] = hil_exp1(in[k]);                     \
+        for (k = 0; k < w; k++) if (in[k] <= HIL_EXP_LOW) out[k] = hil_exp1(in[k]);                    \
         return load(out);                                                                              \
     }
 HIL_EXP_LANES(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4,
-              _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_set1_pd(HIL_EXP_LOW), _CMP_LT_OQ)))
+              _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_set1_pd(HIL_EXP_LOW), _CMP_LE_OQ)))
 HIL_EXP_LANES(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8,
-              _mm512_cmp_pd_mask(a, _mm512_set1_pd(HIL_EXP_LOW), _CMP_LT_OQ))
+              _mm512_cmp_pd_mask(a, _mm512_set1_pd(HIL_EXP_LOW), _CMP_LE_OQ))
 
 HIL_PATH(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4)
 HIL_PATH(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8)
