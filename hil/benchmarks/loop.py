@@ -9,7 +9,9 @@ drops counted from sequence gaps. Targets are judged only when steal stays under
 
 The subscriber that is judged receives and stamps in C (`zmq_receiver.pyx`), so that its own interpreter
 time (≈ 5 µs per message, i.e. ≈ 150 µs behind the first message for the last of 32 in a tick) is not
-charged to the transport; the same stream received from Python follows in the same run
+charged to the transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
+cyclictest's measuring thread does), so that its own wake-ups behind other processes are not either;
+the same stream received from Python at normal priority follows in the same run
 (`zmq_python_subscriber`), as a Python script sees it.
 
 The ZeroMQ figures have a peer measured in the same run (`zmq_peer`): a process that publishes as many
@@ -21,8 +23,10 @@ simulation behind them.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,6 +45,26 @@ from hil.daemon.zmq_io import loaded_libzmq, request
 zmq_receiver.bind_libzmq(loaded_libzmq())
 
 _SPIN_S = 100e-6            # the peer sleeps to this much before each deadline, then spins
+# SCHED_FIFO priorities when the host allows them: the measuring subscriber (below every daemon thread, as
+# cyclictest's measuring thread is real-time: the figure is then the stream's, not this process's
+# scheduling), and the peer's publisher (as the daemon's publisher, the rig's default loop priority − 1)
+SUBSCRIBER_PRIORITY = 10
+PEER_PRIORITY = 49
+
+
+@contextlib.contextmanager
+def _realtime(priority: int):
+    """The calling thread (and the threads it starts, e.g. ZeroMQ's I/O thread) at SCHED_FIFO `priority`
+    when allowed, back to SCHED_OTHER after; yields whether FIFO was granted."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int) -> str:
@@ -89,6 +113,8 @@ def _peer(conn, arg) -> None:
     """The transport peer (a spawned process): a PUB on a free port sending `n` messages per tick at
     `rate` Hz, framed as the daemon's: [topic, `size` bytes, the tick's deadline as epoch seconds]."""
     rate, n, size = arg
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PEER_PRIORITY))
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, 200_000)
@@ -117,9 +143,16 @@ def _peer(conn, arg) -> None:
 
 def _subscribe(pub: str, seconds: float, warmup: float, capacity: int, on_start=None, native: bool = True) -> dict:
     """Connect a SUB to `pub`, let the subscription settle for `warmup` s, call `on_start()`, then receive
-    for `seconds`, with the C receiver (`native`) or from Python: a dict of numpy arrays, one row per
-    message (`received` epoch s, `stamp` the timestamp frame [s], `topic`, `head` the payload's first
-    bytes), `window_s` and `malformed` (hil/benchmarks/zmq_receiver.pyx)."""
+    for `seconds`, with the C receiver at SUBSCRIBER_PRIORITY (`native`) or from Python at normal priority:
+    a dict of numpy arrays, one row per message (`received` epoch s, `stamp` the timestamp frame [s],
+    `topic`, `head` the payload's first bytes), `window_s`, `malformed` (hil/benchmarks/zmq_receiver.pyx)
+    and `fifo` (whether the receiver ran SCHED_FIFO)."""
+    with _realtime(SUBSCRIBER_PRIORITY) if native else contextlib.nullcontext(False) as fifo:
+        rx = _receive(pub, seconds, warmup, capacity, on_start, native)
+    return rx | {"fifo": fifo}
+
+
+def _receive(pub: str, seconds: float, warmup: float, capacity: int, on_start, native: bool) -> dict:
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.RCVHWM, 1_000_000)
@@ -190,7 +223,9 @@ def _measure_peer(rate: float, actuators: int, payload_bytes: int, seconds: floa
         rx = _subscribe(peer.address, seconds, warmup, _capacity(rate, actuators, seconds))
     return {"received": len(rx["received"]), "expected_approx": round(rx["window_s"] * rate * actuators),
             "payload_bytes": payload_bytes, **_latency_us(rx),
-            "what": "a process sending as many messages per tick from Python, no simulation behind them"}
+            "subscriber_fifo": rx["fifo"],
+            "what": "a process sending as many messages per tick from Python (SCHED_FIFO when allowed, as the "
+                    "daemon's publisher), no simulation behind them"}
 
 
 def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) -> dict:
@@ -239,6 +274,7 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
                 "sample_ring_drops": t1["sample_drops"] - t0["sample_drops"],
                 "malformed": rx["malformed"], **_latency_us(rx),
                 "latency_measure": "receive time in a C subscriber − tick deadline (the message's timestamp frame)",
+                "subscriber_fifo": rx["fifo"],
                 "payload_bytes": int(np.median(rx["payload_len"])) if received else 0},
     }
     judged = steal_fraction < STEAL_LIMIT
@@ -252,8 +288,8 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
         targets = {"lateness_p99_le_100us": pct["p99"] is not None and pct["p99"] <= 100}
     rx = _subscribe(pub, seconds, 0.5, capacity, native=False)
     out["zmq_python_subscriber"] = {"received": len(rx["received"]), **_latency_us(rx),
-                                    "what": "the same stream received by Python (pyzmq recv() per frame), "
-                                            "as a Python script sees it; not judged"}
+                                    "what": "the same stream received by Python (pyzmq recv() per frame) at "
+                                            "normal priority, as a Python script sees it; not judged"}
     out["targets"] = targets if judged else {"inconclusive": f"steal {100 * steal_fraction:.2f} % >= 2 %"}
     return out
 

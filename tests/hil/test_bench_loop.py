@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from hil.daemon.zmq_io import fifo_allowed
 from tests.daemon_process import SERVO_HIL
 
 RATE_HZ, SECONDS, ACTUATORS = 500.0, 2.0, 3
@@ -31,6 +32,7 @@ def test_bench_loop_short_window():
     assert zmq["received"] == pytest.approx(expected, rel=0.1), where
     assert peer["received"] == pytest.approx(expected, rel=0.1), where
     assert zmq["malformed"] == 0, where
+    assert zmq["subscriber_fifo"] == peer["subscriber_fifo"] == fifo_allowed(10), where   # FIFO where the host allows
     py = doc["zmq_python_subscriber"]       # the same stream, received by Python after the C window
     assert py["received"] == pytest.approx(expected, rel=0.1), where
     assert zmq["payload_bytes"] == peer["payload_bytes"] > 100, where       # the peer sends the same sizes
