@@ -200,13 +200,8 @@ class DynamixelBus:
 
     def _group_write(self, listening: list[int], items: list[tuple[int, int, bytes]], to: int) -> None:
         servos, now = self.servos, self._now
-        first = self._ids.get if listening is self._all else None   # as in _group_read
         for sid, address, data in items:
-            if first is not None:
-                at = first(sid)
-                i = at[0] if at else None
-            else:
-                i = self._primary(listening, sid)
+            i = self._primary(listening, sid)
             if i is not None:
                 s = servos[i]
                 if to != BROADCAST_ID:   # broadcast: handle() has noted the instruction on every listener
@@ -240,15 +235,9 @@ class DynamixelBus:
             wanted = decode_bulk_read(pkt.params)
         fast = ins in (INS.FAST_SYNC_READ, INS.FAST_BULK_READ)
         servos = self.servos
-        # every servo listening (the usual case): an ID's primary servo is the first one indexed under it
-        first = self._ids.get if listening is self._all else None
         members = []
         for sid, address, length in wanted:
-            if first is not None:
-                at = first(sid)
-                i = at[0] if at else None
-            else:
-                i = self._primary(listening, sid)
+            i = self._primary(listening, sid)
             if i is None or (fast and not servos[i].supports(ins)):
                 if fast:
                     # the devices build one packet between them: a missing link breaks the chain and
@@ -279,8 +268,13 @@ class DynamixelBus:
     # ------------------------------------------------------------------ helpers
     def _primary(self, candidates: list[int], sid: int) -> int | None:
         """The servo whose (primary) ID is `sid`, if it is among `candidates`."""
-        for i in self._ids.get(sid, ()):
-            if candidates is self._all or i in candidates:
+        at = self._ids.get(sid)
+        if not at:
+            return None
+        if candidates is self._all:   # every servo listens (the usual case): the first one indexed under sid
+            return at[0]
+        for i in at:
+            if i in candidates:
                 return i
         return None
 
