@@ -179,8 +179,8 @@ class PtyPort:
         written for about 1 s (e.g. nobody is reading the slave).
         """
         self._check_open()
-        view = memoryview(data)
-        deadline = time.monotonic() + _WRITE_STALL_S
+        view = data               # a memoryview only after a partial write: the usual write takes it all
+        deadline = None           # set when a write makes no progress
         while view:
             try:
                 n = os.write(self._master, view)
@@ -189,9 +189,11 @@ class PtyPort:
             except OSError as exc:
                 raise PortError(f"write to pty {self.path!r} failed: {exc.strerror}") from exc
             if n:
-                view = view[n:]
-                deadline = time.monotonic() + _WRITE_STALL_S
+                view = memoryview(view)[n:]
+                deadline = None
                 continue
+            if deadline is None:
+                deadline = time.monotonic() + _WRITE_STALL_S
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PortError(

@@ -8,6 +8,7 @@ drives an offline `Kernel` that the caller steps (tests, scripted runs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from hil.kernel import Kernel
@@ -16,9 +17,10 @@ from hil.kernel import Kernel
 class Joint(Protocol):
     """An actuator of the kernel: SI state out, parameters / goal / torque enable in."""
 
-    def read_state(self) -> dict:
-        """The kernel `State` fields of this actuator (SI; see hil/kernel/core.pxd), one tick's worth; read-only
-        (an implementation may hand out the same dict until the state changes)."""
+    def read_state(self) -> Mapping:
+        """The kernel `State` fields of this actuator (SI; see hil/kernel/core.pxd), one tick's worth, as a
+        read-only mapping: a dict, or the running loop's StateView (an implementation may hand out the same
+        object until the state changes)."""
         ...
 
     def params(self) -> dict:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from drivers.dynamixel.protocol import (
+    ALERT,
     BROADCAST_ID,
     CorruptPacket,
     ErrorCode,
@@ -94,7 +95,7 @@ class DynamixelBus:
         return self._finish(out, bps)
 
     def _identities(self) -> list[tuple[int, int | None, int]]:
-        return [(s.id, s.secondary_id, s.baud_bps) for s in self.servos]
+        return [s.identity for s in self.servos]
 
     def _reindex(self) -> None:
         self._identity = self._identities()
@@ -198,12 +199,14 @@ class DynamixelBus:
             self.servos[i].action()
 
     def _group_write(self, listening: list[int], items: list[tuple[int, int, bytes]], to: int) -> None:
+        servos, now = self.servos, self._now
         for sid, address, data in items:
             i = self._primary(listening, sid)
             if i is not None:
+                s = servos[i]
                 if to != BROADCAST_ID:   # broadcast: handle() has noted the instruction on every listener
-                    self.servos[i].note_instruction(self._now)
-                self.servos[i].write(address, data)
+                    s.note_instruction(now)
+                s.write(address, data)
 
     def _ping(self, pkt: Packet, listening: list[int], bps: int) -> list[Transmission]:
         if pkt.id != BROADCAST_ID:
@@ -231,16 +234,17 @@ class DynamixelBus:
         else:
             wanted = decode_bulk_read(pkt.params)
         fast = ins in (INS.FAST_SYNC_READ, INS.FAST_BULK_READ)
+        servos = self.servos
         members = []
         for sid, address, length in wanted:
             i = self._primary(listening, sid)
-            if i is None or (fast and not self.servos[i].supports(ins)):
+            if i is None or (fast and not servos[i].supports(ins)):
                 if fast:
                     # the devices build one packet between them: a missing link breaks the chain and
                     # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
                     return []
                 continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
-            s = self.servos[i]          # handle() has noted the instruction on every target (broadcast)
+            s = servos[i]          # handle() has noted the instruction on every target (broadcast)
             if s.status_return_level < 1:
                 continue
             members.append((i, s.read(address, length), length))
@@ -248,23 +252,29 @@ class DynamixelBus:
             return []
         if fast:
             # one packet from ID 0xFE: each device appends its segment (notes §2.1)
-            segs = [(self.servos[i].id, self._error_byte(i, r.error), r.params if not r.error else bytes(n))
+            segs = [(servos[i].id, self._error_byte(i, r.error), r.params if not r.error else bytes(n))
                     for i, r, n in members]
-            return [Transmission(encode_fast_status(segs), self.servos[members[0][0]].return_delay_s, None)]
+            return [Transmission(encode_fast_status(segs), servos[members[0][0]].return_delay_s, None)]
         out, t = [], 0.0
         for i, r, _ in members:
             # each servo starts its Return Delay Time after the previous status packet ends
-            t += self.servos[i].return_delay_s
-            tx = self._status(i, r.error, r.params, t)
-            out.append(tx)
-            t += wire_time_s(len(tx.data), bps)
+            s = servos[i]
+            t += s.return_delay_s
+            data = encode_status(s.id, r.error | (ALERT if s.alert else 0), r.params)   # as _status() builds it
+            out.append(Transmission(data, t, i))
+            t += wire_time_s(len(data), bps)
         return out
 
     # ------------------------------------------------------------------ helpers
     def _primary(self, candidates: list[int], sid: int) -> int | None:
         """The servo whose (primary) ID is `sid`, if it is among `candidates`."""
-        for i in self._ids.get(sid, ()):
-            if candidates is self._all or i in candidates:
+        at = self._ids.get(sid)
+        if not at:
+            return None
+        if candidates is self._all:   # every servo listens (the usual case): the first one indexed under sid
+            return at[0]
+        for i in at:
+            if i in candidates:
                 return i
         return None
 
@@ -277,7 +287,7 @@ class DynamixelBus:
         return level >= 1 if instruction == INS.READ else level >= 2
 
     def _error_byte(self, i: int, error: int) -> int:
-        return int(error) | (0x80 if self.servos[i].alert else 0)
+        return int(error) | (ALERT if self.servos[i].alert else 0)
 
     def _status(self, i: int, error: int, params: bytes, offset_s: float) -> Transmission:
         return Transmission(encode_status(self.servos[i].id, self._error_byte(i, error), params), offset_s, i)
@@ -296,7 +306,7 @@ class DynamixelBus:
         faults = self.faults
         for tx in out:
             f = None if tx.servo is None else faults[tx.servo]
-            if f is None or not (f.drop or f.corrupt or f.delay_s or f.wrong_baud):
+            if f is None or not f.active:
                 done.append(tx)      # what apply() would return: the reply unchanged, no extra delay
                 continue
             data, extra = f.apply(tx.data)

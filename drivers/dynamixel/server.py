@@ -111,8 +111,8 @@ class BusServer(BusThread):
                 due = max(due + step, now)
 
     def _answer(self, packets: list, received: float) -> None:
+        baud = self.port.baud()   # the rate those bytes came at: one query per read, not per packet
         for packet in packets:
-            baud = self.port.baud()
             with self.lock, self.batch():
                 replies = self.bus.handle(packet, baud)
             if not replies:

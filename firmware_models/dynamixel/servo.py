@@ -108,6 +108,7 @@ class DynamixelServo:
         sid = t.get("Secondary(Shadow) ID")
         self.secondary_id = sid if sid <= 252 else None
         self.baud_bps = self.spec.baud_rates[t.get("Baud Rate")]
+        self.identity = (self.id, self.secondary_id, self.baud_bps)   # what the bus indexes servos by
         self.return_delay_s = t.get("Return Delay Time") * 2e-6
         self.status_return_level = t.get("Status Return Level")
         self._s = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (notes §4.1)

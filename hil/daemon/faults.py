@@ -36,20 +36,32 @@ BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
 BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11}
 
 
+# the field each bus flag bit stands for
+_FIELD_BITS = {"drop": BUS_FLAG_BITS["drop"], "corrupt": BUS_FLAG_BITS["corrupt"], "delay_s": BUS_FLAG_BITS["delay"],
+               "wrong_baud": BUS_FLAG_BITS["wrong_baud"]}
+
+
 @dataclass
 class BusFaults:
     """Reply faults one servo's bus adapter applies (read on every reply, from any thread)."""
 
+    # flags() kept current on every assignment: the publisher asks for every actuator's at every tick and
+    # the bus server at every reply, so the answer is an attribute, not four tests (declared first: set first)
+    active: int = field(default=0, init=False, repr=False, compare=False)
     drop: float = 0.0
     corrupt: float = 0.0
     delay_s: float = 0.0
     wrong_baud: bool = False
     rng: random.Random = field(default_factory=lambda: random.Random(1), repr=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        bit = _FIELD_BITS.get(name)
+        if bit is not None:
+            object.__setattr__(self, "active", self.active | bit if value else self.active & ~bit)
+
     def flags(self) -> int:
-        return ((BUS_FLAG_BITS["drop"] if self.drop else 0) | (BUS_FLAG_BITS["corrupt"] if self.corrupt else 0)
-                | (BUS_FLAG_BITS["delay"] if self.delay_s else 0)
-                | (BUS_FLAG_BITS["wrong_baud"] if self.wrong_baud else 0))
+        return self.active
 
     def apply(self, reply: bytes) -> tuple[bytes | None, float]:
         """What to send for `reply`: (bytes or None for silence, extra delay [s])."""

@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -425,15 +425,16 @@ class LiveJoint:
         self.live = live
         self.j = j
         self._seq = -1          # snapshot_seq when _state was fetched
-        self._state: dict = {}
+        self._state: Mapping = {}
 
-    def read_state(self) -> dict:
-        """The state as of the loop's latest snapshot. The same dict comes back until the loop publishes a new
-        one (a bus packet reads it once per servo and item): callers must not change it."""
+    def read_state(self) -> Mapping:
+        """The state as of the loop's latest snapshot, a read-only mapping (`RealtimeLoop.state_view`: one struct
+        copy, not a 44-entry dict, as a bus packet looks at a few fields of each servo). The same object comes
+        back until the loop publishes a new snapshot."""
         loop = self.live.loop
         seq = loop.snapshot_seq
         if seq != self._seq:
-            self._state = loop.state_of(self.j)   # at least as new as `seq`: a newer copy only refetches sooner
+            self._state = loop.state_view(self.j)   # at least as new as `seq`: a newer copy only refetches sooner
             self._seq = seq
         return self._state
 

@@ -12,7 +12,7 @@
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from libc.math cimport isnan
 from libc.stdio cimport snprintf
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -20,6 +20,7 @@ from posix.unistd cimport write as c_write, read as c_read
 from posix.dlfcn cimport dlopen, dlsym, RTLD_NOW
 
 import os
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -214,6 +215,79 @@ cdef struct Shared:
     int64_t start_ns
     int64_t deadline_ns        # deadline of the tick being computed
     int64_t hist[HIST_BINS]
+
+
+# ---------------------------------------------------------------------------------------- state view
+# Every State field is 8 bytes (double, int64_t or uint64_t) and Cython's State -> dict conversion lists them
+# in declaration order, so field i sits at byte 8·i (checked here, at import). With every byte 0xFF the dict also
+# tells the types apart: a double reads NaN, an int64_t -1, a uint64_t 2**64 - 1.
+cdef State _probe
+memset(&_probe, 0xFF, sizeof(State))
+_probe_fields = <dict> _probe
+_STATE_KEYS = tuple(_probe_fields)
+cdef dict _STATE_INDEX = {k: i for i, k in enumerate(_STATE_KEYS)}
+cdef tuple _STATE_KINDS = tuple(0 if isinstance(v, float) else 1 if v < 0 else 2 for v in _probe_fields.values())
+if sizeof(State) != 8 * len(_STATE_KEYS) or <char*> &_probe.temperature - <char*> &_probe != 8 * _STATE_INDEX["temperature"]:
+    raise ImportError("hil.loop.rt: State is not a packed array of 8-byte fields in declaration order")
+del _probe_fields
+
+
+cdef class StateView:
+    """One actuator's kernel State as a read-only mapping (the keys of `state_of()`'s dict), read from a copy of
+    the C struct when indexed: fetching it costs one copy instead of building a 44-entry dict, for firmware
+    models that look at a few fields per snapshot (a Sync Read of 12 servos fetches 12 states per tick)."""
+
+    cdef State st
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i = _STATE_INDEX[key]
+        cdef char* p = (<char*> &self.st) + 8 * i
+        cdef int kind = _STATE_KINDS[i]
+        if kind == 0:
+            return (<double*> p)[0]
+        if kind == 1:
+            return (<int64_t*> p)[0]
+        return (<uint64_t*> p)[0]
+
+    def get(self, key, default=None):
+        return self[key] if key in _STATE_INDEX else default
+
+    def __contains__(self, key):
+        return key in _STATE_INDEX
+
+    def __iter__(self):
+        return iter(_STATE_KEYS)
+
+    def __len__(self):
+        return len(_STATE_KEYS)
+
+    def keys(self):
+        return _STATE_KEYS
+
+    def values(self):
+        return self.to_dict().values()
+
+    def items(self):
+        return self.to_dict().items()
+
+    def to_dict(self):
+        """The same dict `RealtimeLoop.state_of()` returns."""
+        return self.st
+
+    def __eq__(self, other):
+        if isinstance(other, StateView):   # the same bytes: the same state (NaN fields included)
+            return memcmp(&self.st, &(<StateView> other).st, sizeof(State)) == 0
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"StateView({self.to_dict()!r})"
+
+
+Mapping.register(StateView)
 
 
 cdef class RealtimeLoop:
@@ -573,6 +647,22 @@ cdef class RealtimeLoop:
             s2 = hil_load(&self.sh.snap_seq)
             if s1 == s2:
                 return st
+
+    def state_view(self, int64_t j):
+        """state_of(j) as a StateView: the same values, one struct copy instead of a dict (firmware models)."""
+        cdef int64_t s1, s2
+        cdef StateView v = StateView.__new__(StateView)
+        if not 0 <= j < self.kernel.n:
+            raise IndexError(f"actuator index {j} out of range")
+        while True:
+            s1 = hil_load(&self.sh.snap_seq)
+            if s1 & 1:
+                continue
+            v.st = self.snap_states[j]
+            hil_fence()
+            s2 = hil_load(&self.sh.snap_seq)
+            if s1 == s2:
+                return v
 
     @property
     def snapshot_seq(self):

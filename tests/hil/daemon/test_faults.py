@@ -230,3 +230,20 @@ def test_faults_lists_overheat_with_its_arguments(daemon, stream):
     ep = daemon.rig.cmd
     ok(ep, "inject_fault", actuator="mx", fault="overheat", args={"temperature_c": 90.0})
     assert active_faults(ep) == {"arm": {}, "mx": {"overheat": {"temperature_c": 90.0}}}
+
+
+def test_bus_fault_flags_follow_every_assignment():
+    """BusFaults.flags() is kept as an attribute: it must follow inject, clear, the constructor and plain
+    assignment alike (the publisher and the bus server read it at every tick and reply)."""
+    from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
+    b = BusFaults(drop=0.5, wrong_baud=True)
+    assert b.flags() == BUS_FLAG_BITS["drop"] | BUS_FLAG_BITS["wrong_baud"]
+    b.inject("delay", {"seconds": 0.1})
+    b.clear("drop")
+    assert b.flags() == BUS_FLAG_BITS["delay"] | BUS_FLAG_BITS["wrong_baud"]
+    b.corrupt = 0.25
+    b.wrong_baud = False
+    b.delay_s = 0.0
+    assert b.flags() == BUS_FLAG_BITS["corrupt"]
+    b.clear("corrupt")
+    assert b.flags() == 0 == BusFaults().flags()
