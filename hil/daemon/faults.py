@@ -45,8 +45,8 @@ _FIELD_BITS = {"drop": BUS_FLAG_BITS["drop"], "corrupt": BUS_FLAG_BITS["corrupt"
 class BusFaults:
     """Reply faults one servo's bus adapter applies (read on every reply, from any thread)."""
 
-    # flags() kept current on every assignment: the publisher asks for every actuator's at every tick and
-    # the bus server at every reply, so the answer is an attribute, not four tests (declared first: set first)
+    # flags() kept current on every assignment: the bus servers ask at every reply, so the answer is an
+    # attribute, not four tests (declared first: set first)
     active: int = field(default=0, init=False, repr=False, compare=False)
     drop: float = 0.0
     corrupt: float = 0.0

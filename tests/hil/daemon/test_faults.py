@@ -234,7 +234,7 @@ def test_faults_lists_overheat_with_its_arguments(daemon, stream):
 
 def test_bus_fault_flags_follow_every_assignment():
     """BusFaults.flags() is kept as an attribute: it must follow inject, clear, the constructor and plain
-    assignment alike (the publisher and the bus server read it at every tick and reply)."""
+    assignment alike (the bus servers read it at every reply)."""
     from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
     b = BusFaults(drop=0.5, wrong_baud=True)
     assert b.flags() == BUS_FLAG_BITS["drop"] | BUS_FLAG_BITS["wrong_baud"]
