@@ -632,8 +632,8 @@ cdef class RealtimeLoop:
             if s1 == s2:
                 return st, inp
 
-    def state_of(self, int64_t j):
-        """The kernel State (a dict) of actuator j, consistent with one tick (cheaper than snapshot())."""
+    cdef State _state(self, int64_t j) except *:
+        """Actuator j's State from the snapshot, consistent with one tick (seqlock read)."""
         cdef int64_t s1, s2
         cdef State st
         if not 0 <= j < self.kernel.n:
@@ -648,21 +648,15 @@ cdef class RealtimeLoop:
             if s1 == s2:
                 return st
 
+    def state_of(self, int64_t j):
+        """The kernel State (a dict) of actuator j, consistent with one tick (cheaper than snapshot())."""
+        return self._state(j)
+
     def state_view(self, int64_t j):
         """state_of(j) as a StateView: the same values, one struct copy instead of a dict (firmware models)."""
-        cdef int64_t s1, s2
         cdef StateView v = StateView.__new__(StateView)
-        if not 0 <= j < self.kernel.n:
-            raise IndexError(f"actuator index {j} out of range")
-        while True:
-            s1 = hil_load(&self.sh.snap_seq)
-            if s1 & 1:
-                continue
-            v.st = self.snap_states[j]
-            hil_fence()
-            s2 = hil_load(&self.sh.snap_seq)
-            if s1 == s2:
-                return v
+        v.st = self._state(j)
+        return v
 
     @property
     def snapshot_seq(self):
