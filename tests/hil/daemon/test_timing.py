@@ -61,7 +61,13 @@ def test_stream_threads_run_one_below_the_loop(make_rig, start_daemon):
     if not fifo_allowed(1):
         assert not fifo, f"FIFO refused to the tests but the daemon has {fifo}"
         return
-    assert io == [(os.SCHED_FIFO, 49)] * len(io), threads
-    # the loop at 50, and at 49 at least the publisher beside the I/O and reaper threads
-    assert fifo[-1][0] == 50 and sum(1 for prio, comm in fifo if prio == 49 and not comm.startswith("ZMQbg")) >= 1, fifo
+    # priorities as far as this host's RLIMIT_RTPRIO allows them (root: all)
+    if fifo_allowed(49):
+        assert io == [(os.SCHED_FIFO, 49)] * len(io), threads
+        # at 49 at least the publisher beside ZeroMQ's I/O and reaper threads
+        assert sum(1 for prio, comm in fifo if prio == 49 and not comm.startswith("ZMQbg")) >= 1, fifo
+    else:
+        assert all(policy != os.SCHED_FIFO for policy, _ in io), threads
+    if fifo_allowed(50):
+        assert fifo[-1][0] == 50, fifo   # the loop
     assert d.alive
