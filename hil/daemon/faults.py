@@ -53,12 +53,19 @@ class BusFaults:
     delay_s: float = 0.0
     wrong_baud: bool = False
     rng: random.Random = field(default_factory=lambda: random.Random(1), repr=False)
+    # a one-element int64 array (a view) that receives `active` on every change: the state publisher ORs
+    # it into every sample from C without calling into Python (LiveRig.bus_flag_bits)
+    mirror: Any = field(default=None, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         bit = _FIELD_BITS.get(name)
         if bit is not None:
             object.__setattr__(self, "active", self.active | bit if value else self.active & ~bit)
+        if bit is not None or name == "mirror":
+            mirror = getattr(self, "mirror", None)     # __init__ sets it last
+            if mirror is not None:
+                mirror[0] = self.active
 
     def flags(self) -> int:
         return self.active

@@ -68,9 +68,9 @@ class LiveRig:
         self.params = [kernel.get_params(j) for j in range(kernel.n)]
         self.configured = [dict(p) for p in self.params]
         self.initial = [(a.initial.theta, a.initial.omega, a.initial.temperature_c) for a in rig.actuators]
-        self.bus_faults = [BusFaults() for _ in self.names]
-        # their flag bits, which the state publisher ORs into every sample without calling into Python
+        # their flag bits, kept by each BusFaults: the state publisher ORs them into every sample from C
         self.bus_flag_bits = np.zeros(len(self.names), dtype=np.int64)
+        self.bus_faults = [BusFaults(mirror=self.bus_flag_bits[j:j + 1]) for j in range(len(self.names))]
         self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
         self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
@@ -141,7 +141,7 @@ class LiveRig:
         out = {}
         for j, name in enumerate(self.names):
             s, i, p = states[j], inputs[j], self.params[j]
-            flags = int(s["fault_flags"]) | int(self.bus_flag_bits[j])
+            flags = int(s["fault_flags"]) | self.bus_faults[j].flags()
             out[name] = {
                 "t": s["k"] * self.loop_dt, "position": s["theta"], "position_measured": s["theta_meas"],
                 "velocity": s["omega"], "torque": s["torque"], "current": s["i_out"], "voltage": s["v_out"],
@@ -271,7 +271,6 @@ class LiveRig:
         try:
             if fault in BUS_FAULTS:
                 self.bus_faults[j].inject(fault, args)
-                self.bus_flag_bits[j] = self.bus_faults[j].flags()
             elif fault == "overheat":
                 before = self._overheat(j, args)
                 if self.overheat_restore[j] is None:  # a second injection keeps the pre-fault temperature
@@ -300,7 +299,6 @@ class LiveRig:
         fault = cmd.get("fault")
         if fault in BUS_FAULTS:
             self.bus_faults[j].clear(fault)
-            self.bus_flag_bits[j] = self.bus_faults[j].flags()
         elif fault in KERNEL_FAULTS:
             restore = None
             if fault == "overheat":
@@ -372,7 +370,6 @@ class LiveRig:
             self._push("set_external", j, 0.0)
             self._push("set_enable", j, 1.0)
             self.bus_faults[j].reset()
-            self.bus_flag_bits[j] = 0
             self.active[j] = {}
             self.overheat_restore[j] = None
 

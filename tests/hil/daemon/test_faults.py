@@ -247,3 +247,21 @@ def test_bus_fault_flags_follow_every_assignment():
     assert b.flags() == BUS_FLAG_BITS["corrupt"]
     b.clear("corrupt")
     assert b.flags() == 0 == BusFaults().flags()
+
+
+def test_bus_fault_flags_mirror_follows_every_change():
+    """The flags the state publisher reads from C (a one-element view of LiveRig.bus_flag_bits) follow the
+    constructor, inject, clear and reset."""
+    import numpy as np
+
+    from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
+    bits = np.zeros(2, dtype=np.int64)
+    b = BusFaults(drop=0.5, mirror=bits[1:2])
+    assert bits.tolist() == [0, BUS_FLAG_BITS["drop"]]
+    b.inject("wrong_baud", {})
+    assert bits[1] == BUS_FLAG_BITS["drop"] | BUS_FLAG_BITS["wrong_baud"] == b.flags()
+    b.clear("drop")
+    assert bits[1] == BUS_FLAG_BITS["wrong_baud"]
+    b.inject("corrupt", {"probability": 0.1})
+    b.reset()
+    assert bits.tolist() == [0, 0]
