@@ -41,6 +41,7 @@ from hil.benchmarks import zmq_receiver
 from hil.benchmarks.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import loaded_libzmq, request
+from hil.loop.rt import realtime_thread
 
 zmq_receiver.bind_libzmq(loaded_libzmq())
 
@@ -113,8 +114,7 @@ def _peer(conn, arg) -> None:
     """The transport peer (a spawned process): a PUB on a free port sending `n` messages per tick at
     `rate` Hz, framed as the daemon's: [topic, `size` bytes, the tick's deadline as epoch seconds]."""
     rate, n, size = arg
-    with contextlib.suppress(OSError):
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PEER_PRIORITY))
+    realtime_thread(PEER_PRIORITY)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, 200_000)

@@ -61,21 +61,13 @@ bind_libzmq(loaded_libzmq())
 
 
 def fifo_allowed(priority: int) -> bool:
-    """Whether a thread of this process may switch itself to SCHED_FIFO at `priority` (tried in a
-    throw-away thread: the caller's own scheduling is left alone)."""
-    allowed = []
-
-    def probe() -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-            allowed.append(True)
-        except OSError:
-            pass
-
-    t = threading.Thread(target=probe, name="servo-hil-fifo-probe")
+    """Whether a thread of this process may switch itself to SCHED_FIFO at `priority` (asked by a throw-away
+    thread through `realtime_thread`: the caller's own scheduling is left alone)."""
+    modes = []
+    t = threading.Thread(target=lambda: modes.append(realtime_thread(priority)), name="servo-hil-fifo-probe")
     t.start()
     t.join()
-    return bool(allowed)
+    return modes == ["SCHED_FIFO"]
 
 
 def realtime_context(priority: int) -> zmq.Context:
