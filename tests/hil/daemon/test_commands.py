@@ -45,8 +45,9 @@ def test_set_goal_converges(daemon, stream):
 def test_set_enable_false_zero_torque(daemon, stream):
     ep = daemon.rig.cmd
     ok(ep, "set_goal", actuator="arm", value=0.8 * ARM_GEAR)
-    stream.wait_for("arm", lambda p: abs(p["position"] - 0.8) < 0.02, 3.0, "arm at 0.8 rad")
-    held = stream.latest("arm")
+    # settled, not passing through: at 0.8 rad the lifted pendulum needs m·g·l·sin(0.8) ≈ 0.21 N·m
+    held = stream.wait_for("arm", lambda p: abs(p["position"] - 0.8) < 0.02 and abs(p["velocity"]) < 0.05, 3.0,
+                           "arm settled at 0.8 rad")
     assert abs(held["torque"]) > 0.05, "holding a lifted pendulum needs torque"
     ok(ep, "set_enable", actuator="arm", value=False)
     after = [stream.wait_for("arm", lambda p: p["enable"] == 0.0, 1.0, "enable 0")]
