@@ -55,8 +55,7 @@ _SPEEDS: dict[int, int] = {
 
 # Custom rates (pyserial's path for e.g. 250000 bps) set c_cflag to BOTHER and store the rate in
 # struct termios2, which only the TCGETS2 ioctl returns. Values as in pyserial for Linux
-# (x86, arm, riscv; other architectures fail the ioctl and baud() then returns None).
-_BOTHER = 0o010000
+# (x86, arm, riscv; on other architectures the ioctl fails and only the Bnnn rates are known).
 _TCGETS2 = 0x802C542A
 _TERMIOS2_OSPEED = 10  # index of c_ospeed in struct termios2 viewed as 32-bit ints
 
@@ -84,20 +83,18 @@ def wire_time_s(n_bytes: int, baud: int) -> float:
     return n_bytes * 10.0 / baud
 
 
-def _tty_speed(fd: int) -> int | None:
-    """Output speed [bit/s] of the terminal `fd` refers to, or None if it is not a known rate."""
-    attrs = termios.tcgetattr(fd)
-    code = attrs[5]  # ospeed: the rate the controller transmits at
-    if code in _SPEEDS:
-        return _SPEEDS[code]
-    if code == _BOTHER:
+def _tty_speed(fd: int, buf: array.array | None = None) -> int | None:
+    """Output speed [bit/s] of the terminal `fd` refers to (the rate the controller transmits at), or None
+    if it is not a known rate. One TCGETS2 ioctl, into `buf` when given (a caller asking per read reuses
+    one): the kernel keeps c_ospeed in bit/s for the Bnnn codes as well as for custom (BOTHER) rates.
+    Where that ioctl fails (another architecture's TCGETS2), the Bnnn code tcgetattr reports."""
+    if buf is None:
         buf = array.array("i", [0] * 64)
-        try:
-            fcntl.ioctl(fd, _TCGETS2, buf)
-        except OSError:
-            return None
-        return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
-    return None
+    try:
+        fcntl.ioctl(fd, _TCGETS2, buf)
+    except OSError:
+        return _SPEEDS.get(termios.tcgetattr(fd)[5])
+    return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
 
 
 class PtyPort:
@@ -135,6 +132,7 @@ class PtyPort:
             os.close(self._slave)
             raise
         self.path: str = self._link if self._link is not None else self.device
+        self._termios2 = array.array("i", [0] * 64)   # baud()'s ioctl buffer, reused: baud() runs per read
         self._poll = select.poll()
         self._poll.register(self._master, select.POLLOUT)
 
@@ -209,7 +207,7 @@ class PtyPort:
         no client has configured reports the kernel default, 38400.
         """
         self._check_open()
-        return _tty_speed(self._master)
+        return _tty_speed(self._master, self._termios2)
 
     def close(self) -> None:
         """Close both fds and remove the symlink if it still points at our device. Idempotent."""
