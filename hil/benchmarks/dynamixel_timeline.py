@@ -203,31 +203,35 @@ def timeline(reads: list, cycles: list, server: list) -> dict:
     out: dict = {}
     rows = []
     for t0, t1, client in reads:
-        w0 = next(e for e in client if e[0] == "w")
-        got = [e for e in client if e[0] == "r"]
-        stamps = {"client_call": t0, "client_write_returned": w0[2], **_reply_stamps(server, w0[1], t1),
-                  "client_first_bytes_read": got[0][1], "client_last_bytes_read": got[-1][1],
-                  "client_call_returned": t1}
+        try:
+            w0 = next(e for e in client if e[0] == "w")
+            got = [e for e in client if e[0] == "r"]
+            stamps = {"client_call": t0, "client_write_returned": w0[2], **_reply_stamps(server, w0[1], t1),
+                      "client_first_bytes_read": got[0][1], "client_last_bytes_read": got[-1][1],
+                      "client_call_returned": t1}
+        except (StopIteration, IndexError):   # a stamp is missing (e.g. the reply went out in another read)
+            continue
         rows.append({k: (v - w0[1]) / 1e3 if k != "server_writes" else v for k, v in stamps.items()})
     out["read4"] = _medians(rows) if rows else {}
-    rows = []
+    n_reads, rows = len(rows), []
     for t0, t3, client in cycles:
-        writes = [e for e in client if e[0] == "w"]
-        sr, sw = writes[0], writes[-1]
-        got = [e for e in client if e[0] == "r" and e[1] < sw[1]]
-        t1 = next(e[1] for e in client if e[0] == "sync_read_returned")
-        stamps = {"client_call": t0, "client_sync_read_write_returned": sr[2],
-                  **_reply_stamps(server, sr[1], sw[1]),
-                  "client_last_bytes_read": got[-1][1], "client_sync_read_returned": t1,
-                  "client_sync_write_write_start": sw[1], "client_sync_write_returned": sw[2]}
-        woke = [e for e in server if e[0] == "read" and sw[1] <= e[1] <= t3 + SLACK_NS]
-        ex = [e for e in server if e[0] == "exec" and e[3] == SYNC_WRITE and sw[1] <= e[1] <= t3 + SLACK_NS]
-        if not (woke and ex):
+        try:
+            writes = [e for e in client if e[0] == "w"]
+            sr, sw = writes[0], writes[-1]
+            got = [e for e in client if e[0] == "r" and e[1] < sw[1]]
+            t1 = next(e[1] for e in client if e[0] == "sync_read_returned")
+            stamps = {"client_call": t0, "client_sync_read_write_returned": sr[2],
+                      **_reply_stamps(server, sr[1], sw[1]),
+                      "client_last_bytes_read": got[-1][1], "client_sync_read_returned": t1,
+                      "client_sync_write_write_start": sw[1], "client_sync_write_returned": sw[2]}
+            window = [e for e in server if sw[1] <= e[1] <= t3 + SLACK_NS]
+            stamps["server_sync_write_woke"] = next(e[1] for e in window if e[0] == "read")
+            stamps["server_sync_write_executed"] = next(e[2] for e in window if e[0] == "exec" and e[3] == SYNC_WRITE)
+        except (StopIteration, IndexError):
             continue
-        stamps["server_sync_write_woke"], stamps["server_sync_write_executed"] = woke[0][1], ex[0][2]
         rows.append({k: (v - sr[1]) / 1e3 if k != "server_writes" else v for k, v in stamps.items()})
     out["cycle"] = _medians(rows) if rows else {}
-    out["transactions"] = {"read4": len(reads), "cycle": len(rows)}
+    out["transactions"] = {"read4": n_reads, "cycle": len(rows), "of": {"read4": len(reads), "cycle": len(cycles)}}
     return out
 
 
