@@ -27,7 +27,9 @@ def test_the_server_stamps_come_in_order(timeline):
                  "server_execute_end", "server_paced_write_called"]
         assert [t[s] for s in steps] == sorted(t[s] for s in steps), t
         assert t["server_first_write_returned"] <= t["server_last_write_returned"], t
-    assert timeline["stamps_us_after_request_write_start"]["transactions"]["read4"] == 30
+    matched = timeline["stamps_us_after_request_write_start"]["transactions"]
+    assert matched["of"] == {"read4": 30, "cycle": 30}, matched
+    assert matched["read4"] >= 25 and matched["cycle"] >= 25, matched   # nearly all have every stamp
 
 
 def test_a_read_reply_is_due_after_the_request_on_the_wire_and_never_early(timeline):
