@@ -209,7 +209,7 @@ def timeline(reads: list, cycles: list, server: list) -> dict:
             stamps = {"client_call": t0, "client_write_returned": w0[2], **_reply_stamps(server, w0[1], t1),
                       "client_first_bytes_read": got[0][1], "client_last_bytes_read": got[-1][1],
                       "client_call_returned": t1}
-        except (StopIteration, IndexError):   # a stamp is missing (e.g. the reply went out in another read)
+        except (StopIteration, IndexError):   # a stamp is missing (e.g. the SDK took a late earlier reply)
             continue
         rows.append({k: (v - w0[1]) / 1e3 if k != "server_writes" else v for k, v in stamps.items()})
     out["read4"] = _medians(rows) if rows else {}
