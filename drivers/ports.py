@@ -55,8 +55,7 @@ _SPEEDS: dict[int, int] = {
 
 # Custom rates (pyserial's path for e.g. 250000 bps) set c_cflag to BOTHER and store the rate in
 # struct termios2, which only the TCGETS2 ioctl returns. Values as in pyserial for Linux
-# (x86, arm, riscv; other architectures fail the ioctl and baud() then returns None).
-_BOTHER = 0o010000
+# (x86, arm, riscv; on other architectures the ioctl fails and only the Bnnn rates are known).
 _TCGETS2 = 0x802C542A
 _TERMIOS2_OSPEED = 10  # index of c_ospeed in struct termios2 viewed as 32-bit ints
 
@@ -84,20 +83,18 @@ def wire_time_s(n_bytes: int, baud: int) -> float:
     return n_bytes * 10.0 / baud
 
 
-def _tty_speed(fd: int) -> int | None:
-    """Output speed [bit/s] of the terminal `fd` refers to, or None if it is not a known rate."""
-    attrs = termios.tcgetattr(fd)
-    code = attrs[5]  # ospeed: the rate the controller transmits at
-    if code in _SPEEDS:
-        return _SPEEDS[code]
-    if code == _BOTHER:
+def _tty_speed(fd: int, buf: array.array | None = None) -> int | None:
+    """Output speed [bit/s] of the terminal `fd` refers to (the rate the controller transmits at), or None
+    if it is not a known rate. One TCGETS2 ioctl, into `buf` when given (a caller asking per read reuses
+    one): the kernel keeps c_ospeed in bit/s for the Bnnn codes as well as for custom (BOTHER) rates.
+    Where that ioctl fails (another architecture's TCGETS2), the Bnnn code tcgetattr reports."""
+    if buf is None:
         buf = array.array("i", [0] * 64)
-        try:
-            fcntl.ioctl(fd, _TCGETS2, buf)
-        except OSError:
-            return None
-        return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
-    return None
+    try:
+        fcntl.ioctl(fd, _TCGETS2, buf)
+    except OSError:
+        return _SPEEDS.get(termios.tcgetattr(fd)[5])
+    return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
 
 
 class PtyPort:
@@ -135,6 +132,7 @@ class PtyPort:
             os.close(self._slave)
             raise
         self.path: str = self._link if self._link is not None else self.device
+        self._termios2 = array.array("i", [0] * 64)   # baud()'s ioctl buffer, reused: baud() runs per read
         self._poll = select.poll()
         self._poll.register(self._master, select.POLLOUT)
 
@@ -209,7 +207,7 @@ class PtyPort:
         no client has configured reports the kernel default, 38400.
         """
         self._check_open()
-        return _tty_speed(self._master)
+        return _tty_speed(self._master, self._termios2)
 
     def close(self) -> None:
         """Close both fds and remove the symlink if it still points at our device. Idempotent."""
@@ -310,11 +308,13 @@ class PacedWriter:
 
     A pty has no baud rate of its own. Byte i (counting from 1) of a reply started at `start`
     becomes visible at `start + i` byte times, released in chunks of at least ~100 µs of wire
-    time to keep syscalls few. Intermediate chunks wait with `time.sleep` only (it never wakes
-    early; ~60 µs late is typical, and a late wake releases every byte already due, so lateness
-    does not accumulate). Only the final chunk, whose arrival the controller actually times,
-    spins the last `spin_s` for sub-100 µs precision: spinning before every chunk would pin a
-    core for the whole reply (17 ms for 100 bytes at 57600 bit/s).
+    time to keep syscalls few. Chunks due before the reply's last `spin_s` wait with `time.sleep`
+    only (it never wakes early; a late wake releases every byte already due, so lateness does not
+    accumulate). The last `spin_s` of the reply, whose end the controller actually times, are spun
+    whichever chunks fall in them: a short reply (15 bytes are 150 µs at 1 Mbit/s) is then spun from
+    before its first chunk, which a sleep of a thread at normal priority could overshoot by 50 µs
+    of timer slack plus its wake-up, past the last byte's due time. Spinning the whole reply would
+    pin a core for long ones (17 ms for 100 bytes at 57600 bit/s).
     """
 
     _MIN_CHUNK_S = 100e-6
@@ -324,11 +324,12 @@ class PacedWriter:
         self.port = port
         self.spin_s = spin_s
 
-    def _wait_until(self, t: float, spin_s: float) -> float:
-        """Return time.monotonic() once it is >= t: sleep until t - spin_s, then spin."""
+    def _wait_until(self, t: float, spin_from: float) -> float:
+        """Return time.monotonic() [s] once it is >= t: sleep until min(t, spin_from), then spin."""
         now = time.monotonic()
-        if t - now > spin_s:
-            time.sleep(t - now - spin_s)
+        wake = min(t, spin_from)
+        if wake > now:
+            time.sleep(wake - now)
             now = time.monotonic()
         while now < t:
             now = time.monotonic()
@@ -343,16 +344,19 @@ class PacedWriter:
         """
         n = len(data)
         if not baud:
-            self._wait_until(start, self.spin_s)
+            self._wait_until(start, start - self.spin_s)
             if n:
                 self.port.write(data)
             return time.monotonic()
         byte_s = wire_time_s(1, baud)
         chunk = max(1, math.ceil(self._MIN_CHUNK_S / byte_s))
+        # the last spin_s of the reply are spun, whichever chunks fall in them: a sleep there could wake
+        # after the last byte's due time
+        spin_from = start + n * byte_s - self.spin_s
         sent = 0
         while sent < n:
             end = min(n, sent + chunk)
-            now = self._wait_until(start + end * byte_s, self.spin_s if end == n else 0.0)
+            now = self._wait_until(start + end * byte_s, spin_from)
             # After a late wake, release everything whose last bit has passed, never a byte early.
             end = max(end, min(n, math.floor((now - start) / byte_s)))
             self.port.write(data[sent:end])

@@ -53,7 +53,8 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
     if cfg.real:
         return _mirror(cfg, live, bus, PtyPort(path))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
-    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
+    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic,
+                       fifo_priority=live.rig.loop.io_priority)
     server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
     lock = server.lock
 

@@ -1,11 +1,14 @@
 """Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire.
 
-A thread per bus. Received bytes go through the resynchronising parser; each packet is executed by
-the bus; each status packet starts at (end of the instruction on the wire) + its offset (Return
-Delay Time, earlier replies) and its bytes are paced at the baud rate the controller set on its side
-(notes/dynamixel.md §6.4; DESIGN "Timing"). `fast` drops the pacing and the delays for CI
-throughput. Between packets the servos' firmware housekeeping (hardware errors, Bus Watchdog) runs
-every `housekeeping_s`.
+A thread per bus, SCHED_FIFO at `[loop]` io_priority when the host allows it (as the eRob bus threads).
+Received bytes go through the resynchronising parser; each packet is executed by the bus; each status
+packet starts at (end of the instruction on the wire) + its offset (Return Delay Time, earlier
+replies) and its bytes are paced at the baud rate the controller set on its side (notes/dynamixel.md
+§6.4; DESIGN "Timing"). The instruction's end is (when poll() woke with its bytes, the earliest
+stamp known to follow the controller's write) + its wire time, after any instruction still on the
+wire before it: a reply never starts before a real wire could have carried the instruction. `fast`
+drops the pacing and the delays for CI throughput. Between packets the servos' firmware housekeeping
+(hardware errors, Bus Watchdog) runs every `housekeeping_s`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class BusThread(threading.Thread, abc.ABC):
     `error` (the daemon checks it) and logged with its traceback."""
 
     def __init__(self, bus: DynamixelBus, port: PtyPort, name: str,
-                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 fifo_priority: int = 0):
         super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         self.bus = bus
         self.port = port
@@ -43,6 +47,8 @@ class BusThread(threading.Thread, abc.ABC):
         self._stop_r, self._stop_w = os.pipe()
         self._closing: list = [port]   # closed by stop()
         self.role = ""                  # banner detail: line speed or what it mirrors (set by attach)
+        self.fifo_priority = fifo_priority   # SCHED_FIFO priority of the thread if the host allows it (0: not tried)
+        self.rt_mode = ""                    # what it got (hil.loop.rt.RT_MODES), once running
 
     @property
     def path(self) -> str:
@@ -64,7 +70,12 @@ class BusThread(threading.Thread, abc.ABC):
         os.close(self._stop_w)
 
     def run(self) -> None:
+        from hil.loop.rt import realtime_thread
+
         try:
+            # as the eRob bus threads: a reply must not wait behind other processes' time slices, and
+            # a sleep must end on time (no timer slack)
+            self.rt_mode = realtime_thread(self.fifo_priority)
             self._serve()
         except BaseException as exc:  # a dead bus must be visible: the daemon checks `error`
             self.error = exc
@@ -80,8 +91,9 @@ class BusServer(BusThread):
 
     def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
                  housekeeping_s: float = 0.01, name: str = "dynamixel",
-                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
-        super().__init__(bus, port, name, batch)
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 fifo_priority: int = 0):
+        super().__init__(bus, port, name, batch, fifo_priority)
         self.fast = fast
         self.housekeeping_s = housekeeping_s
         self.parser = Parser()
@@ -89,19 +101,23 @@ class BusServer(BusThread):
         self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
 
     def _serve(self) -> None:
-        fd = self.port.fileno()
+        fd, stop_r = self.port.fileno(), self._stop_r
+        read, monotonic = self.port.read, time.monotonic
+        poller = select.poll()   # registered once: a wake is one poll() and one read()
+        poller.register(fd, select.POLLIN)
+        poller.register(stop_r, select.POLLIN)
         servos = self.bus.servos
         # one servo's housekeeping at a time, round robin: each servo every housekeeping_s, and never
         # all of them between two packets
         step = self.housekeeping_s / len(servos)
-        due, turn = time.monotonic(), 0
+        due, turn = monotonic(), 0
         while True:
-            ready, _, _ = select.select([fd, self._stop_r], [], [], max(0.0, due - time.monotonic()))
-            if self._stop_r in ready:
-                return
-            now = time.monotonic()
-            if fd in ready:
-                data = self.port.read()
+            events = poller.poll(max(0.0, due - monotonic()) * 1e3)   # [ms]
+            now = monotonic()   # the earliest moment we know the bytes were there
+            for f, _ in events:
+                if f == stop_r:
+                    return
+                data = read()   # a hang-up or error shows here too
                 if data:
                     self._answer(self.parser.feed(data, now), now)
             if now >= due:

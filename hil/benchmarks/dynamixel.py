@@ -31,6 +31,9 @@ Each servo-hil row also gives its p50 above the peer's (`p50_minus_echo_peer_p50
 server adds) and, paced, the floor-corrected excess `p50 − bound − echo-peer p50`
 (`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost.
 
+Where a paced round trip's time goes (server wake, parse, execution, paced writes, the SDK's reads), stamp
+by stamp on one CLOCK_MONOTONIC: `python -m hil.benchmarks.dynamixel_timeline`.
+
 Hypervisor steal over each run is reported, and per phase where the CPU went: cores used by this
 client (the SDK busy-waits, ~1), by the server process, by everything else on the host (other load
 competes with both on a small host), and the server's CPU per exchange above its idle background

@@ -1,0 +1,61 @@
+"""The bus thread's scheduling: it asks for SCHED_FIFO at its `fifo_priority` through `realtime_thread`, as the
+eRob bus threads do (the daemon passes `[loop]` io_priority), and serves either way."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import serial
+
+from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.protocol import Instruction, encode_instruction
+from drivers.dynamixel.server import BusServer
+from drivers.ports import PtyPort, wire_time_s
+from firmware_models.dynamixel.control_table import load_model
+from firmware_models.dynamixel.servo import DynamixelServo
+from hil.daemon.zmq_io import fifo_allowed
+from hil.joint import KernelJoint
+from hil.kernel import Kernel
+from hil.params.catalog import entry
+from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+
+BAUD = 1_000_000
+PING_REPLY = 14     # bytes of a Protocol 2.0 Ping status packet
+
+
+@pytest.fixture(params=[0, 49], ids=["not-asked", "fifo-49"])
+def served(request, tmp_path):
+    """A paced BusServer for one XM430 (ID 3) with fifo_priority = the param, and a client on its pty."""
+    kernel = Kernel(1, 1e-3)
+    kernel.set_params(0, kernel_params(entry("xm430_w350").actuator(), LoadConfig(mass=0.3, length=0.1),
+                                       EncoderConfig(), FaultConfig(), "euler"))
+    servo = DynamixelServo(load_model("xm430_w350"), KernelJoint(kernel), {"ID": 3, "Baud Rate": 3})
+    server = BusServer(DynamixelBus([servo]), PtyPort(tmp_path / "tty"), fifo_priority=request.param)
+    server.start()
+    client = serial.Serial(str(tmp_path / "tty"), BAUD, timeout=1.0)
+    yield server, client, request.param
+    client.close()
+    server.stop()
+    assert server.error is None
+
+
+def test_the_bus_thread_runs_at_its_fifo_priority_and_answers(served):
+    server, client, priority = served
+    deadline = time.monotonic() + 2.0
+    while not server.rt_mode and time.monotonic() < deadline:   # set by the thread as it starts
+        time.sleep(0.01)
+    policy, prio = os.sched_getscheduler(server.native_id), os.sched_getparam(server.native_id).sched_priority
+    if priority and fifo_allowed(priority):
+        assert server.rt_mode == "SCHED_FIFO" and (policy, prio) == (os.SCHED_FIFO, priority)
+    else:   # not asked, or refused by the host: normal scheduling without timer slack
+        assert server.rt_mode.startswith("SCHED_OTHER") and policy != os.SCHED_FIFO
+    ping = encode_instruction(3, Instruction.PING, b"")
+    t0 = time.monotonic()
+    client.write(ping)
+    reply = client.read(PING_REPLY)
+    elapsed = time.monotonic() - t0
+    assert len(reply) == PING_REPLY and reply[4] == 3 and reply[7] == 0x55
+    # paced: never sooner than the instruction, the default Return Delay Time (500 µs) and the reply on the wire
+    assert elapsed >= wire_time_s(len(ping), BAUD) + 500e-6 + wire_time_s(PING_REPLY, BAUD)
