@@ -24,7 +24,8 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
     )
 
 
-extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h", "hil/kernel/isa.h")),
+extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h", "hil/kernel/isa.h", "hil/kernel/plan.h",
+                                                               "hil/kernel/load.h")),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec")]
 

@@ -26,7 +26,22 @@ cdef extern from "vmath.h" nogil:
     void hil_vpow(double* x, const double* y, int n, int path)
 
 cdef extern from "isa.h" nogil:
-    void hil_step(const void* p, void* s, const void* inp, Py_ssize_t n, double dt)   # step_blocks, per ISA
+    void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt)   # step_blocks, per ISA
+
+cdef extern from "plan.h" nogil:
+    enum:
+        PL_GEAR, PL_GRAVITY_TORQUE, PL_DAMPING_B1, PL_DAMPING_B2, PL_DAMPING_B3, PL_INERTIA, PL_INV_DT,
+        PL_EULER, PL_BUDGET, PL_STRIBECK, PL_QUADRATIC, PL_KC, PL_KV, PL_KCS, PL_KL, PL_KLS, PL_KM, PL_KE,
+        PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, HIL_PLAN_COLUMNS
+
+cdef extern from "load.h" nogil:
+    double sign "hil_sign"(double x)
+    double hil_budget(const double* P, Py_ssize_t st, Py_ssize_t j, double tau_m, double tau_e, double w,
+                      double s)
+    void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
+                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_v,
+                       const double* ext, const double* torque, double* theta, double* omega,
+                       double* bristle, double* friction)
 
 # AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
@@ -79,8 +94,6 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
 
-cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
-
 cdef enum:
     BLOCK = 32   # actuators per block of step_all: their Params and State stay in L1 across the passes
     NEED_POW = 1     # what a block needs besides the sines and exponentials
@@ -102,14 +115,19 @@ cdef struct Block:
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
     double zoh_v[BLOCK]         # Ld
+    # pass 4's lanes (load.h), gathered from and scattered back to State / Input
+    double ext[BLOCK]           # external torque [N·m]
+    double torque[BLOCK]        # actuator torque of pass 3 [N·m]
+    double theta[BLOCK]
+    double omega[BLOCK]
+    double bristle[BLOCK]
+    double friction[BLOCK]      # budget friction torque [N·m]
 
 
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
 
 
-cdef inline double sign(double x) noexcept nogil:
-    return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
 
 
 cdef inline double uniform(uint64_t* state) noexcept nogil:
@@ -159,26 +177,6 @@ cdef inline double derated_current(const Params* p, double temp_abs) noexcept no
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
     """bam's Stribeck factor exp(−|ω/θ̇s|^α), 0 without θ̇s (scalar; step_all evaluates it in pass 2)."""
     return exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha)) if p.dtheta_stribeck > 0 else 0.0
-
-
-cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w, double s) noexcept nogil:
-    """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1) with Stribeck factor s; unused terms have zero
-    coefficients."""
-    cdef double q = 0.0
-    if p.budget_quadratic and sign(tau_m) != sign(tau_e):
-        if fabs(tau_e) < fabs(tau_m):
-            q = p.load_friction_external_quad * tau_e * tau_e
-        elif fabs(tau_e) > fabs(tau_m):
-            q = p.load_friction_motor_quad * tau_m * tau_m
-    return (p.friction_base
-            + p.load_friction_base * fabs(tau_m - tau_e)
-            + fabs(p.load_friction_external * tau_e - p.load_friction_motor * tau_m)
-            + s * (p.friction_stribeck
-                   + p.load_friction_stribeck * fabs(tau_m - tau_e)
-                   + fabs(p.load_friction_external_stribeck * tau_e
-                          - p.load_friction_motor_stribeck * tau_m)
-                   + q)
-            + p.friction_viscous * fabs(w))
 
 
 cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil:
@@ -549,48 +547,10 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
 
 
 
-cdef inline void load_step(const Params* p, State* s, const Input* inp, double dt, const Block* b, int j,
-                          int m) noexcept nogil:
-    """Pass 4 of step_all, actuator j of a block of m: load, friction budget, integration, bristle
-    state (a pass of its own: the CPU overlaps the dependency chains of several actuators)."""
-    cdef double g = p.gear, tau_act = s.torque
-    cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs, a, ea
-    tau_e = p._gravity_torque * b.sin_x[m + j] \
-        + inp.external_torque
-    wabs = fabs(s.omega)
-    tau_net = tau_act + tau_e \
-        - s.omega * (p.damping_b1 + p.damping_b2 * wabs + p.damping_b3 * s.omega * s.omega) * g * g
-    M = p._inertia
-    if p.integrator == INTEGRATOR_EULER:
-        Meff = M + dt * (p.damping_b1 + 2.0 * p.damping_b2 * wabs + 3.0 * p.damping_b3 * s.omega * s.omega) * g * g
-    else:
-        Meff = M
-    if p.budget:
-        # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
-        tau_stop = Meff * p._inv_dt * s.omega + tau_net
-        tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega,
-                                                               b.exp_x[m + j] if p.dtheta_stribeck > 0 else 0.0))
-        tau_net = tau_net + tau_f
-    s.friction_torque = tau_f
-    acc = tau_net / Meff
-    if p.integrator == INTEGRATOR_EULER:
-        s.omega = s.omega + dt * acc
-        s.theta = s.theta + dt * s.omega
-    else:
-        w_new = clip(s.omega + acc * dt, -BAM_MAX_VELOCITY, BAM_MAX_VELOCITY)
-        s.theta = s.theta + w_new * dt + 0.5 * acc * dt * dt
-        s.omega = w_new
-    if p.lugre_s0 > 0 and p.law != LAW_TORQUE:
-        a = b.zoh_a[j]
-        if fabs(a) > 1e-15:
-            ea = b.zoh_ea[j]     # exp(a·dt), pass 3
-            s.bristle = ea * s.bristle + (ea - 1.0) / a * b.zoh_v[j]   # exact zero-order hold
-        else:
-            s.bristle = s.bristle + dt * b.zoh_v[j]
-
-
-cdef void prepare(Params* p, double dt) noexcept nogil:
-    """Fill the derived fields of p for step size dt (call after any parameter change)."""
+cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil:
+    """Fill the derived fields of actuator j's P[j] for step size dt and its row of the plan (call after
+    any change of P[j])."""
+    cdef Params* p = &P[j]
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
@@ -604,6 +564,34 @@ cdef void prepare(Params* p, double dt) noexcept nogil:
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
+    plan_row(p, plan.col + j, plan.stride)
+
+
+cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept nogil:
+    """The plan's columns of one actuator (plan.h), from its prepared Params; c[k·st] is column k."""
+    c[PL_GEAR * st] = p.gear
+    c[PL_GRAVITY_TORQUE * st] = p._gravity_torque
+    c[PL_DAMPING_B1 * st] = p.damping_b1
+    c[PL_DAMPING_B2 * st] = p.damping_b2
+    c[PL_DAMPING_B3 * st] = p.damping_b3
+    c[PL_INERTIA * st] = p._inertia
+    c[PL_INV_DT * st] = p._inv_dt
+    c[PL_EULER * st] = p.integrator == INTEGRATOR_EULER
+    c[PL_BUDGET * st] = p.budget != 0
+    c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
+    c[PL_QUADRATIC * st] = p.budget_quadratic != 0
+    c[PL_KC * st] = p.friction_base
+    c[PL_KV * st] = p.friction_viscous
+    c[PL_KCS * st] = p.friction_stribeck
+    c[PL_KL * st] = p.load_friction_base
+    c[PL_KLS * st] = p.load_friction_stribeck
+    c[PL_KM * st] = p.load_friction_motor
+    c[PL_KE * st] = p.load_friction_external
+    c[PL_KMS * st] = p.load_friction_motor_stribeck
+    c[PL_KES * st] = p.load_friction_external_stribeck
+    c[PL_KMQ * st] = p.load_friction_motor_quad
+    c[PL_KEQ * st] = p.load_friction_external_quad
+    c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
 
 
 cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, int m) noexcept nogil:
@@ -646,24 +634,27 @@ cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, 
     return need
 
 
-cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
+cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
+                   double dt) noexcept nogil:
     """Advance n independent actuators by dt (`step_blocks`, in the copy compiled for the active path:
-    isa.h)."""
-    hil_step(p, s, inp, n, dt)
+    isa.h); `plan` is the one prepare() keeps for p."""
+    hil_step(p, plan, s, inp, n, dt)
 
 
-cdef inline void step_blocks(const void* params, void* states, const void* inputs, Py_ssize_t n,
-                             double dt) noexcept nogil:
+cdef inline void step_blocks(const void* params, const void* plan_, void* states, const void* inputs,
+                             Py_ssize_t n, double dt) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
     1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
     3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
-    4. load, friction budget, integration and the LuGre bristle update (`load_step`).
+    4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
+       the plan's columns and the block's arrays: vectorized across actuators).
     Each actuator's result depends only on its own parameters, state and input. (Untyped pointers:
     isa.h declares this function before Cython defines the structs.)"""
     cdef const Params* p = <const Params*>params
+    cdef const Plan* plan = <const Plan*>plan_
     cdef State* s = <State*>states
     cdef const Input* inp = <const Input*>inputs
     cdef Block b
@@ -688,7 +679,18 @@ cdef inline void step_blocks(const void* params, void* states, const void* input
         if need & NEED_ZOH:
             hil_vexp(b.zoh_ea, m, path)
         for j in range(m):
-            load_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j, m)
+            b.ext[j] = inp[j0 + j].external_torque
+            b.torque[j] = s[j0 + j].torque
+            b.theta[j] = s[j0 + j].theta
+            b.omega[j] = s[j0 + j].omega
+            b.bristle[j] = s[j0 + j].bristle
+        hil_load_pass(plan.col + j0, plan.stride, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
+                      b.zoh_v, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
+        for j in range(m):
+            s[j0 + j].theta = b.theta[j]
+            s[j0 + j].omega = b.omega[j]
+            s[j0 + j].bristle = b.bristle[j]
+            s[j0 + j].friction_torque = b.friction[j]
         j0 += m
 
 
@@ -724,6 +726,11 @@ def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
 def friction_budget(dict params, tau_m, tau_e, double omega):
     """bam's friction budget τ_fm [N·m] for arrays of motor and external torque at velocity omega."""
     cdef Params p = params
+    cdef double row[HIL_PLAN_COLUMNS]
+    cdef Plan plan
+    plan.col = row
+    plan.stride = 1
+    prepare(&p, &plan, 0, 1.0)
     tm = np.asarray(tau_m, dtype=np.float64)
     te = np.asarray(tau_e, dtype=np.float64)
     tm, te = np.broadcast_arrays(tm, te)
@@ -732,7 +739,7 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     cdef double[::1] o = out.reshape(-1)
     cdef Py_ssize_t j
     for j in range(a.shape[0]):
-        o[j] = _budget(&p, a[j], b[j], omega, stribeck(&p, omega))
+        o[j] = hil_budget(row, 1, 0, a[j], b[j], omega, stribeck(&p, omega))
     return out
 
 
@@ -757,12 +764,14 @@ cdef class Kernel:
         self.params = <Params*> calloc(n, sizeof(Params))
         self.states = <State*> calloc(n, sizeof(State))
         self.inputs = <Input*> calloc(n, sizeof(Input))
-        if not self.params or not self.states or not self.inputs:
+        self.plan.col = <double*> calloc(n * HIL_PLAN_COLUMNS, sizeof(double))
+        self.plan.stride = n
+        if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
         cdef Py_ssize_t j
         for j in range(n):
             self.params[j] = _zero_params()
-            prepare(&self.params[j], dt)
+            prepare(self.params, &self.plan, j, dt)
             self.states[j].rng = 1
             self.inputs[j].enable = 1.0
 
@@ -770,6 +779,7 @@ cdef class Kernel:
         free(self.params)
         free(self.states)
         free(self.inputs)
+        free(self.plan.col)
 
     def _check(self, Py_ssize_t j):
         if j < 0 or j >= self.n:
@@ -778,11 +788,10 @@ cdef class Kernel:
     def set_params(self, Py_ssize_t j, dict values):
         """Replace actuator j's parameters; `values` must hold every field of `default_params()`."""
         self._check(j)
-        cdef Params p = values
-        prepare(&p, self.dt)
-        self.params[j] = p
+        self.params[j] = values
+        prepare(self.params, &self.plan, j, self.dt)
         if self.states[j].k == 0:
-            self.states[j].rng = p.seed if p.seed else 1
+            self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
 
     def get_params(self, Py_ssize_t j):
         self._check(j)
@@ -845,7 +854,7 @@ cdef class Kernel:
                 self.inputs[j].enable = ee[j]
                 self.inputs[j].external_torque = xx[j]
         with nogil:
-            step_all(self.params, self.states, self.inputs, self.n, self.dt)
+            step_all(self.params, &self.plan, self.states, self.inputs, self.n, self.dt)
 
     def run(self, u, enable=None, external_torque=None, record=True):
         """Advance T steps with per-step inputs of shape (T, n) (or (T,) broadcast over actuators).
@@ -874,7 +883,7 @@ cdef class Kernel:
                     if rec:
                         o_th[k, j] = self.states[j].theta
                         o_w[k, j] = self.states[j].omega
-                step_all(self.params, self.states, self.inputs, self.n, self.dt)
+                step_all(self.params, &self.plan, self.states, self.inputs, self.n, self.dt)
                 if rec:
                     for j in range(self.n):
                         s = &self.states[j]

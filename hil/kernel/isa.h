@@ -16,28 +16,28 @@
    inlines its passes (motor_step, load_step, …) too, which GCC would otherwise leave as one baseline
    copy called from both (callgrind showed the AVX2 copy no better than the baseline then). */
 #define HIL_STEP_BODY __pyx_f_3hil_6kernel_4core_step_blocks
-static inline __attribute__((always_inline)) void HIL_STEP_BODY(const void* p, void* s, const void* inp,
+static inline __attribute__((always_inline)) void HIL_STEP_BODY(const void* p, const void* plan, void* s, const void* inp,
                                                                 Py_ssize_t n, double dt);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx2"), noinline, flatten))
-static void hil_step_avx2(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_BODY(p, s, inp, n, dt);
+static void hil_step_avx2(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt) {
+    HIL_STEP_BODY(p, plan, s, inp, n, dt);
 }
-#define HIL_STEP_AVX2(p, s, inp, n, dt) if (hil_simd >= HIL_SIMD_AVX2) { hil_step_avx2(p, s, inp, n, dt); return; }
+#define HIL_STEP_AVX2(p, plan, s, inp, n, dt) if (hil_simd >= HIL_SIMD_AVX2) { hil_step_avx2(p, plan, s, inp, n, dt); return; }
 #else
-#define HIL_STEP_AVX2(p, s, inp, n, dt)
+#define HIL_STEP_AVX2(p, plan, s, inp, n, dt)
 #endif
 
 __attribute__((noinline, flatten))
-static void hil_step_default(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_BODY(p, s, inp, n, dt);
+static void hil_step_default(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt) {
+    HIL_STEP_BODY(p, plan, s, inp, n, dt);
 }
 
 /* the copy for the active path (hil_simd ≤ hil_simd_max(): never AVX2 code on a CPU without it) */
-static void hil_step(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_AVX2(p, s, inp, n, dt)
-    hil_step_default(p, s, inp, n, dt);
+static void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt) {
+    HIL_STEP_AVX2(p, plan, s, inp, n, dt)
+    hil_step_default(p, plan, s, inp, n, dt);
 }
 
 #endif

@@ -1,0 +1,43 @@
+/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (load.h),
+   one column per field, one row per actuator (core.pxd `Plan`: column c of actuator j at
+   col[c·stride + j]), so that a pass loads 4 (AVX2) actuators' value of a
+   field with one instruction instead of one per actuator from 856-byte Params records.
+
+   core.pyx `prepare` writes actuator j's row from its Params whenever they change (Kernel.set_params,
+   the real-time loop's parameter command); nothing else writes it. Flags are 1.0 / 0.0 (a compare of
+   doubles selects lanes in the same vector width as the arithmetic). */
+
+#ifndef HIL_PLAN_H
+#define HIL_PLAN_H
+
+enum {
+    /* load, integration (pass 4) */
+    PL_GEAR,                /* g */
+    PL_GRAVITY_TORQUE,      /* −(m + m_arm/2)·g·l [N·m] */
+    PL_DAMPING_B1,          /* B1, B2, B3 (motor side) */
+    PL_DAMPING_B2,
+    PL_DAMPING_B3,
+    PL_INERTIA,             /* total inertia about the output axis [kg·m²] */
+    PL_INV_DT,              /* 1/dt [1/s] */
+    PL_EULER,               /* flag: INTEGRATOR_EULER (else bam's) */
+    /* bam friction budget (pass 4) */
+    PL_BUDGET,              /* flag: budget on */
+    PL_STRIBECK,            /* flag: θ̇s > 0 (the Stribeck factor exp(−|ω/θ̇s|^α), else 0) */
+    PL_QUADRATIC,           /* flag: M6 quadratic term */
+    PL_KC,                  /* friction_base */
+    PL_KV,                  /* friction_viscous */
+    PL_KCS,                 /* friction_stribeck */
+    PL_KL,                  /* load_friction_base */
+    PL_KLS,                 /* load_friction_stribeck */
+    PL_KM,                  /* load_friction_motor */
+    PL_KE,                  /* load_friction_external */
+    PL_KMS,                 /* load_friction_motor_stribeck */
+    PL_KES,                 /* load_friction_external_stribeck */
+    PL_KMQ,                 /* load_friction_motor_quad */
+    PL_KEQ,                 /* load_friction_external_quad */
+    /* LuGre bristle (pass 4) */
+    PL_BRISTLE,             /* flag: σ0 > 0 and the law is not LAW_TORQUE */
+    HIL_PLAN_COLUMNS
+};
+
+#endif
