@@ -32,7 +32,26 @@ cdef extern from "plan.h" nogil:
     enum:
         PL_GEAR, PL_GRAVITY_TORQUE, PL_DAMPING_B1, PL_DAMPING_B2, PL_DAMPING_B3, PL_INERTIA, PL_INV_DT,
         PL_EULER, PL_BUDGET, PL_STRIBECK, PL_QUADRATIC, PL_KC, PL_KV, PL_KCS, PL_KL, PL_KLS, PL_KM, PL_KE,
-        PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, HIL_PLAN_COLUMNS
+        PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, PL_MOTORCONST, PL_INDUCTIVE, PL_TE, PL_INV_TE, PL_DECAY,
+        PL_DIDT_LIMITED, PL_DIDT_MAX, PL_THERMAL, PL_INV_THERMAL_R, PL_INV_THERMAL_C, PL_AMBIENT, PL_ELECTRICAL,
+        PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
+        PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
+        HIL_PLAN_COLUMNS
+
+cdef extern from "motor.h" nogil:
+    ctypedef struct HilLawOut:
+        const double* vmode
+        const double* off
+        const double* V
+        const double* i
+        const double* f
+        const double* R
+        const double* T
+        const double* Ld
+    void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
+                        const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
+                        double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
+                        double* zoh_ea)
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
@@ -114,20 +133,37 @@ cdef struct Block:
     double gauss_y[BLOCK]
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
-    double zoh_v[BLOCK]         # Ld
-    # pass 4's lanes (load.h), gathered from and scattered back to State / Input
+    # the lanes of passes 3b and 4 (motor.h, load.h): the firmware law's request (pass 3a) and the
+    # State / Input fields they read and write (gathered from and scattered back to the records)
+    double vmode[BLOCK]         # HilLawOut (motor.h)
+    double off[BLOCK]
+    double V[BLOCK]
+    double i[BLOCK]
+    double f[BLOCK]
+    double R[BLOCK]
+    double T[BLOCK]
+    double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
+    double current[BLOCK]
+    double temp_rise[BLOCK]
+    double torque[BLOCK]        # the law's output torque, then the actuator torque [N·m]
+    double i_out[BLOCK]
+    double v_out[BLOCK]
+    double derated[BLOCK]
     double ext[BLOCK]           # external torque [N·m]
-    double torque[BLOCK]        # actuator torque of pass 3 [N·m]
     double theta[BLOCK]
     double omega[BLOCK]
     double bristle[BLOCK]
     double friction[BLOCK]      # budget friction torque [N·m]
 
 
+
+
+
+
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
+    # the per-actuator code's clip: branches (predicted) cost less there than select.h's blend `hil_clip`,
+    # which the lane passes need to vectorize; both return the same value
     return lo if x < lo else (hi if x > hi else x)
-
-
 
 
 cdef inline double uniform(uint64_t* state) noexcept nogil:
@@ -162,16 +198,6 @@ cdef inline double measure(const Params* p, State* s, double dt, const Block* b,
     if p.encoder_counts > 0:
         q = floor(q * p._counts_per_rad + 0.5) * p._rad_per_count
     return q
-
-
-cdef inline double derated_current(const Params* p, double temp_abs) noexcept nogil:
-    """i_max(T) of seed 000 §1.3.5 with a smoothstep s(T) between T1 and T2."""
-    if temp_abs <= p.derate_t1:
-        return p.derate_i_rated
-    if temp_abs >= p.derate_t2:
-        return p.derate_i_safe
-    cdef double x = (temp_abs - p.derate_t1) / (p.derate_t2 - p.derate_t1)
-    return p.derate_i_safe + (p.derate_i_rated - p.derate_i_safe) * (1.0 - x * x * (3.0 - 2.0 * x))
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -356,9 +382,10 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
     return duty
 
 
-cdef inline void motor_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
-    """Pass 3 of step_all, actuator j of the block (its transcendentals already in b): sensing, faults,
-    firmware law, motor; the actuator torque goes to s.torque, the actuator states advance."""
+cdef inline void firmware_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
+    """Pass 3a of step_all, actuator j of the block (its transcendentals already in b): sensing, faults
+    and the firmware law, whose request (voltage, or current, or output torque) goes to the block's
+    lanes for the motor (pass 3b, motor.h); the controller's states advance."""
     cdef double g = p.gear
     cdef double t = s.k * dt
     cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
@@ -366,11 +393,10 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
     cdef double K = p.motorconst
     cdef double u = inp.u
     cdef bint enabled = inp.enable != 0
-    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, di, i_next, e, gs, a, z_rate
-    cdef double slew_rate = 0.0, int_rate = 0.0, temp_rate = 0.0, imax_t
+    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, e
+    cdef double slew_rate = 0.0, int_rate = 0.0
     cdef bint voltage_mode = 0, open_now = 0
     cdef double frac
-    a = 0.0
 
     # -- sensing (pre-step state) and faults
     thm = measure(p, s, dt, b, j)
@@ -418,6 +444,7 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
         u = clip(u, p.ctrl_lo, p.ctrl_hi)
     V = 0.0
     i = 0.0
+    f = 0.0
     tau_act = 0.0
     if p.law <= LAW_VELOCITY:
         voltage_mode = 1
@@ -469,47 +496,32 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
     else:  # LAW_TORQUE: an ideal torque source at the output
         tau_act = u if enabled else 0.0
 
-    # -- motor: current, heating and electrical torque
-    i_next = 0.0
-    if voltage_mode:
-        if not enabled or open_now:
-            # Torque off / open winding: no current can flow, so neither torque nor back-EMF braking.
-            V = K * Ld
-            i = 0.0
-            f = 0.0
-        elif p.te > 0:
-            i = s.current
-            di = (V / R - K / R * Ld - i) * p._inv_te
-            if p.didt_max > 0:
-                di = clip(di, -p.didt_max, p.didt_max)
-            i_next = i + di * p.te * p._decay   # exact exponential; torque from i_{k+1}
-            f = K * i_next
-        else:
-            i = (V - K * Ld) / R
-            f = K / R * V - K / R * K * Ld
-    if p.thermal_r > 0:
-        temp_rate = (R * i * i - T * p._inv_thermal_r) * p._inv_thermal_c
-    if p.law != LAW_TORQUE:
-        if p.tau_max > 0:
-            f = clip(f, -p.tau_max, p.tau_max)
-        if p.derate_i_rated > 0:
-            imax_t = derated_current(p, T + p.ambient)
-            if imax_t < p.derate_i_rated:
-                s.fault_flags |= FAULT_DERATED
-            f = clip(f, -K * imax_t, K * imax_t)
-        f *= p.efficiency
-        if p.cog_amplitude != 0:
-            f += p.cog_amplitude * b.sin_x[j]
-        if p.lugre_s0 > 0:
-            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * b.exp_x[j]
-            a = -p.lugre_s0 * fabs(Ld) / gs if gs > 0 else 0.0
-            z_rate = a * s.bristle + Ld
-            f -= p.lugre_s0 * s.bristle + p.lugre_s1 * z_rate
-        tau_act = g * f
-    s.i_out = i_next if (voltage_mode and p.te > 0) else i
-    s.v_out = V
-    s.torque = tau_act
+    # -- the motor's lanes (pass 3b)
+    b.vmode[j] = voltage_mode
+    b.off[j] = not enabled or open_now
+    b.V[j] = V
+    b.i[j] = i
+    b.f[j] = f
+    b.R[j] = R
+    b.T[j] = T
+    b.Ld[j] = Ld
+    b.torque[j] = tau_act
+    b.current[j] = s.current
+    b.temp_rise[j] = s.temp_rise
+    b.bristle[j] = s.bristle
 
+    # -- advance the controller states (mj_nextActivation; the integration does not read them)
+    if p.slew > 0 and voltage_mode:
+        s.slew_u = s.slew_u + dt * slew_rate
+    if p.ki > 0 and voltage_mode:
+        s.integral = s.integral + dt * int_rate
+        if p.imax > 0:
+            s.integral = clip(s.integral, -p.imax, p.imax)
+    s.k += 1
+
+
+cdef inline void fault_timers(const Params* p, State* s, double dt) noexcept nogil:
+    """After the motor (pass 3b): the latches that watch the current s.i_out."""
     # -- behavioural open-circuit trigger: |i| above the limit for longer than the duration
     if p.oc_fraction > 0 and not s.oc_active:
         if fabs(s.i_out) > p.oc_current:
@@ -528,23 +540,6 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
                 s.fault_flags |= FAULT_OVERLOAD
         else:
             s.ol_timer = 0.0
-
-    # -- advance the actuator states (mj_nextActivation; the integration below does not read them)
-    if p.slew > 0 and voltage_mode:
-        s.slew_u = s.slew_u + dt * slew_rate
-    if p.ki > 0 and voltage_mode:
-        s.integral = s.integral + dt * int_rate
-        if p.imax > 0:
-            s.integral = clip(s.integral, -p.imax, p.imax)
-    if p.thermal_r > 0:
-        s.temp_rise = s.temp_rise + dt * temp_rate
-    b.zoh_a[j] = a                     # the bristle state advances in pass 4
-    b.zoh_ea[j] = a * dt
-    b.zoh_v[j] = Ld
-    if p.te > 0:
-        s.current = i_next
-    s.k += 1
-
 
 
 cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil:
@@ -592,6 +587,33 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_KMQ * st] = p.load_friction_motor_quad
     c[PL_KEQ * st] = p.load_friction_external_quad
     c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
+    c[PL_MOTORCONST * st] = p.motorconst
+    c[PL_INDUCTIVE * st] = p.te > 0
+    c[PL_TE * st] = p.te
+    c[PL_INV_TE * st] = p._inv_te
+    c[PL_DECAY * st] = p._decay
+    c[PL_DIDT_LIMITED * st] = p.didt_max > 0
+    c[PL_DIDT_MAX * st] = p.didt_max
+    c[PL_THERMAL * st] = p.thermal_r > 0
+    c[PL_INV_THERMAL_R * st] = p._inv_thermal_r
+    c[PL_INV_THERMAL_C * st] = p._inv_thermal_c
+    c[PL_AMBIENT * st] = p.ambient
+    c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
+    c[PL_TAU_LIMITED * st] = p.tau_max > 0
+    c[PL_TAU_MAX * st] = p.tau_max
+    c[PL_DERATE * st] = p.derate_i_rated > 0
+    c[PL_DERATE_I_RATED * st] = p.derate_i_rated
+    c[PL_DERATE_I_SAFE * st] = p.derate_i_safe
+    c[PL_DERATE_T1 * st] = p.derate_t1
+    c[PL_DERATE_T2 * st] = p.derate_t2
+    c[PL_EFFICIENCY * st] = p.efficiency
+    c[PL_COG * st] = p.cog_amplitude != 0
+    c[PL_COG_AMPLITUDE * st] = p.cog_amplitude
+    c[PL_LUGRE * st] = p.lugre_s0 > 0
+    c[PL_LUGRE_S0 * st] = p.lugre_s0
+    c[PL_LUGRE_S1 * st] = p.lugre_s1
+    c[PL_LUGRE_TC * st] = p.lugre_tc
+    c[PL_LUGRE_TS * st] = p.lugre_ts
 
 
 cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, int m) noexcept nogil:
@@ -648,7 +670,8 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
-    3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
+    3. sensing, faults and firmware law, per actuator (`firmware_step`), then the motor, vectorized
+       across actuators (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
        the plan's columns and the block's arrays: vectorized across actuators).
     Each actuator's result depends only on its own parameters, state and input. (Untyped pointers:
@@ -658,9 +681,13 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
     cdef State* s = <State*>states
     cdef const Input* inp = <const Input*>inputs
     cdef Block b
+    cdef State* st
+    cdef HilLawOut law
     cdef int j, m, need
     cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0
     cdef Py_ssize_t j0 = 0
+    law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
+    law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
         need = 0
@@ -675,22 +702,31 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
                 b.exp_x[m + j] = -b.pow_x[j] if b.use_pow[j] else b.exp_x[m + j]
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
-            motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+            firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+        hil_motor_pass(plan.col + j0, plan.stride, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
+                       b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
         if need & NEED_ZOH:
             hil_vexp(b.zoh_ea, m, path)
         for j in range(m):
             b.ext[j] = inp[j0 + j].external_torque
-            b.torque[j] = s[j0 + j].torque
             b.theta[j] = s[j0 + j].theta
             b.omega[j] = s[j0 + j].omega
-            b.bristle[j] = s[j0 + j].bristle
         hil_load_pass(plan.col + j0, plan.stride, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
-                      b.zoh_v, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
+                      b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
         for j in range(m):
-            s[j0 + j].theta = b.theta[j]
-            s[j0 + j].omega = b.omega[j]
-            s[j0 + j].bristle = b.bristle[j]
-            s[j0 + j].friction_torque = b.friction[j]
+            st = &s[j0 + j]
+            st.theta = b.theta[j]
+            st.omega = b.omega[j]
+            st.bristle = b.bristle[j]
+            st.friction_torque = b.friction[j]
+            st.torque = b.torque[j]
+            st.i_out = b.i_out[j]
+            st.v_out = b.v_out[j]
+            st.current = b.current[j]
+            st.temp_rise = b.temp_rise[j]
+            if b.derated[j] != 0:
+                st.fault_flags |= FAULT_DERATED
+            fault_timers(&p[j0 + j], st, dt)
         j0 += m
 
 

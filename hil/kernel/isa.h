@@ -13,7 +13,7 @@
 
 /* Cython's name for core.pyx's module-level `step_blocks` (__pyx_f_ + length-prefixed module path and
    name). Declared here, before Cython defines it, so that both copies below inline all of it; `flatten`
-   inlines its passes (motor_step, load_step, …) too, which GCC would otherwise leave as one baseline
+   inlines its passes (firmware_step, motor.h, load.h, …) too, which GCC would otherwise leave as one baseline
    copy called from both (callgrind showed the AVX2 copy no better than the baseline then). */
 #define HIL_STEP_BODY __pyx_f_3hil_6kernel_4core_step_blocks
 static inline __attribute__((always_inline)) void HIL_STEP_BODY(const void* p, const void* plan, void* s, const void* inp,

@@ -10,24 +10,10 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdint.h>
-#include <string.h>
 #include "plan.h"
+#include "select.h"
 
 #define HIL_BAM_MAX_VELOCITY 100.0   /* bam/simulate.py clips |dq| to 100 rad/s */
-
-/* c ? a : b without a branch (GCC turns a ?: of doubles into control flow, which stops the vectorizer):
-   a bitwise blend, exactly one of the two values. */
-static inline double hil_sel(int c, double a, double b) {
-    uint64_t ua, ub, mask = -(uint64_t)(c != 0);
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    ua = (ua & mask) | (ub & ~mask);
-    memcpy(&a, &ua, sizeof a);
-    return a;
-}
-
-static inline double hil_sign(double x) { return hil_sel(x > 0, 1.0, hil_sel(x < 0, -1.0, 0.0)); }
 
 /* bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1) of lane j with Stribeck factor s; unused terms have
    zero coefficients. The quadratic term applies while motor and external torque oppose: the smaller
@@ -87,8 +73,7 @@ static inline void hil_load_pass(const double* restrict P, ptrdiff_t st, int m, 
         {   /* MuJoCo's semi-implicit Euler; bam's step, velocity clipped */
             double w_euler = w + dt * acc, th_euler = theta[j] + dt * w_euler;
             double w_bam = w + acc * dt, th_bam;
-            w_bam = hil_sel(w_bam < -HIL_BAM_MAX_VELOCITY, -HIL_BAM_MAX_VELOCITY,
-                            hil_sel(w_bam > HIL_BAM_MAX_VELOCITY, HIL_BAM_MAX_VELOCITY, w_bam));
+            w_bam = hil_clip(w_bam, -HIL_BAM_MAX_VELOCITY, HIL_BAM_MAX_VELOCITY);
             th_bam = theta[j] + w_bam * dt + 0.5 * acc * dt * dt;
             theta[j] = hil_sel(euler, th_euler, th_bam);
             omega[j] = hil_sel(euler, w_euler, w_bam);

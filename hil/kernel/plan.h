@@ -1,4 +1,5 @@
-/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (load.h),
+/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (motor.h,
+   load.h),
    one column per field, one row per actuator (core.pxd `Plan`: column c of actuator j at
    col[c·stride + j]), so that a pass loads 4 (AVX2) actuators' value of a
    field with one instruction instead of one per actuator from 856-byte Params records.
@@ -37,6 +38,34 @@ enum {
     PL_KEQ,                 /* load_friction_external_quad */
     /* LuGre bristle (pass 4) */
     PL_BRISTLE,             /* flag: σ0 > 0 and the law is not LAW_TORQUE */
+    /* motor: current, heating, electrical torque (pass 3, motor.h) */
+    PL_MOTORCONST,          /* K [N·m/A] */
+    PL_INDUCTIVE,           /* flag: t_e > 0 (else quasi-static current) */
+    PL_TE,                  /* t_e [s] */
+    PL_INV_TE,              /* 1/t_e [1/s] */
+    PL_DECAY,               /* 1 − exp(−dt/t_e) */
+    PL_DIDT_LIMITED,        /* flag: didt_max > 0 */
+    PL_DIDT_MAX,            /* [A/s] */
+    PL_THERMAL,             /* flag: R_T > 0 */
+    PL_INV_THERMAL_R,       /* 1/R_T [W/K] */
+    PL_INV_THERMAL_C,       /* 1/C [K/J] */
+    PL_AMBIENT,             /* [°C] */
+    PL_ELECTRICAL,          /* flag: the law is not LAW_TORQUE (the motor makes the torque) */
+    PL_TAU_LIMITED,         /* flag: tau_max > 0 */
+    PL_TAU_MAX,             /* [N·m] motor side */
+    PL_DERATE,              /* flag: derate_i_rated > 0 */
+    PL_DERATE_I_RATED,      /* [A] */
+    PL_DERATE_I_SAFE,       /* [A] */
+    PL_DERATE_T1,           /* [°C] */
+    PL_DERATE_T2,           /* [°C] */
+    PL_EFFICIENCY,          /* η */
+    PL_COG,                 /* flag: cog_amplitude != 0 */
+    PL_COG_AMPLITUDE,       /* [N·m] */
+    PL_LUGRE,               /* flag: σ0 > 0 */
+    PL_LUGRE_S0,            /* σ0, σ1, τc, τs */
+    PL_LUGRE_S1,
+    PL_LUGRE_TC,
+    PL_LUGRE_TS,
     HIL_PLAN_COLUMNS
 };
 
