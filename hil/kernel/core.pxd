@@ -212,10 +212,9 @@ cdef packed struct Input:
 
 
 cdef struct Plan:
-    # struct-of-arrays copy of the Params fields step_all's lane passes read (plan.h lists the columns),
-    # derived by prepare(): column c of actuator j at col[c·stride + j]
+    # struct-of-arrays copy of the Params fields step_all's lane passes read, derived by prepare(); its
+    # layout and columns: plan.h
     double* col
-    Py_ssize_t stride
 
 
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,

@@ -30,6 +30,8 @@ cdef extern from "isa.h" nogil:
 
 cdef extern from "plan.h" nogil:
     enum:
+        HIL_BLOCK
+    enum:
         PL_GEAR, PL_GRAVITY_TORQUE, PL_DAMPING_B1, PL_DAMPING_B2, PL_DAMPING_B3, PL_INERTIA, PL_INV_DT,
         PL_EULER, PL_BUDGET, PL_STRIBECK, PL_QUADRATIC, PL_KC, PL_KV, PL_KCS, PL_KL, PL_KLS, PL_KM, PL_KE,
         PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, PL_MOTORCONST, PL_INDUCTIVE, PL_TE, PL_INV_TE, PL_DECAY,
@@ -114,7 +116,7 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
 
 cdef enum:
-    BLOCK = 32   # actuators per block of step_all: their Params and State stay in L1 across the passes
+    BLOCK = HIL_BLOCK   # actuators per block of step_all (plan.h): their Params and State stay in L1
     NEED_POW = 1     # what a block needs besides the sines and exponentials
     NEED_LOG = 2
     NEED_ZOH = 4
@@ -559,7 +561,12 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
-    plan_row(p, plan.col + j, plan.stride)
+    plan_row(p, plan_block(plan, j) + j % BLOCK, BLOCK)
+
+
+cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
+    """The plan's columns of the block holding actuator j (plan.h)."""
+    return plan.col + (j // BLOCK) * (HIL_PLAN_COLUMNS * BLOCK)
 
 
 cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept nogil:
@@ -703,7 +710,7 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
             firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
-        hil_motor_pass(plan.col + j0, plan.stride, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
+        hil_motor_pass(plan_block(plan, j0), BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
                        b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
         if need & NEED_ZOH:
             hil_vexp(b.zoh_ea, m, path)
@@ -711,7 +718,7 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
             b.ext[j] = inp[j0 + j].external_torque
             b.theta[j] = s[j0 + j].theta
             b.omega[j] = s[j0 + j].omega
-        hil_load_pass(plan.col + j0, plan.stride, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
+        hil_load_pass(plan_block(plan, j0), BLOCK, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
                       b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
         for j in range(m):
             st = &s[j0 + j]
@@ -762,10 +769,9 @@ def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
 def friction_budget(dict params, tau_m, tau_e, double omega):
     """bam's friction budget τ_fm [N·m] for arrays of motor and external torque at velocity omega."""
     cdef Params p = params
-    cdef double row[HIL_PLAN_COLUMNS]
+    cdef double block[HIL_PLAN_COLUMNS * BLOCK]
     cdef Plan plan
-    plan.col = row
-    plan.stride = 1
+    plan.col = block
     prepare(&p, &plan, 0, 1.0)
     tm = np.asarray(tau_m, dtype=np.float64)
     te = np.asarray(tau_e, dtype=np.float64)
@@ -775,7 +781,7 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     cdef double[::1] o = out.reshape(-1)
     cdef Py_ssize_t j
     for j in range(a.shape[0]):
-        o[j] = hil_budget(row, 1, 0, a[j], b[j], omega, stribeck(&p, omega))
+        o[j] = hil_budget(block, BLOCK, 0, a[j], b[j], omega, stribeck(&p, omega))
     return out
 
 
@@ -800,8 +806,7 @@ cdef class Kernel:
         self.params = <Params*> calloc(n, sizeof(Params))
         self.states = <State*> calloc(n, sizeof(State))
         self.inputs = <Input*> calloc(n, sizeof(Input))
-        self.plan.col = <double*> calloc(n * HIL_PLAN_COLUMNS, sizeof(double))
-        self.plan.stride = n
+        self.plan.col = <double*> calloc((n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK, sizeof(double))
         if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
         cdef Py_ssize_t j

@@ -1,15 +1,20 @@
 /* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (motor.h,
-   load.h),
-   one column per field, one row per actuator (core.pxd `Plan`: column c of actuator j at
-   col[c·stride + j]), so that a pass loads 4 (AVX2) actuators' value of a
-   field with one instruction instead of one per actuator from 856-byte Params records.
+   load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
+   per actuator from 856-byte Params records.
 
-   core.pyx `prepare` writes actuator j's row from its Params whenever they change (Kernel.set_params,
-   the real-time loop's parameter command); nothing else writes it. Flags are 1.0 / 0.0 (a compare of
+   Blocked like step_all (core.pxd `Plan`): the block of actuators [b·HIL_BLOCK, (b+1)·HIL_BLOCK) owns
+   HIL_PLAN_COLUMNS × HIL_BLOCK consecutive doubles, column c of its actuator k at [c·HIL_BLOCK + k]. A
+   pass thus reads one contiguous 13 KiB stretch per block; whole-rig columns n doubles apart would put
+   every column of an actuator in the same L1 set whenever n·8 bytes is a multiple of 4 KiB.
+
+   core.pyx `prepare` writes actuator j's values from its Params whenever they change (Kernel.set_params,
+   the real-time loop's parameter command); nothing else writes them. Flags are 1.0 / 0.0 (a compare of
    doubles selects lanes in the same vector width as the arithmetic). */
 
 #ifndef HIL_PLAN_H
 #define HIL_PLAN_H
+
+#define HIL_BLOCK 32   /* actuators per block of step_all and of the plan (their Params and State stay in L1) */
 
 enum {
     /* load, integration (pass 4) */
