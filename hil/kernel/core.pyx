@@ -26,7 +26,8 @@ cdef extern from "vmath.h" nogil:
     void hil_vpow(double* x, const double* y, int n, int path)
 
 cdef extern from "isa.h" nogil:
-    void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt)   # step_blocks, per ISA
+    void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt,
+                  int path)   # step_blocks, per ISA
 
 cdef extern from "plan.h" nogil:
     enum:
@@ -667,11 +668,25 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
                    double dt) noexcept nogil:
     """Advance n independent actuators by dt (`step_blocks`, in the copy compiled for the active path:
     isa.h); `plan` is the one prepare() keeps for p."""
-    hil_step(p, plan, s, inp, n, dt)
+    hil_step(p, plan, s, inp, n, dt, math_path(n))
+
+
+cdef inline int math_path(Py_ssize_t n) noexcept nogil:
+    """The vector-math path of a rig of n actuators: hil_simd, libm's below HIL_SIMD_MIN_N."""
+    return hil_simd if n >= HIL_SIMD_MIN_N else 0
+
+
+cdef inline void step_range(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t j0,
+                            Py_ssize_t j1, Py_ssize_t n, double dt) noexcept nogil:
+    """step_all for actuators [j0, j1) of a rig of n (j0 a multiple of BLOCK): the same results, the
+    rig's vector-math path."""
+    cdef Plan sub
+    sub.col = plan_block(plan, j0)
+    hil_step(&p[j0], &sub, &s[j0], &inp[j0], j1 - j0, dt, math_path(n))
 
 
 cdef inline void step_blocks(const void* params, const void* plan_, void* states, const void* inputs,
-                             Py_ssize_t n, double dt) noexcept nogil:
+                             Py_ssize_t n, double dt, int path) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
     1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
@@ -681,8 +696,9 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
        across actuators (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
        the plan's columns and the block's arrays: vectorized across actuators).
-    Each actuator's result depends only on its own parameters, state and input. (Untyped pointers:
-    isa.h declares this function before Cython defines the structs.)"""
+    Each actuator's result depends only on its own parameters, state and input; `path` is the vector
+    math's (math_path of the rig). (Untyped pointers: isa.h declares this function before Cython
+    defines the structs.)"""
     cdef const Params* p = <const Params*>params
     cdef const Plan* plan = <const Plan*>plan_
     cdef State* s = <State*>states
@@ -691,7 +707,6 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
     cdef State* st
     cdef HilLawOut law
     cdef int j, m, need
-    cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0
     cdef Py_ssize_t j0 = 0
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
     law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
@@ -913,20 +928,27 @@ cdef class Kernel:
         cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
-        cdef Py_ssize_t k, j
+        cdef Py_ssize_t k, j, j0, j1
         cdef State* s
         with nogil:
-            for k in range(T):
-                for j in range(self.n):
-                    self.inputs[j].u = uu[k, j]
-                    self.inputs[j].enable = ee[k, j]
-                    self.inputs[j].external_torque = xx[k, j]
-                    if rec:
-                        o_th[k, j] = self.states[j].theta
-                        o_w[k, j] = self.states[j].omega
-                step_all(self.params, &self.plan, self.states, self.inputs, self.n, self.dt)
-                if rec:
-                    for j in range(self.n):
+            # A block of actuators at a time through all T steps (they are independent: the same
+            # results as whole-rig steps), so its records stay in L1/L2 instead of a rig larger than L2
+            # being streamed from L3 on every step.
+            j0 = 0
+            while j0 < self.n:
+                j1 = min(j0 + BLOCK, self.n)
+                for k in range(T):
+                    for j in range(j0, j1):
+                        self.inputs[j].u = uu[k, j]
+                        self.inputs[j].enable = ee[k, j]
+                        self.inputs[j].external_torque = xx[k, j]
+                        if rec:
+                            o_th[k, j] = self.states[j].theta
+                            o_w[k, j] = self.states[j].omega
+                    step_range(self.params, &self.plan, self.states, self.inputs, j0, j1, self.n, self.dt)
+                    if not rec:
+                        continue
+                    for j in range(j0, j1):
                         s = &self.states[j]
                         o_thm[k, j] = s.theta_meas
                         o_tq[k, j] = s.torque
@@ -935,4 +957,5 @@ cdef class Kernel:
                         o_v[k, j] = s.v_out
                         o_T[k, j] = s.temperature
                         o_f[k, j] = s.fault_flags
+                j0 = j1
         return out
