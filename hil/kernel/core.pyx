@@ -39,7 +39,12 @@ cdef extern from "plan.h" nogil:
         PL_DIDT_LIMITED, PL_DIDT_MAX, PL_THERMAL, PL_INV_THERMAL_R, PL_INV_THERMAL_C, PL_AMBIENT, PL_ELECTRICAL,
         PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
         PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
+        PL_COG_POLES, PL_COG_PHASE, PL_Q_OFFSET, PL_INV_LUGRE_WS, PL_INV_DTHETA_STRIBECK, PL_ALPHA,
         HIL_PLAN_COLUMNS
+
+cdef extern from "args.h" nogil:
+    void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
+                       double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
 
 cdef extern from "motor.h" nogil:
     ctypedef struct HilLawOut:
@@ -153,7 +158,7 @@ cdef struct Block:
     double v_out[BLOCK]
     double derated[BLOCK]
     double ext[BLOCK]           # external torque [N·m]
-    double theta[BLOCK]
+    double theta[BLOCK]         # pre-step θ and ω (pass 1 on), then pass 4's results
     double omega[BLOCK]
     double bristle[BLOCK]
     double friction[BLOCK]      # budget friction torque [N·m]
@@ -622,32 +627,19 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_LUGRE_S1 * st] = p.lugre_s1
     c[PL_LUGRE_TC * st] = p.lugre_tc
     c[PL_LUGRE_TS * st] = p.lugre_ts
+    c[PL_COG_POLES * st] = p.cog_poles
+    c[PL_COG_PHASE * st] = p.cog_phase
+    c[PL_Q_OFFSET * st] = p.q_offset
+    c[PL_INV_LUGRE_WS * st] = p._inv_lugre_ws
+    c[PL_INV_DTHETA_STRIBECK * st] = p._inv_dtheta_stribeck
+    c[PL_ALPHA * st] = p.alpha
 
 
-cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, int m) noexcept nogil:
-    """Pass 1 of step_all: the arguments of actuator j's transcendentals, from the pre-step state
-    (every slot is written, unused ones with harmless values). Returns the NEED_* it has."""
+cdef inline int noise_pair(const Params* p, State* s, Block* b, int j) noexcept nogil:
+    """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of the polar
+    method for actuator j when its measurement needs one. Returns NEED_LOG if it drew one."""
     cdef double x, y, r
-    cdef int need = NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0
-    b.sin_x[j] = p.cog_poles * (p.gear * s.theta) + p.cog_phase
-    b.sin_x[m + j] = s.theta + p.q_offset
-    x = p.gear * s.omega * p._inv_lugre_ws if p.lugre_s0 > 0 else 0.0
-    b.exp_x[j] = -x * x
-    b.exp_x[m + j] = 0.0
-    b.pow_x[j] = 1.0
-    b.pow_a[j] = 1.0
-    b.use_pow[j] = 0
-    if p.budget and p.dtheta_stribeck > 0:
-        x = fabs(s.omega * p._inv_dtheta_stribeck)
-        if p.alpha == 1.0:
-            b.exp_x[m + j] = -x
-        elif p.alpha == 2.0:
-            b.exp_x[m + j] = -(x * x)
-        else:
-            b.pow_x[j] = x
-            b.pow_a[j] = p.alpha
-            b.use_pow[j] = 1
-            need |= NEED_POW
+    cdef int need = 0
     b.gauss_r[j] = 1.0
     if p.encoder_noise > 0 and not (p.encoder_stuck and s.k > 0) and not s.has_spare:
         while True:   # the polar method's rejection loop (measure() finishes the deviates)
@@ -688,7 +680,8 @@ cdef inline void step_range(const Params* p, const Plan* plan, State* s, const I
 cdef inline void step_blocks(const void* params, const void* plan_, void* states, const void* inputs,
                              Py_ssize_t n, double dt, int path) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
-    1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
+    1. the arguments of every transcendental, from the pre-step state (args.h `hil_args_pass`,
+       vectorized across actuators; the noise generator's pairs per actuator: `noise_pair`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
@@ -706,15 +699,25 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
     cdef Block b
     cdef State* st
     cdef HilLawOut law
+    cdef const double* P
     cdef int j, m, need
     cdef Py_ssize_t j0 = 0
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
     law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
+        P = plan_block(plan, j0)
+        for j in range(m):
+            b.theta[j] = s[j0 + j].theta
+            b.omega[j] = s[j0 + j].omega
+        hil_args_pass(P, BLOCK, m, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
         need = 0
         for j in range(m):
-            need |= transcendental_args(&p[j0 + j], &s[j0 + j], &b, j, m)
+            need |= noise_pair(&p[j0 + j], &s[j0 + j], &b, j)
+            if b.use_pow[j]:
+                need |= NEED_POW
+            if P[PL_BRISTLE * BLOCK + j] != 0:
+                need |= NEED_ZOH
         if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
             hil_vlog(b.gauss_log, m, path)
         hil_vsin(b.sin_x, 2 * m, path)
@@ -725,15 +728,13 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
             firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
-        hil_motor_pass(plan_block(plan, j0), BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
+        hil_motor_pass(P, BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
                        b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
         if need & NEED_ZOH:
             hil_vexp(b.zoh_ea, m, path)
         for j in range(m):
             b.ext[j] = inp[j0 + j].external_torque
-            b.theta[j] = s[j0 + j].theta
-            b.omega[j] = s[j0 + j].omega
-        hil_load_pass(plan_block(plan, j0), BLOCK, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
+        hil_load_pass(P, BLOCK, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
                       b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
         for j in range(m):
             st = &s[j0 + j]

@@ -1,5 +1,5 @@
-/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (motor.h,
-   load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
+/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (args.h,
+   motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
    per actuator from 856-byte Params records.
 
    Blocked like step_all (core.pxd `Plan`): the block of actuators [b·HIL_BLOCK, (b+1)·HIL_BLOCK) owns
@@ -71,6 +71,13 @@ enum {
     PL_LUGRE_S1,
     PL_LUGRE_TC,
     PL_LUGRE_TS,
+    /* transcendental arguments (pass 1, args.h) */
+    PL_COG_POLES,           /* Np */
+    PL_COG_PHASE,           /* [rad] */
+    PL_Q_OFFSET,            /* [rad] */
+    PL_INV_LUGRE_WS,        /* 1/ωs [s/rad] */
+    PL_INV_DTHETA_STRIBECK, /* 1/θ̇s [s/rad] */
+    PL_ALPHA,               /* Stribeck exponent α */
     HIL_PLAN_COLUMNS
 };
 
