@@ -24,7 +24,9 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
     )
 
 
-extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h", "hil/kernel/isa.h")),
+KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h" for h in ("vmath", "isa", "plan", "select", "args", "motor", "load"))
+
+extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec")]
 

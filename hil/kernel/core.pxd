@@ -1,5 +1,6 @@
 # C-level interface of the servo kernel: one nogil call advances N actuators by one step.
-# Other Cython modules (the real-time loop) cimport `Params`, `State`, `Input` and `step_all`.
+# Other Cython modules (the real-time loop) cimport `Params`, `Plan`, `State`, `Input`, `prepare` and
+# `step_all`.
 # All quantities are SI; "motor side" means before the gear (g·θ), "output" means after it.
 
 from libc.stdint cimport int64_t, uint64_t
@@ -210,12 +211,20 @@ cdef packed struct Input:
     double external_torque     # [N·m] at the output
 
 
-cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil
-cdef void prepare(Params* p, double dt) noexcept nogil
+cdef struct Plan:
+    # struct-of-arrays copy of the Params fields step_all's lane passes read, derived by prepare(); its
+    # layout and columns: plan.h
+    double* col
+
+
+cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
+                   double dt) noexcept nogil
+cdef void prepare(Params* p, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
 
 
 cdef class Kernel:
     cdef Params* params
+    cdef Plan plan
     cdef State* states
     cdef Input* inputs
     cdef readonly Py_ssize_t n

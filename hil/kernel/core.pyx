@@ -26,7 +26,49 @@ cdef extern from "vmath.h" nogil:
     void hil_vpow(double* x, const double* y, int n, int path)
 
 cdef extern from "isa.h" nogil:
-    void hil_step(const void* p, void* s, const void* inp, Py_ssize_t n, double dt)   # step_blocks, per ISA
+    void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt,
+                  int path)   # step_blocks, per ISA
+
+cdef extern from "plan.h" nogil:
+    enum:
+        HIL_BLOCK
+    enum:
+        PL_GEAR, PL_GRAVITY_TORQUE, PL_DAMPING_B1, PL_DAMPING_B2, PL_DAMPING_B3, PL_INERTIA, PL_INV_DT,
+        PL_EULER, PL_BUDGET, PL_STRIBECK, PL_QUADRATIC, PL_KC, PL_KV, PL_KCS, PL_KL, PL_KLS, PL_KM, PL_KE,
+        PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, PL_MOTORCONST, PL_INDUCTIVE, PL_TE, PL_INV_TE, PL_DECAY,
+        PL_DIDT_LIMITED, PL_DIDT_MAX, PL_THERMAL, PL_INV_THERMAL_R, PL_INV_THERMAL_C, PL_AMBIENT, PL_ELECTRICAL,
+        PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
+        PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
+        PL_COG_POLES, PL_COG_PHASE, PL_Q_OFFSET, PL_INV_LUGRE_WS, PL_INV_DTHETA_STRIBECK, PL_ALPHA,
+        HIL_PLAN_COLUMNS
+
+cdef extern from "args.h" nogil:
+    void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
+                       double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
+
+cdef extern from "motor.h" nogil:
+    ctypedef struct HilLawOut:
+        const double* vmode
+        const double* off
+        const double* V
+        const double* i
+        const double* f
+        const double* R
+        const double* T
+        const double* Ld
+    void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
+                        const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
+                        double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
+                        double* zoh_ea)
+
+cdef extern from "load.h" nogil:
+    double sign "hil_sign"(double x)
+    double hil_budget(const double* P, Py_ssize_t st, Py_ssize_t j, double tau_m, double tau_e, double w,
+                      double s)
+    void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
+                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_v,
+                       const double* ext, const double* torque, double* theta, double* omega,
+                       double* bristle, double* friction)
 
 # AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
@@ -79,10 +121,8 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
 
-cdef double BAM_MAX_VELOCITY = 100.0   # bam/simulate.py clips |dq| to 100 rad/s
-
 cdef enum:
-    BLOCK = 32   # actuators per block of step_all: their Params and State stay in L1 across the passes
+    BLOCK = HIL_BLOCK   # actuators per block of step_all (plan.h): their Params and State stay in L1
     NEED_POW = 1     # what a block needs besides the sines and exponentials
     NEED_LOG = 2
     NEED_ZOH = 4
@@ -101,15 +141,37 @@ cdef struct Block:
     double gauss_y[BLOCK]
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
-    double zoh_v[BLOCK]         # Ld
+    # the lanes of passes 3b and 4 (motor.h, load.h): the firmware law's request (pass 3a) and the
+    # State / Input fields they read and write (gathered from and scattered back to the records)
+    double vmode[BLOCK]         # HilLawOut (motor.h)
+    double off[BLOCK]
+    double V[BLOCK]
+    double i[BLOCK]
+    double f[BLOCK]
+    double R[BLOCK]
+    double T[BLOCK]
+    double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
+    double current[BLOCK]
+    double temp_rise[BLOCK]
+    double torque[BLOCK]        # the law's output torque, then the actuator torque [N·m]
+    double i_out[BLOCK]
+    double v_out[BLOCK]
+    double derated[BLOCK]
+    double ext[BLOCK]           # external torque [N·m]
+    double theta[BLOCK]         # pre-step θ and ω (pass 1 on), then pass 4's results
+    double omega[BLOCK]
+    double bristle[BLOCK]
+    double friction[BLOCK]      # budget friction torque [N·m]
+
+
+
+
 
 
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
+    # the per-actuator code's clip: branches (predicted) cost less there than select.h's blend `hil_clip`,
+    # which the lane passes need to vectorize; both return the same value
     return lo if x < lo else (hi if x > hi else x)
-
-
-cdef inline double sign(double x) noexcept nogil:
-    return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
 
 
 cdef inline double uniform(uint64_t* state) noexcept nogil:
@@ -146,39 +208,9 @@ cdef inline double measure(const Params* p, State* s, double dt, const Block* b,
     return q
 
 
-cdef inline double derated_current(const Params* p, double temp_abs) noexcept nogil:
-    """i_max(T) of seed 000 §1.3.5 with a smoothstep s(T) between T1 and T2."""
-    if temp_abs <= p.derate_t1:
-        return p.derate_i_rated
-    if temp_abs >= p.derate_t2:
-        return p.derate_i_safe
-    cdef double x = (temp_abs - p.derate_t1) / (p.derate_t2 - p.derate_t1)
-    return p.derate_i_safe + (p.derate_i_rated - p.derate_i_safe) * (1.0 - x * x * (3.0 - 2.0 * x))
-
-
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
     """bam's Stribeck factor exp(−|ω/θ̇s|^α), 0 without θ̇s (scalar; step_all evaluates it in pass 2)."""
     return exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha)) if p.dtheta_stribeck > 0 else 0.0
-
-
-cdef inline double _budget(const Params* p, double tau_m, double tau_e, double w, double s) noexcept nogil:
-    """bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1) with Stribeck factor s; unused terms have zero
-    coefficients."""
-    cdef double q = 0.0
-    if p.budget_quadratic and sign(tau_m) != sign(tau_e):
-        if fabs(tau_e) < fabs(tau_m):
-            q = p.load_friction_external_quad * tau_e * tau_e
-        elif fabs(tau_e) > fabs(tau_m):
-            q = p.load_friction_motor_quad * tau_m * tau_m
-    return (p.friction_base
-            + p.load_friction_base * fabs(tau_m - tau_e)
-            + fabs(p.load_friction_external * tau_e - p.load_friction_motor * tau_m)
-            + s * (p.friction_stribeck
-                   + p.load_friction_stribeck * fabs(tau_m - tau_e)
-                   + fabs(p.load_friction_external_stribeck * tau_e
-                          - p.load_friction_motor_stribeck * tau_m)
-                   + q)
-            + p.friction_viscous * fabs(w))
 
 
 cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil:
@@ -358,9 +390,10 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
     return duty
 
 
-cdef inline void motor_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
-    """Pass 3 of step_all, actuator j of the block (its transcendentals already in b): sensing, faults,
-    firmware law, motor; the actuator torque goes to s.torque, the actuator states advance."""
+cdef inline void firmware_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
+    """Pass 3a of step_all, actuator j of the block (its transcendentals already in b): sensing, faults
+    and the firmware law, whose request (voltage, or current, or output torque) goes to the block's
+    lanes for the motor (pass 3b, motor.h); the controller's states advance."""
     cdef double g = p.gear
     cdef double t = s.k * dt
     cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
@@ -368,11 +401,10 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
     cdef double K = p.motorconst
     cdef double u = inp.u
     cdef bint enabled = inp.enable != 0
-    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, di, i_next, e, gs, a, z_rate
-    cdef double slew_rate = 0.0, int_rate = 0.0, temp_rate = 0.0, imax_t
+    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, e
+    cdef double slew_rate = 0.0, int_rate = 0.0
     cdef bint voltage_mode = 0, open_now = 0
     cdef double frac
-    a = 0.0
 
     # -- sensing (pre-step state) and faults
     thm = measure(p, s, dt, b, j)
@@ -420,6 +452,7 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
         u = clip(u, p.ctrl_lo, p.ctrl_hi)
     V = 0.0
     i = 0.0
+    f = 0.0
     tau_act = 0.0
     if p.law <= LAW_VELOCITY:
         voltage_mode = 1
@@ -471,47 +504,32 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
     else:  # LAW_TORQUE: an ideal torque source at the output
         tau_act = u if enabled else 0.0
 
-    # -- motor: current, heating and electrical torque
-    i_next = 0.0
-    if voltage_mode:
-        if not enabled or open_now:
-            # Torque off / open winding: no current can flow, so neither torque nor back-EMF braking.
-            V = K * Ld
-            i = 0.0
-            f = 0.0
-        elif p.te > 0:
-            i = s.current
-            di = (V / R - K / R * Ld - i) * p._inv_te
-            if p.didt_max > 0:
-                di = clip(di, -p.didt_max, p.didt_max)
-            i_next = i + di * p.te * p._decay   # exact exponential; torque from i_{k+1}
-            f = K * i_next
-        else:
-            i = (V - K * Ld) / R
-            f = K / R * V - K / R * K * Ld
-    if p.thermal_r > 0:
-        temp_rate = (R * i * i - T * p._inv_thermal_r) * p._inv_thermal_c
-    if p.law != LAW_TORQUE:
-        if p.tau_max > 0:
-            f = clip(f, -p.tau_max, p.tau_max)
-        if p.derate_i_rated > 0:
-            imax_t = derated_current(p, T + p.ambient)
-            if imax_t < p.derate_i_rated:
-                s.fault_flags |= FAULT_DERATED
-            f = clip(f, -K * imax_t, K * imax_t)
-        f *= p.efficiency
-        if p.cog_amplitude != 0:
-            f += p.cog_amplitude * b.sin_x[j]
-        if p.lugre_s0 > 0:
-            gs = p.lugre_tc + (p.lugre_ts - p.lugre_tc) * b.exp_x[j]
-            a = -p.lugre_s0 * fabs(Ld) / gs if gs > 0 else 0.0
-            z_rate = a * s.bristle + Ld
-            f -= p.lugre_s0 * s.bristle + p.lugre_s1 * z_rate
-        tau_act = g * f
-    s.i_out = i_next if (voltage_mode and p.te > 0) else i
-    s.v_out = V
-    s.torque = tau_act
+    # -- the motor's lanes (pass 3b)
+    b.vmode[j] = voltage_mode
+    b.off[j] = not enabled or open_now
+    b.V[j] = V
+    b.i[j] = i
+    b.f[j] = f
+    b.R[j] = R
+    b.T[j] = T
+    b.Ld[j] = Ld
+    b.torque[j] = tau_act
+    b.current[j] = s.current
+    b.temp_rise[j] = s.temp_rise
+    b.bristle[j] = s.bristle
 
+    # -- advance the controller states (mj_nextActivation; the integration does not read them)
+    if p.slew > 0 and voltage_mode:
+        s.slew_u = s.slew_u + dt * slew_rate
+    if p.ki > 0 and voltage_mode:
+        s.integral = s.integral + dt * int_rate
+        if p.imax > 0:
+            s.integral = clip(s.integral, -p.imax, p.imax)
+    s.k += 1
+
+
+cdef inline void fault_timers(const Params* p, State* s, double dt) noexcept nogil:
+    """After the motor (pass 3b): the latches that watch the current s.i_out."""
     # -- behavioural open-circuit trigger: |i| above the limit for longer than the duration
     if p.oc_fraction > 0 and not s.oc_active:
         if fabs(s.i_out) > p.oc_current:
@@ -531,66 +549,11 @@ cdef inline void motor_step(const Params* p, State* s, const Input* inp, double 
         else:
             s.ol_timer = 0.0
 
-    # -- advance the actuator states (mj_nextActivation; the integration below does not read them)
-    if p.slew > 0 and voltage_mode:
-        s.slew_u = s.slew_u + dt * slew_rate
-    if p.ki > 0 and voltage_mode:
-        s.integral = s.integral + dt * int_rate
-        if p.imax > 0:
-            s.integral = clip(s.integral, -p.imax, p.imax)
-    if p.thermal_r > 0:
-        s.temp_rise = s.temp_rise + dt * temp_rate
-    b.zoh_a[j] = a                     # the bristle state advances in pass 4
-    b.zoh_ea[j] = a * dt
-    b.zoh_v[j] = Ld
-    if p.te > 0:
-        s.current = i_next
-    s.k += 1
 
-
-
-cdef inline void load_step(const Params* p, State* s, const Input* inp, double dt, const Block* b, int j,
-                          int m) noexcept nogil:
-    """Pass 4 of step_all, actuator j of a block of m: load, friction budget, integration, bristle
-    state (a pass of its own: the CPU overlaps the dependency chains of several actuators)."""
-    cdef double g = p.gear, tau_act = s.torque
-    cdef double tau_e, tau_net, M, Meff, w_new, tau_stop, tau_f = 0.0, acc, wabs, a, ea
-    tau_e = p._gravity_torque * b.sin_x[m + j] \
-        + inp.external_torque
-    wabs = fabs(s.omega)
-    tau_net = tau_act + tau_e \
-        - s.omega * (p.damping_b1 + p.damping_b2 * wabs + p.damping_b3 * s.omega * s.omega) * g * g
-    M = p._inertia
-    if p.integrator == INTEGRATOR_EULER:
-        Meff = M + dt * (p.damping_b1 + 2.0 * p.damping_b2 * wabs + 3.0 * p.damping_b3 * s.omega * s.omega) * g * g
-    else:
-        Meff = M
-    if p.budget:
-        # bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4).
-        tau_stop = Meff * p._inv_dt * s.omega + tau_net
-        tau_f = -sign(tau_stop) * min(fabs(tau_stop), _budget(p, tau_act, tau_e, s.omega,
-                                                               b.exp_x[m + j] if p.dtheta_stribeck > 0 else 0.0))
-        tau_net = tau_net + tau_f
-    s.friction_torque = tau_f
-    acc = tau_net / Meff
-    if p.integrator == INTEGRATOR_EULER:
-        s.omega = s.omega + dt * acc
-        s.theta = s.theta + dt * s.omega
-    else:
-        w_new = clip(s.omega + acc * dt, -BAM_MAX_VELOCITY, BAM_MAX_VELOCITY)
-        s.theta = s.theta + w_new * dt + 0.5 * acc * dt * dt
-        s.omega = w_new
-    if p.lugre_s0 > 0 and p.law != LAW_TORQUE:
-        a = b.zoh_a[j]
-        if fabs(a) > 1e-15:
-            ea = b.zoh_ea[j]     # exp(a·dt), pass 3
-            s.bristle = ea * s.bristle + (ea - 1.0) / a * b.zoh_v[j]   # exact zero-order hold
-        else:
-            s.bristle = s.bristle + dt * b.zoh_v[j]
-
-
-cdef void prepare(Params* p, double dt) noexcept nogil:
-    """Fill the derived fields of p for step size dt (call after any parameter change)."""
+cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil:
+    """Fill the derived fields of actuator j's P[j] for step size dt and its row of the plan (call after
+    any change of P[j])."""
+    cdef Params* p = &P[j]
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
@@ -604,32 +567,79 @@ cdef void prepare(Params* p, double dt) noexcept nogil:
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
+    plan_row(p, plan_block(plan, j) + j % BLOCK, BLOCK)
 
 
-cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, int m) noexcept nogil:
-    """Pass 1 of step_all: the arguments of actuator j's transcendentals, from the pre-step state
-    (every slot is written, unused ones with harmless values). Returns the NEED_* it has."""
+cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
+    """The plan's columns of the block holding actuator j (plan.h)."""
+    return plan.col + (j // BLOCK) * (HIL_PLAN_COLUMNS * BLOCK)
+
+
+cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept nogil:
+    """The plan's columns of one actuator (plan.h), from its prepared Params; c[k·st] is column k."""
+    c[PL_GEAR * st] = p.gear
+    c[PL_GRAVITY_TORQUE * st] = p._gravity_torque
+    c[PL_DAMPING_B1 * st] = p.damping_b1
+    c[PL_DAMPING_B2 * st] = p.damping_b2
+    c[PL_DAMPING_B3 * st] = p.damping_b3
+    c[PL_INERTIA * st] = p._inertia
+    c[PL_INV_DT * st] = p._inv_dt
+    c[PL_EULER * st] = p.integrator == INTEGRATOR_EULER
+    c[PL_BUDGET * st] = p.budget != 0
+    c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
+    c[PL_QUADRATIC * st] = p.budget_quadratic != 0
+    c[PL_KC * st] = p.friction_base
+    c[PL_KV * st] = p.friction_viscous
+    c[PL_KCS * st] = p.friction_stribeck
+    c[PL_KL * st] = p.load_friction_base
+    c[PL_KLS * st] = p.load_friction_stribeck
+    c[PL_KM * st] = p.load_friction_motor
+    c[PL_KE * st] = p.load_friction_external
+    c[PL_KMS * st] = p.load_friction_motor_stribeck
+    c[PL_KES * st] = p.load_friction_external_stribeck
+    c[PL_KMQ * st] = p.load_friction_motor_quad
+    c[PL_KEQ * st] = p.load_friction_external_quad
+    c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
+    c[PL_MOTORCONST * st] = p.motorconst
+    c[PL_INDUCTIVE * st] = p.te > 0
+    c[PL_TE * st] = p.te
+    c[PL_INV_TE * st] = p._inv_te
+    c[PL_DECAY * st] = p._decay
+    c[PL_DIDT_LIMITED * st] = p.didt_max > 0
+    c[PL_DIDT_MAX * st] = p.didt_max
+    c[PL_THERMAL * st] = p.thermal_r > 0
+    c[PL_INV_THERMAL_R * st] = p._inv_thermal_r
+    c[PL_INV_THERMAL_C * st] = p._inv_thermal_c
+    c[PL_AMBIENT * st] = p.ambient
+    c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
+    c[PL_TAU_LIMITED * st] = p.tau_max > 0
+    c[PL_TAU_MAX * st] = p.tau_max
+    c[PL_DERATE * st] = p.derate_i_rated > 0
+    c[PL_DERATE_I_RATED * st] = p.derate_i_rated
+    c[PL_DERATE_I_SAFE * st] = p.derate_i_safe
+    c[PL_DERATE_T1 * st] = p.derate_t1
+    c[PL_DERATE_T2 * st] = p.derate_t2
+    c[PL_EFFICIENCY * st] = p.efficiency
+    c[PL_COG * st] = p.cog_amplitude != 0
+    c[PL_COG_AMPLITUDE * st] = p.cog_amplitude
+    c[PL_LUGRE * st] = p.lugre_s0 > 0
+    c[PL_LUGRE_S0 * st] = p.lugre_s0
+    c[PL_LUGRE_S1 * st] = p.lugre_s1
+    c[PL_LUGRE_TC * st] = p.lugre_tc
+    c[PL_LUGRE_TS * st] = p.lugre_ts
+    c[PL_COG_POLES * st] = p.cog_poles
+    c[PL_COG_PHASE * st] = p.cog_phase
+    c[PL_Q_OFFSET * st] = p.q_offset
+    c[PL_INV_LUGRE_WS * st] = p._inv_lugre_ws
+    c[PL_INV_DTHETA_STRIBECK * st] = p._inv_dtheta_stribeck
+    c[PL_ALPHA * st] = p.alpha
+
+
+cdef inline int noise_pair(const Params* p, State* s, Block* b, int j) noexcept nogil:
+    """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of the polar
+    method for actuator j when its measurement needs one. Returns NEED_LOG if it drew one."""
     cdef double x, y, r
-    cdef int need = NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0
-    b.sin_x[j] = p.cog_poles * (p.gear * s.theta) + p.cog_phase
-    b.sin_x[m + j] = s.theta + p.q_offset
-    x = p.gear * s.omega * p._inv_lugre_ws if p.lugre_s0 > 0 else 0.0
-    b.exp_x[j] = -x * x
-    b.exp_x[m + j] = 0.0
-    b.pow_x[j] = 1.0
-    b.pow_a[j] = 1.0
-    b.use_pow[j] = 0
-    if p.budget and p.dtheta_stribeck > 0:
-        x = fabs(s.omega * p._inv_dtheta_stribeck)
-        if p.alpha == 1.0:
-            b.exp_x[m + j] = -x
-        elif p.alpha == 2.0:
-            b.exp_x[m + j] = -(x * x)
-        else:
-            b.pow_x[j] = x
-            b.pow_a[j] = p.alpha
-            b.use_pow[j] = 1
-            need |= NEED_POW
+    cdef int need = 0
     b.gauss_r[j] = 1.0
     if p.encoder_noise > 0 and not (p.encoder_stuck and s.k > 0) and not s.has_spare:
         while True:   # the polar method's rejection loop (measure() finishes the deviates)
@@ -646,35 +656,68 @@ cdef inline int transcendental_args(const Params* p, State* s, Block* b, int j, 
     return need
 
 
-cdef void step_all(const Params* p, State* s, const Input* inp, Py_ssize_t n, double dt) noexcept nogil:
+cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
+                   double dt) noexcept nogil:
     """Advance n independent actuators by dt (`step_blocks`, in the copy compiled for the active path:
-    isa.h)."""
-    hil_step(p, s, inp, n, dt)
+    isa.h); `plan` is the one prepare() keeps for p."""
+    hil_step(p, plan, s, inp, n, dt, math_path(n))
 
 
-cdef inline void step_blocks(const void* params, void* states, const void* inputs, Py_ssize_t n,
-                             double dt) noexcept nogil:
+cdef inline int math_path(Py_ssize_t n) noexcept nogil:
+    """The vector-math path of a rig of n actuators: hil_simd, libm's below HIL_SIMD_MIN_N."""
+    return hil_simd if n >= HIL_SIMD_MIN_N else 0
+
+
+cdef inline void step_range(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t j0,
+                            Py_ssize_t j1, Py_ssize_t n, double dt) noexcept nogil:
+    """step_all for actuators [j0, j1) of a rig of n (j0 a multiple of BLOCK): the same results, the
+    rig's vector-math path."""
+    cdef Plan sub
+    sub.col = plan_block(plan, j0)
+    hil_step(&p[j0], &sub, &s[j0], &inp[j0], j1 - j0, dt, math_path(n))
+
+
+cdef inline void step_blocks(const void* params, const void* plan_, void* states, const void* inputs,
+                             Py_ssize_t n, double dt, int path) noexcept nogil:
     """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
-    1. the arguments of every transcendental, from the pre-step state (`transcendental_args`);
+    1. the arguments of every transcendental, from the pre-step state (args.h `hil_args_pass`,
+       vectorized across actuators; the noise generator's pairs per actuator: `noise_pair`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
-    3. sensing, faults, firmware law and motor (`motor_step`), then the bristle hold's exp(a·dt);
-    4. load, friction budget, integration and the LuGre bristle update (`load_step`).
-    Each actuator's result depends only on its own parameters, state and input. (Untyped pointers:
-    isa.h declares this function before Cython defines the structs.)"""
+    3. sensing, faults and firmware law, per actuator (`firmware_step`), then the motor, vectorized
+       across actuators (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
+    4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
+       the plan's columns and the block's arrays: vectorized across actuators).
+    Each actuator's result depends only on its own parameters, state and input; `path` is the vector
+    math's (math_path of the rig). (Untyped pointers: isa.h declares this function before Cython
+    defines the structs.)"""
     cdef const Params* p = <const Params*>params
+    cdef const Plan* plan = <const Plan*>plan_
     cdef State* s = <State*>states
     cdef const Input* inp = <const Input*>inputs
     cdef Block b
+    cdef State* st
+    cdef HilLawOut law
+    cdef const double* P
     cdef int j, m, need
-    cdef int path = hil_simd if n >= HIL_SIMD_MIN_N else 0
     cdef Py_ssize_t j0 = 0
+    law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
+    law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
+        P = plan_block(plan, j0)
+        for j in range(m):
+            b.theta[j] = s[j0 + j].theta
+            b.omega[j] = s[j0 + j].omega
+        hil_args_pass(P, BLOCK, m, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
         need = 0
         for j in range(m):
-            need |= transcendental_args(&p[j0 + j], &s[j0 + j], &b, j, m)
+            need |= noise_pair(&p[j0 + j], &s[j0 + j], &b, j)
+            if b.use_pow[j]:
+                need |= NEED_POW
+            if P[PL_BRISTLE * BLOCK + j] != 0:
+                need |= NEED_ZOH
         if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
             hil_vlog(b.gauss_log, m, path)
         hil_vsin(b.sin_x, 2 * m, path)
@@ -684,11 +727,29 @@ cdef inline void step_blocks(const void* params, void* states, const void* input
                 b.exp_x[m + j] = -b.pow_x[j] if b.use_pow[j] else b.exp_x[m + j]
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
-            motor_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+            firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+        hil_motor_pass(P, BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
+                       b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
         if need & NEED_ZOH:
             hil_vexp(b.zoh_ea, m, path)
         for j in range(m):
-            load_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j, m)
+            b.ext[j] = inp[j0 + j].external_torque
+        hil_load_pass(P, BLOCK, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
+                      b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
+        for j in range(m):
+            st = &s[j0 + j]
+            st.theta = b.theta[j]
+            st.omega = b.omega[j]
+            st.bristle = b.bristle[j]
+            st.friction_torque = b.friction[j]
+            st.torque = b.torque[j]
+            st.i_out = b.i_out[j]
+            st.v_out = b.v_out[j]
+            st.current = b.current[j]
+            st.temp_rise = b.temp_rise[j]
+            if b.derated[j] != 0:
+                st.fault_flags |= FAULT_DERATED
+            fault_timers(&p[j0 + j], st, dt)
         j0 += m
 
 
@@ -724,6 +785,10 @@ def _per_step(x, Py_ssize_t T, Py_ssize_t n, double default):
 def friction_budget(dict params, tau_m, tau_e, double omega):
     """bam's friction budget τ_fm [N·m] for arrays of motor and external torque at velocity omega."""
     cdef Params p = params
+    cdef double block[HIL_PLAN_COLUMNS * BLOCK]
+    cdef Plan plan
+    plan.col = block
+    prepare(&p, &plan, 0, 1.0)
     tm = np.asarray(tau_m, dtype=np.float64)
     te = np.asarray(tau_e, dtype=np.float64)
     tm, te = np.broadcast_arrays(tm, te)
@@ -732,7 +797,7 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     cdef double[::1] o = out.reshape(-1)
     cdef Py_ssize_t j
     for j in range(a.shape[0]):
-        o[j] = _budget(&p, a[j], b[j], omega, stribeck(&p, omega))
+        o[j] = hil_budget(block, BLOCK, 0, a[j], b[j], omega, stribeck(&p, omega))
     return out
 
 
@@ -757,12 +822,13 @@ cdef class Kernel:
         self.params = <Params*> calloc(n, sizeof(Params))
         self.states = <State*> calloc(n, sizeof(State))
         self.inputs = <Input*> calloc(n, sizeof(Input))
-        if not self.params or not self.states or not self.inputs:
+        self.plan.col = <double*> calloc((n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK, sizeof(double))
+        if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
         cdef Py_ssize_t j
         for j in range(n):
             self.params[j] = _zero_params()
-            prepare(&self.params[j], dt)
+            prepare(self.params, &self.plan, j, dt)
             self.states[j].rng = 1
             self.inputs[j].enable = 1.0
 
@@ -770,6 +836,7 @@ cdef class Kernel:
         free(self.params)
         free(self.states)
         free(self.inputs)
+        free(self.plan.col)
 
     def _check(self, Py_ssize_t j):
         if j < 0 or j >= self.n:
@@ -778,11 +845,10 @@ cdef class Kernel:
     def set_params(self, Py_ssize_t j, dict values):
         """Replace actuator j's parameters; `values` must hold every field of `default_params()`."""
         self._check(j)
-        cdef Params p = values
-        prepare(&p, self.dt)
-        self.params[j] = p
+        self.params[j] = values
+        prepare(self.params, &self.plan, j, self.dt)
         if self.states[j].k == 0:
-            self.states[j].rng = p.seed if p.seed else 1
+            self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
 
     def get_params(self, Py_ssize_t j):
         self._check(j)
@@ -845,7 +911,7 @@ cdef class Kernel:
                 self.inputs[j].enable = ee[j]
                 self.inputs[j].external_torque = xx[j]
         with nogil:
-            step_all(self.params, self.states, self.inputs, self.n, self.dt)
+            step_all(self.params, &self.plan, self.states, self.inputs, self.n, self.dt)
 
     def run(self, u, enable=None, external_torque=None, record=True):
         """Advance T steps with per-step inputs of shape (T, n) (or (T,) broadcast over actuators).
@@ -863,20 +929,27 @@ cdef class Kernel:
         cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
-        cdef Py_ssize_t k, j
+        cdef Py_ssize_t k, j, j0, j1
         cdef State* s
         with nogil:
-            for k in range(T):
-                for j in range(self.n):
-                    self.inputs[j].u = uu[k, j]
-                    self.inputs[j].enable = ee[k, j]
-                    self.inputs[j].external_torque = xx[k, j]
-                    if rec:
-                        o_th[k, j] = self.states[j].theta
-                        o_w[k, j] = self.states[j].omega
-                step_all(self.params, self.states, self.inputs, self.n, self.dt)
-                if rec:
-                    for j in range(self.n):
+            # A block of actuators at a time through all T steps (they are independent: the same
+            # results as whole-rig steps), so its records stay in L1/L2 instead of a rig larger than L2
+            # being streamed from L3 on every step.
+            j0 = 0
+            while j0 < self.n:
+                j1 = min(j0 + BLOCK, self.n)
+                for k in range(T):
+                    for j in range(j0, j1):
+                        self.inputs[j].u = uu[k, j]
+                        self.inputs[j].enable = ee[k, j]
+                        self.inputs[j].external_torque = xx[k, j]
+                        if rec:
+                            o_th[k, j] = self.states[j].theta
+                            o_w[k, j] = self.states[j].omega
+                    step_range(self.params, &self.plan, self.states, self.inputs, j0, j1, self.n, self.dt)
+                    if not rec:
+                        continue
+                    for j in range(j0, j1):
                         s = &self.states[j]
                         o_thm[k, j] = s.theta_meas
                         o_tq[k, j] = s.torque
@@ -885,4 +958,5 @@ cdef class Kernel:
                         o_v[k, j] = s.v_out
                         o_T[k, j] = s.temperature
                         o_f[k, j] = s.fault_flags
+                j0 = j1
         return out

@@ -13,31 +13,31 @@
 
 /* Cython's name for core.pyx's module-level `step_blocks` (__pyx_f_ + length-prefixed module path and
    name). Declared here, before Cython defines it, so that both copies below inline all of it; `flatten`
-   inlines its passes (motor_step, load_step, …) too, which GCC would otherwise leave as one baseline
+   inlines its passes (firmware_step, motor.h, load.h, …) too, which GCC would otherwise leave as one baseline
    copy called from both (callgrind showed the AVX2 copy no better than the baseline then). */
 #define HIL_STEP_BODY __pyx_f_3hil_6kernel_4core_step_blocks
-static inline __attribute__((always_inline)) void HIL_STEP_BODY(const void* p, void* s, const void* inp,
-                                                                Py_ssize_t n, double dt);
+static inline __attribute__((always_inline)) void HIL_STEP_BODY(const void* p, const void* plan, void* s, const void* inp,
+                                                                Py_ssize_t n, double dt, int path);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx2"), noinline, flatten))
-static void hil_step_avx2(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_BODY(p, s, inp, n, dt);
+static void hil_step_avx2(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt, int path) {
+    HIL_STEP_BODY(p, plan, s, inp, n, dt, path);
 }
-#define HIL_STEP_AVX2(p, s, inp, n, dt) if (hil_simd >= HIL_SIMD_AVX2) { hil_step_avx2(p, s, inp, n, dt); return; }
+#define HIL_STEP_AVX2(p, plan, s, inp, n, dt, path) if (hil_simd >= HIL_SIMD_AVX2) { hil_step_avx2(p, plan, s, inp, n, dt, path); return; }
 #else
-#define HIL_STEP_AVX2(p, s, inp, n, dt)
+#define HIL_STEP_AVX2(p, plan, s, inp, n, dt, path)
 #endif
 
 __attribute__((noinline, flatten))
-static void hil_step_default(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_BODY(p, s, inp, n, dt);
+static void hil_step_default(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt, int path) {
+    HIL_STEP_BODY(p, plan, s, inp, n, dt, path);
 }
 
 /* the copy for the active path (hil_simd ≤ hil_simd_max(): never AVX2 code on a CPU without it) */
-static void hil_step(const void* p, void* s, const void* inp, Py_ssize_t n, double dt) {
-    HIL_STEP_AVX2(p, s, inp, n, dt)
-    hil_step_default(p, s, inp, n, dt);
+static void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt, int path) {
+    HIL_STEP_AVX2(p, plan, s, inp, n, dt, path)
+    hil_step_default(p, plan, s, inp, n, dt, path);
 }
 
 #endif

@@ -68,7 +68,7 @@ __m512d _ZGVeN8vv_pow(__m512d, __m512d);
     HIL_VECTOR(sin, sfx, attr, w, V, load, store, _ZGV##isa##v_sin(a))                               \
     HIL_VECTOR(exp, sfx, attr, w, V, load, store, hil_exp_lanes_##sfx(a))                            \
     HIL_VECTOR(log, sfx, attr, w, V, load, store, _ZGV##isa##v_log(a))                               \
-    HIL_VECTOR(pow, sfx, attr, w, V, load, store, _ZGV##isa##vv_pow(a, b))
+    HIL_VECTOR(pow, sfx, attr, w, V, load, store, hil_pow_lanes_##sfx(a, b))
 
 /* exp of one vector with its lanes at or below HIL_EXP_LOW (if any: one compare per vector) through libm */
 #define HIL_EXP_LANES(sfx, attr, w, V, load, store, isa, tiny_mask)                                  \
@@ -82,6 +82,29 @@ __m512d _ZGVeN8vv_pow(__m512d, __m512d);
         for (k = 0; k < w; k++) if (in[k] <= HIL_EXP_LOW) out[k] = hil_exp1(in[k]);                    \
         return load(out);                                                                              \
     }
+/* pow of one vector whose lanes with x = +0 and y > 0 are +0 (C99 F.9.4.4, what libm's pow returns):
+   libmvec computes each such lane by calling libm's pow for it after the whole vector, and bam's
+   Stribeck |ω/θ̇s|^α has them whenever an actuator stands still (stiction holds ω at exactly 0). One
+   compare per vector; a vector of only such lanes skips the call. */
+#define HIL_POW_ZERO(x, y) ((x) == 0.0 && !signbit(x) && (y) > 0.0)
+#define HIL_POW_LANES(sfx, attr, w, V, load, store, isa, zero_mask, zero)                            \
+    attr static inline V hil_pow_lanes_##sfx(V a, V b) {                                              \
+        double x[w], y[w], r[w];                                                                       \
+        int k, all = 1;                                                                                \
+        if (!(zero_mask)) return _ZGV##isa##vv_pow(a, b);                                             \
+        store(x, a);                                                                                   \
+        store(y, b);                                                                                   \
+        for (k = 0; k < w; k++) { all &= HIL_POW_ZERO(x[k], y[k]); r[k] = HIL_POW_ZERO(x[k], y[k]) ? 1.0 : x[k]; } \
+        if (all) return zero;                                                                          \
+        store(r, _ZGV##isa##vv_pow(load(r), b));                                                       \
+        for (k = 0; k < w; k++) if (HIL_POW_ZERO(x[k], y[k])) r[k] = 0.0;                              \
+        return load(r);                                                                                \
+    }
+HIL_POW_LANES(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4,
+              _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_setzero_pd(), _CMP_EQ_OQ)), _mm256_setzero_pd())
+HIL_POW_LANES(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8,
+              _mm512_cmp_pd_mask(a, _mm512_setzero_pd(), _CMP_EQ_OQ), _mm512_setzero_pd())
+
 HIL_EXP_LANES(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4,
               _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_set1_pd(HIL_EXP_LOW), _CMP_LE_OQ)))
 HIL_EXP_LANES(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8,

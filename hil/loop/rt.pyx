@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hil.kernel.core cimport Kernel, Params, State, Input, prepare, step_all
+from hil.kernel.core cimport Kernel, Params, Plan, State, Input, prepare, step_all
 
 cdef extern from *:
     """
@@ -295,6 +295,7 @@ cdef class RealtimeLoop:
 
     cdef Kernel kernel            # keeps the arrays below alive
     cdef Params* P
+    cdef Plan* plan               # the kernel's, derived from P by prepare()
     cdef State* S
     cdef Input* I
     cdef Py_ssize_t n
@@ -324,6 +325,7 @@ cdef class RealtimeLoop:
             raise ValueError("substeps and publish_every must be >= 1")
         self.kernel = kernel
         self.P, self.S, self.I, self.n, self.dt = kernel.params, kernel.states, kernel.inputs, kernel.n, kernel.dt
+        self.plan = &kernel.plan
         self.period_ns = <int64_t>(1e9 / rate_hz + 0.5)
         if abs(kernel.dt * substeps * 1e9 - self.period_ns) > 1.0:
             raise ValueError(f"kernel dt {kernel.dt} s × {substeps} substeps != period {self.period_ns} ns")
@@ -377,7 +379,7 @@ cdef class RealtimeLoop:
                     self.I[c.index].external_torque = c.a
                 elif c.kind == CMD_SET_PARAMS:
                     self.P[c.index] = c.params
-                    prepare(&self.P[c.index], self.dt)
+                    prepare(self.P, self.plan, c.index, self.dt)
                 elif c.kind == CMD_SET_STATE:
                     if not isnan(c.a):
                         self.S[c.index].theta = c.a
@@ -412,7 +414,7 @@ cdef class RealtimeLoop:
         cdef Sample* o
         cdef int64_t t0 = hil_now_ns()
         for s in range(self.substeps):
-            step_all(self.P, self.S, self.I, self.n, self.dt)
+            step_all(self.P, self.plan, self.S, self.I, self.n, self.dt)
         self.sh.work_ns += hil_now_ns() - t0
         self.sh.tick += 1
         self._snapshot()

@@ -97,6 +97,29 @@ def test_special_values(path, restore_path):
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_pow_zero_lanes_are_libm(path, restore_path):
+    """x = +0 with y > 0 (bam's Stribeck |ω/θ̇s|^α of an actuator held still by stiction), which libmvec
+    hands to libm lane by lane, is +0 on every path, bit for bit libm's, in vectors of only such lanes
+    and mixed with ordinary ones; −0 and y <= 0 keep libm's results (−0 or +0, 1, inf)."""
+    core._simd(path)
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.1, 3.0, 64)
+    x[:16] = 0.0                       # whole vectors of zero lanes
+    x[16::3] = 0.0                     # zero lanes among ordinary ones
+    a = rng.uniform(0.3, 3.0, x.size)
+    x[40], a[40] = -0.0, 3.0           # pow(−0, odd integer) = −0
+    x[41], a[41] = 0.0, -1.0           # pow(+0, −1) = inf
+    x[42], a[42] = 0.0, 0.0            # pow(+0, 0) = 1
+    got = core._vmath("pow", x, a)
+    ref = np.array([math.pow(b, e) if (b, e) != (0.0, -1.0) else math.inf for b, e in zip(x, a, strict=True)])
+    zero = x == 0.0
+    assert got[zero].tolist() == ref[zero].tolist()
+    assert np.signbit(got[zero]).tolist() == np.signbit(ref[zero]).tolist()
+    assert np.signbit(got[40]) and got[41] == math.inf and got[42] == 1.0
+    assert np.max(ulps(got[~zero], ref[~zero])) <= (0.0 if path == "scalar" else 4.0)
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_exp_underflow_lanes_are_libm(path, restore_path):
     """Arguments at or below −708.396 (results at the bottom of the normal range or below: LuGre's
     −(L̇/ωs)² at speed), which libmvec itself hands to libm lane by lane, bypass the vector and take

@@ -1,0 +1,84 @@
+/* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (args.h,
+   motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
+   per actuator from 856-byte Params records.
+
+   Blocked like step_all (core.pxd `Plan`): the block of actuators [b·HIL_BLOCK, (b+1)·HIL_BLOCK) owns
+   HIL_PLAN_COLUMNS × HIL_BLOCK consecutive doubles, column c of its actuator k at [c·HIL_BLOCK + k]. A
+   pass thus reads one contiguous 13 KiB stretch per block; whole-rig columns n doubles apart would put
+   every column of an actuator in the same L1 set whenever n·8 bytes is a multiple of 4 KiB.
+
+   core.pyx `prepare` writes actuator j's values from its Params whenever they change (Kernel.set_params,
+   the real-time loop's parameter command); nothing else writes them. Flags are 1.0 / 0.0 (a compare of
+   doubles selects lanes in the same vector width as the arithmetic). */
+
+#ifndef HIL_PLAN_H
+#define HIL_PLAN_H
+
+#define HIL_BLOCK 32   /* actuators per block of step_all and of the plan (their Params and State stay in L1) */
+
+enum {
+    /* load, integration (pass 4) */
+    PL_GEAR,                /* g */
+    PL_GRAVITY_TORQUE,      /* −(m + m_arm/2)·g·l [N·m] */
+    PL_DAMPING_B1,          /* B1, B2, B3 (motor side) */
+    PL_DAMPING_B2,
+    PL_DAMPING_B3,
+    PL_INERTIA,             /* total inertia about the output axis [kg·m²] */
+    PL_INV_DT,              /* 1/dt [1/s] */
+    PL_EULER,               /* flag: INTEGRATOR_EULER (else bam's) */
+    /* bam friction budget (pass 4) */
+    PL_BUDGET,              /* flag: budget on */
+    PL_STRIBECK,            /* flag: θ̇s > 0 (the Stribeck factor exp(−|ω/θ̇s|^α), else 0) */
+    PL_QUADRATIC,           /* flag: M6 quadratic term */
+    PL_KC,                  /* friction_base */
+    PL_KV,                  /* friction_viscous */
+    PL_KCS,                 /* friction_stribeck */
+    PL_KL,                  /* load_friction_base */
+    PL_KLS,                 /* load_friction_stribeck */
+    PL_KM,                  /* load_friction_motor */
+    PL_KE,                  /* load_friction_external */
+    PL_KMS,                 /* load_friction_motor_stribeck */
+    PL_KES,                 /* load_friction_external_stribeck */
+    PL_KMQ,                 /* load_friction_motor_quad */
+    PL_KEQ,                 /* load_friction_external_quad */
+    /* LuGre bristle (pass 4) */
+    PL_BRISTLE,             /* flag: σ0 > 0 and the law is not LAW_TORQUE */
+    /* motor: current, heating, electrical torque (pass 3, motor.h) */
+    PL_MOTORCONST,          /* K [N·m/A] */
+    PL_INDUCTIVE,           /* flag: t_e > 0 (else quasi-static current) */
+    PL_TE,                  /* t_e [s] */
+    PL_INV_TE,              /* 1/t_e [1/s] */
+    PL_DECAY,               /* 1 − exp(−dt/t_e) */
+    PL_DIDT_LIMITED,        /* flag: didt_max > 0 */
+    PL_DIDT_MAX,            /* [A/s] */
+    PL_THERMAL,             /* flag: R_T > 0 */
+    PL_INV_THERMAL_R,       /* 1/R_T [W/K] */
+    PL_INV_THERMAL_C,       /* 1/C [K/J] */
+    PL_AMBIENT,             /* [°C] */
+    PL_ELECTRICAL,          /* flag: the law is not LAW_TORQUE (the motor makes the torque) */
+    PL_TAU_LIMITED,         /* flag: tau_max > 0 */
+    PL_TAU_MAX,             /* [N·m] motor side */
+    PL_DERATE,              /* flag: derate_i_rated > 0 */
+    PL_DERATE_I_RATED,      /* [A] */
+    PL_DERATE_I_SAFE,       /* [A] */
+    PL_DERATE_T1,           /* [°C] */
+    PL_DERATE_T2,           /* [°C] */
+    PL_EFFICIENCY,          /* η */
+    PL_COG,                 /* flag: cog_amplitude != 0 */
+    PL_COG_AMPLITUDE,       /* [N·m] */
+    PL_LUGRE,               /* flag: σ0 > 0 */
+    PL_LUGRE_S0,            /* σ0, σ1, τc, τs */
+    PL_LUGRE_S1,
+    PL_LUGRE_TC,
+    PL_LUGRE_TS,
+    /* transcendental arguments (pass 1, args.h) */
+    PL_COG_POLES,           /* Np */
+    PL_COG_PHASE,           /* [rad] */
+    PL_Q_OFFSET,            /* [rad] */
+    PL_INV_LUGRE_WS,        /* 1/ωs [s/rad] */
+    PL_INV_DTHETA_STRIBECK, /* 1/θ̇s [s/rad] */
+    PL_ALPHA,               /* Stribeck exponent α */
+    HIL_PLAN_COLUMNS
+};
+
+#endif

@@ -1,0 +1,26 @@
+/* Branch-free selects for the kernel's lane passes (motor.h, load.h). */
+
+#ifndef HIL_SELECT_H
+#define HIL_SELECT_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* c ? a : b without a branch (GCC turns a ?: of doubles into control flow, which stops the vectorizer):
+   a bitwise blend, exactly one of the two values. */
+static inline double hil_sel(int c, double a, double b) {
+    uint64_t ua, ub, mask = -(uint64_t)(c != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    ua = (ua & mask) | (ub & ~mask);
+    memcpy(&a, &ua, sizeof a);
+    return a;
+}
+
+static inline double hil_sign(double x) { return hil_sel(x > 0, 1.0, hil_sel(x < 0, -1.0, 0.0)); }
+
+/* x clipped to [lo, hi]: lo if x < lo else (hi if x > hi else x), as core.pyx `clip` (the branchy twin
+   for per-actuator code) */
+static inline double hil_clip(double x, double lo, double hi) { return hil_sel(x < lo, lo, hil_sel(x > hi, hi, x)); }
+
+#endif
