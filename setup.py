@@ -1,4 +1,5 @@
-"""Builds the Cython extensions (kernel, real-time loop, Dynamixel and SLCAN codecs); the rest is in pyproject.toml."""
+"""Builds the Cython extensions (kernel, real-time loop, Dynamixel and SLCAN codecs, Dynamixel firmware); the rest
+is in pyproject.toml."""
 
 import platform
 import sys
@@ -26,7 +27,8 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
 
 extensions = [extension("hil.kernel.core", depends=("hil/kernel/vmath.h", "hil/kernel/isa.h")),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
-              extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec")]
+              extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec"),
+              extension("firmware_models.dynamixel.present"), extension("firmware_models.dynamixel.write_checks")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,
