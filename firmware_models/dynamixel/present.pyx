@@ -14,6 +14,7 @@ rather than wrap. A NaN (the kernel never produces one) reads 0.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport M_PI, fabs, rint
 from libc.stdint cimport int64_t, uint8_t
 
@@ -172,6 +173,14 @@ cdef class PresentItems:
             return
         cdef State st = _state(joint.read_state())
         self._compute(&st, p, want)
+
+    def read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
+        """`refresh()`, then the bytes of the read address..end, when it lies in the table below Indirect Data
+        (where a read returns the table's own bytes); None otherwise (the table's `read` decides)."""
+        self.refresh(joint, data, address, end)
+        if address < 0 or end <= address or end > self.indirect_lo or end > PyByteArray_GET_SIZE(data):
+            return None
+        return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + address, end - address)
 
     cdef void _compute(self, const State* st, uint8_t* p, const bint* want) noexcept nogil:
         cdef double velocity = rint(self.sign * st.omega / _VELOCITY_UNIT)

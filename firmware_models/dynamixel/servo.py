@@ -79,7 +79,8 @@ class DynamixelServo:
         self._hw_max_duty = base["max_duty"]          # measured maximum duty at PWM Limit 885 (bam: MX 0.9625)
         self._registered: tuple[int, bytes] | None = None
         self._backup: bytearray | None = None
-        self._hw_error = 0
+        self._hw_error = 0             # Hardware Error Status as latched (HW_* bits)
+        self.alert = False             # bit 7 of every status packet's error byte while one is latched (notes §1.4)
         self._last_instruction_s = 0.0
         self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
         # register ⇄ SI: Present items, positions (multi-turn, homing, reverse), velocities, currents (in C)
@@ -110,11 +111,6 @@ class DynamixelServo:
         u.homing = t.get("Homing Offset")
         u.moving_threshold = t.get("Moving Threshold")
 
-    @property
-    def alert(self) -> bool:
-        """Bit 7 of every status packet's error byte while a hardware error is latched (notes §1.4)."""
-        return self._hw_error != 0
-
     def supports(self, instruction: int) -> bool:
         return instruction in self.spec.instructions
 
@@ -124,9 +120,12 @@ class DynamixelServo:
                      + bytes([self.table.get("Firmware Version")]))
 
     def read(self, address: int, length: int) -> Reply:
-        if address <= 70 and address + length > 64:
+        end = address + length
+        if address <= 70 and end > 64:
             self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        self.refresh(address, length)
+        params = self._units.read(self.joint, self.table.data, address, end)   # refresh() and the plain bytes
+        if params is not None:
+            return Reply(0, params)
         try:
             return Reply(0, self.table.read(address, length))
         except ControlTableError as exc:
@@ -206,7 +205,8 @@ class DynamixelServo:
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
         the Bus Watchdog restarts (notes §4.5)."""
         now = self.joint.time_s() if now_s is None else now_s
-        self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
+        if self.table.data[self._a_watchdog]:   # Bus Watchdog on (or tripped): _check_watchdog decides
+            self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
         self._last_instruction_s = now
 
     # ------------------------------------------------------------------ power-up / reboot
@@ -217,6 +217,7 @@ class DynamixelServo:
         self._cache()
         self._registered = None
         self._hw_error = 0
+        self.alert = False
         startup = self._get_if_present("Startup Configuration")
         if startup & 0x02 and self._backup is not None:
             self.table.data[64:] = self._backup[64:len(self.table.data)]
@@ -403,6 +404,7 @@ class DynamixelServo:
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error
         self._hw_error |= hw            # latched until reboot (notes §3.3)
+        self.alert = self._hw_error != 0
         t.set("Hardware Error Status", self._hw_error)
         if new & t.get("Shutdown") and t.get("Torque Enable"):
             t.set("Torque Enable", 0)
