@@ -10,6 +10,7 @@ notes/dynamixel.md §1.5 (broadcast, Status Return Level, secondary ID), §2 (in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -41,6 +42,9 @@ INS = SimpleNamespace(**{i.name: int(i) for i in Instruction})
 _READS = frozenset({INS.SYNC_READ, INS.FAST_SYNC_READ, INS.BULK_READ, INS.FAST_BULK_READ})
 _KNOWN = frozenset(int(i) for i in Instruction) - {Instruction.STATUS}
 _NO_REINDEX = frozenset({Instruction.PING, Instruction.READ, *_READS})   # instructions that change no register
+# BusFaults fields read for every servo of every packet: any(map(...)) iterates in C, a generator in Python
+_WRONG_BAUD = attrgetter("wrong_baud")
+_ACTIVE = attrgetter("active")
 
 
 class Transmission(NamedTuple):   # a tuple: built per reply, a frozen dataclass costs 3× as much
@@ -66,7 +70,7 @@ class DynamixelBus:
     def handle(self, packet: Packet | CorruptPacket, baud: int | None) -> list[Transmission]:
         """Execute `packet` on every servo it addresses that listens at `baud` (None: all listen)."""
         self.stats["instructions"] += 1
-        if (baud is None or baud == self._common_baud) and not any(f.wrong_baud for f in self.faults):
+        if (baud is None or baud == self._common_baud) and not any(map(_WRONG_BAUD, self.faults)):
             listening = self._all
         else:
             listening = [i for i, s in enumerate(self.servos)
@@ -233,37 +237,44 @@ class DynamixelBus:
             wanted = [(sid, address, length) for sid in ids]
         else:
             wanted = decode_bulk_read(pkt.params)
-        fast = ins in (INS.FAST_SYNC_READ, INS.FAST_BULK_READ)
-        servos = self.servos
-        members = []
+        if ins in (INS.FAST_SYNC_READ, INS.FAST_BULK_READ):
+            return self._fast_read(ins, wanted, listening)
+        servos, primary = self.servos, self._primary
+        out, t = [], 0.0
         for sid, address, length in wanted:
-            i = self._primary(listening, sid)
-            if i is None or (fast and not servos[i].supports(ins)):
-                if fast:
-                    # the devices build one packet between them: a missing link breaks the chain and
-                    # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
-                    return []
+            i = primary(listening, sid)
+            if i is None:
                 continue           # an absent ID leaves no reply (the SDK then times out, notes §2.2)
             s = servos[i]          # handle() has noted the instruction on every target (broadcast)
             if s.status_return_level < 1:
                 continue
-            members.append((i, s.read(address, length), length))
-        if not members:
-            return []
-        if fast:
-            # one packet from ID 0xFE: each device appends its segment (notes §2.1)
-            segs = [(servos[i].id, self._error_byte(i, r.error), r.params if not r.error else bytes(n))
-                    for i, r, n in members]
-            return [Transmission(encode_fast_status(segs), servos[members[0][0]].return_delay_s, None)]
-        out, t = [], 0.0
-        for i, r, _ in members:
+            r = s.read(address, length)
             # each servo starts its Return Delay Time after the previous status packet ends
-            s = servos[i]
             t += s.return_delay_s
             data = encode_status(s.id, r.error | (ALERT if s.alert else 0), r.params)   # as _status() builds it
             out.append(Transmission(data, t, i))
             t += wire_time_s(len(data), bps)
         return out
+
+    def _fast_read(self, ins: int, wanted: list[tuple[int, int, int]], listening: list[int]) -> list[Transmission]:
+        """Fast Sync / Fast Bulk Read: one packet from ID 0xFE, each device appends its segment (notes §2.1)."""
+        servos = self.servos
+        members = []
+        for sid, address, length in wanted:
+            i = self._primary(listening, sid)
+            if i is None or not servos[i].supports(ins):
+                # the devices build one packet between them: a missing link breaks the chain and
+                # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
+                return []
+            s = servos[i]
+            if s.status_return_level < 1:
+                continue
+            members.append((i, s.read(address, length), length))
+        if not members:
+            return []
+        segs = [(servos[i].id, self._error_byte(i, r.error), r.params if not r.error else bytes(n))
+                for i, r, n in members]
+        return [Transmission(encode_fast_status(segs), servos[members[0][0]].return_delay_s, None)]
 
     # ------------------------------------------------------------------ helpers
     def _primary(self, candidates: list[int], sid: int) -> int | None:
@@ -302,8 +313,11 @@ class DynamixelBus:
 
     def _finish(self, out: list[Transmission], bps: int) -> list[Transmission]:
         """Apply each sender's injected bus faults (drop, corrupt, delay)."""
-        done = []
         faults = self.faults
+        if not any(map(_ACTIVE, faults)):   # no fault injected (the usual case): every reply as it is
+            self.stats["replies"] += len(out)
+            return out
+        done = []
         for tx in out:
             f = None if tx.servo is None else faults[tx.servo]
             if f is None or not f.active:

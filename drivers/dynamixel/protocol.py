@@ -15,7 +15,7 @@ packet means and when to answer.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # CRC-16 and packet framing are C (codec.pyx, the server's per-packet byte work); this module re-exports them
 from drivers.dynamixel.codec import crc16, encode_fast_status, encode_instruction, encode_status
@@ -111,8 +111,7 @@ def unstuff(body: bytes) -> bytes:
 # Packets
 
 
-@dataclass(frozen=True, slots=True)
-class Packet:
+class Packet(NamedTuple):   # a tuple: built per packet, a frozen dataclass costs several times as much
     """A received packet with a good CRC.
 
     id: Packet ID (0..252 device, 0xFE broadcast). instruction: instruction byte (unknown values are kept, so
@@ -126,8 +125,7 @@ class Packet:
     wire_len: int
 
 
-@dataclass(frozen=True, slots=True)
-class CorruptPacket:
+class CorruptPacket(NamedTuple):
     """Framing was recognised (header and LEN) but the CRC did not match.
 
     id / instruction are as received and may themselves be corrupt; wire_len is 7 + LEN as claimed, in bytes.

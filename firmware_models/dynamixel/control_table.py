@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from firmware_models.dynamixel.write_checks import WriteChecks
 from hil.params import catalog
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
 
@@ -478,28 +479,18 @@ def load_model(name: str) -> ModelSpec:
 # --------------------------------------------------------------------------------------------------
 # Engine
 
-_R = Access.R
-
-
-def _access_problem(it: Item, locked: bool) -> str | None:
-    """Why a write to `it` is an Access Error (read-only, or EEPROM while Torque Enable = 1), or None."""
-    if it.access is _R:
-        return f"{it.name} is read-only"
-    if locked and it.eeprom:
-        return f"{it.name} is EEPROM and Torque Enable = 1"
-    return None
-
 
 class ControlTable:
     """One servo's control table: bytes plus every check the firmware makes on a read or a write.
 
     `data` is the raw table (little-endian, two's complement), `len(data) == spec.size`. Reads and writes
-    follow the rules in the module docstring; `get`/`set` are the firmware's own accessors (no checks).
+    follow the rules in the module docstring; `get`/`set` are the firmware's own accessors (no checks). The write
+    checks themselves are C (`write_checks.WriteChecks`, shared by every table of the model).
     """
 
-    __slots__ = ("_a_drive", "_a_mode", "_a_torque", "_a_watchdog", "_addr_ranges", "_data_ranges", "_default",
-                 "_fast_end", "_gather", "_guarded", "_ind_addr_items", "_is_slot", "_map", "_owner", "_rules",
-                 "_set_info", "_size", "_start", "_zero", "data", "spec")
+    __slots__ = ("_a_torque", "_addr_hi", "_addr_lo", "_addr_ranges", "_checks", "_data_ranges", "_default",
+                 "_fast_end", "_gather", "_ind_addr_items", "_is_slot", "_map", "_owner", "_set_info", "_size", "_zero",
+                 "data", "spec")
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
@@ -510,32 +501,15 @@ class ControlTable:
             default[it.address:it.address + it.size] = it.encode(it.default)
         self._default = bytes(default)
         self.data = bytearray(default)
-        self._a_torque = spec.item("Torque Enable").address
-        self._a_mode = spec.item("Operating Mode").address
-        self._a_drive = spec.item("Drive Mode").address
-        self._a_watchdog = spec.item("Bus Watchdog").address if spec.has("Bus Watchdog") else -1
-        self._guarded = frozenset(spec.item(n).address for n in spec.watchdog_guarded)
-        # per item address: (min, max, time-based max, choices, mask, watchdog-guarded, limit slices, limit modes)
-        self._rules: dict[int, tuple] = {}
-        for it in spec.items:
-            limit = None
-            if it.limit is not None:
-                up = spec.item(it.limit)
-                low = spec.item(it.limit_low) if it.limit_low else None
-                limit = (up.address, up.address + up.size, up.signed, *((low.address, low.address + low.size,
-                         low.signed) if low else (-1, -1, False)))
-            self._rules[it.address] = (it.min, it.max, it.time_based_max, it.choices, it.mask,
-                                       it.address in self._guarded and self._a_watchdog >= 0, limit, it.limit_modes)
-        # item starting at each address (None inside items and in gaps)
-        starts: list[Item | None] = [None] * size
-        for it in spec.items:
-            starts[it.address] = it
-        self._start = tuple(starts)
+        self._checks = _write_checks(spec)
+        self._a_torque = self._checks.a_torque
         self._set_info = {it.name: (it.address, it.size, (1 << (8 * it.size)) - 1, *_span(it.size, it.signed))
                           for it in spec.items}
         # indirect slots: _is_slot flags Indirect Data bytes, _map holds each one's target address
         self._data_ranges = tuple((b.data, b.data + b.count) for b in spec.indirect)
         self._addr_ranges = tuple((b.address, b.address + 2 * b.count) for b in spec.indirect)
+        self._addr_lo = min((lo for lo, _ in self._addr_ranges), default=size)
+        self._addr_hi = max((hi for _, hi in self._addr_ranges), default=0)
         self._ind_addr_items = frozenset(it.address for it in spec.items
                                          if self._overlaps(self._addr_ranges, it.address, it.address + it.size))
         self._is_slot = bytearray(size)
@@ -688,67 +662,16 @@ class ControlTable:
         if end > self._fast_end and self._overlaps(self._data_ranges, address, end):
             return self._write_staged(address, data)
 
-        it = self._start[address]
-        if it is not None and it.size == n:  # one whole item: the common case
-            problem = _access_problem(it, self.data[self._a_torque] != 0)
-            if problem:
-                raise ControlTableError(ErrorCode.ACCESS, problem)
-            err = self._check1(it, int.from_bytes(data, "little", signed=it.signed))
-            if err is not None:
-                raise ControlTableError(ErrorCode.DATA_LIMIT, err)
-            if self.data[address:end] == data:
-                return []
-            self.data[address:end] = data
-            if address in self._ind_addr_items:
-                self._refresh_map()
-            return [it.name]
-
-        owner = self._owner
-        locked = self.data[self._a_torque] != 0
-        items: list[Item] = []
-        access: str | None = None
-        length: str | None = None
-        a = address
-        while a < end:
-            it = owner[a]
-            if it is None:
-                access = access or f"address {a} is not defined"
-                a += 1
-                continue
-            access = access or _access_problem(it, locked)
-            ia = it.address
-            ie = ia + it.size
-            if ia < address or ie > end:
-                length = length or f"write {address}+{n} covers part of {it.name} ({ia}+{it.size})"
-            else:
-                items.append(it)
-            a = ie
-        if access:
-            raise ControlTableError(ErrorCode.ACCESS, access)
-        if length:
-            raise ControlTableError(ErrorCode.DATA_LENGTH, length)
-        old = self.data[address:end]
-        check1 = self._check1
-        limit_err: str | None = None
-        changed: list[str] = []
-        for it in items:
-            o = it.address - address
-            raw = data[o:o + it.size]
-            err = check1(it, int.from_bytes(raw, "little", signed=it.signed))  # raises Data Range errors
-            if err is not None and limit_err is None:
-                limit_err = err
-            if raw != old[o:o + it.size]:
-                changed.append(it.name)
-        if limit_err is not None:
-            raise ControlTableError(ErrorCode.DATA_LIMIT, limit_err)
-        self.data[address:end] = data
-        if changed and self._overlaps(self._addr_ranges, address, end):
+        changed = self._checks.write(self.data, address, data)
+        # an Indirect Address changed: re-read the slots (two comparisons spare most writes the scan)
+        if changed and address < self._addr_hi and end > self._addr_lo and \
+                self._overlaps(self._addr_ranges, address, end):
             self._refresh_map()
         return changed
 
     def _write_staged(self, address: int, data: bytes) -> list[str]:
         """Write path for packets touching Indirect Data: stage into a copy of the table, check, apply."""
-        owner, is_slot, mp = self._owner, self._is_slot, self._map
+        owner, is_slot, mp, checks = self._owner, self._is_slot, self._map, self._checks
         tmin, tmax = self.spec.indirect_target
         locked = self.data[self._a_torque] != 0
         end = address + len(data)
@@ -762,7 +685,7 @@ class ControlTable:
             if is_slot[a]:
                 t = mp[a]
                 tgt = owner[t] if tmin <= t <= tmax and t < self._size else None
-                if tgt is None or tgt.access is _R or is_slot[t]:
+                if tgt is None or checks.access_problem(tgt.address, False) or is_slot[t]:
                     access = access or f"{owner[a].name} -> address {t}: not a writable item"  # type: ignore[union-attr]
                 else:
                     new[t] = data[a - address]
@@ -775,7 +698,7 @@ class ControlTable:
                 access = access or f"address {a} is not defined"
                 a += 1
                 continue
-            access = access or _access_problem(it, locked)
+            access = access or checks.access_problem(it.address, locked)
             ia, ie = it.address, it.address + it.size
             lo, hi = max(ia, address), min(ie, end)
             if lo != ia or hi != ie:
@@ -792,13 +715,12 @@ class ControlTable:
         if length:
             raise ControlTableError(ErrorCode.DATA_LENGTH, length)
         old = self.data
-        check1 = self._check1
         limit_err: str | None = None
         changed: list[str] = []
         for ia in sorted(touched):
             it = touched[ia]
             raw = new[ia:ia + it.size]
-            err = check1(it, int.from_bytes(raw, "little", signed=it.signed))  # raises Data Range errors
+            err = checks.check(old, ia, int.from_bytes(raw, "little", signed=it.signed))  # raises Data Range errors
             if err is not None and limit_err is None:
                 limit_err = err
             if raw != old[ia:ia + it.size]:
@@ -809,33 +731,6 @@ class ControlTable:
         if any(self._overlaps(self._addr_ranges, ia, ia + touched[ia].size) for ia in touched):
             self._refresh_map()
         return changed
-
-    def _check1(self, it: Item, v: int) -> str | None:
-        """Raise the Data Range Error of writing `v` to `it`; return its Data Limit problem (or None)."""
-        lo, hi, tb_hi, choices, mask, guarded, limit, modes = self._rules[it.address]
-        data = self.data
-        time_based = tb_hi is not None and data[self._a_drive] & 0x04
-        if time_based:
-            hi = tb_hi
-        limited = limit is not None and not time_based and (modes is None or data[self._a_mode] in modes)
-        if (v < lo or v > hi) and not limited:
-            # an item bounded by a limit item has that limit as its range: beyond it is a Data Limit
-            # Error whatever the limit item's own maximum (notes §3.2 "±PWM Limit", §4.2)
-            raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v} outside {lo}..{hi}")
-        if choices is not None and v not in choices:
-            raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v} is not one of {sorted(choices)}")
-        if mask is not None and v & ~mask:
-            raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name} = {v:#x} sets bits outside {mask:#x}")
-        if guarded and data[self._a_watchdog] == 0xFF:
-            raise ControlTableError(ErrorCode.DATA_RANGE, f"{it.name}: the Bus Watchdog has tripped (reads -1)")
-        if not limited:
-            return None
-        ua, ue, us, la, le, ls = limit
-        top = int.from_bytes(data[ua:ue], "little", signed=us)
-        bottom = -top if la < 0 else int.from_bytes(data[la:le], "little", signed=ls)
-        if v < bottom or v > top:
-            return f"{it.name} = {v} outside {bottom}..{top} ({it.limit_low + '..' if it.limit_low else '±'}{it.limit})"
-        return None
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -861,3 +756,9 @@ class ControlTable:
 
     def __repr__(self) -> str:
         return f"ControlTable({self.spec.name}, ID {self.data[self.spec.item('ID').address]})"
+
+
+@cache
+def _write_checks(spec: ModelSpec) -> WriteChecks:
+    """One set of C write rules per model (a ModelSpec is immutable and compared by identity)."""
+    return WriteChecks(spec)

@@ -9,21 +9,15 @@ notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours an
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
+from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
 from hil.joint import Joint
 from hil.kernel import FAULT_BITS, LAWS
 
-PULSES_PER_REV = 4096                          # 12-bit absolute encoder (notes §3.4)
-RAD_PER_PULSE = 2.0 * math.pi / PULSES_PER_REV
-ZERO_PULSE = 2048                              # 0 rad = middle of the range (the SDK's easy models agree)
-RPM = 2.0 * math.pi / 60.0
-VELOCITY_UNIT = 0.229 * RPM                    # Present/Goal Velocity, Profile Velocity [rad/s per unit]
 ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0   # Profile Acceleration [rad/s² per unit]
-PWM_FULL = 885                                 # Goal/Present PWM and PWM Limit: 885 = 100 %
 BUS_WATCHDOG_UNIT_S = 0.020
 
 # Hardware Error Status (70) and Shutdown (63) bits (notes §3.3)
@@ -85,13 +79,13 @@ class DynamixelServo:
         self._hw_max_duty = base["max_duty"]          # measured maximum duty at PWM Limit 885 (bam: MX 0.9625)
         self._registered: tuple[int, bytes] | None = None
         self._backup: bytearray | None = None
-        self._hw_error = 0
-        self._turn_offset = 0          # pulses removed from the continuous count (multi-turn reset)
+        self._hw_error = 0             # Hardware Error Status as latched (HW_* bits)
+        self.alert = False             # bit 7 of every status packet's error byte while one is latched (notes §1.4)
         self._last_instruction_s = 0.0
-        self._vin = 0.0
-        self._present = _present_layout(spec)
-        self._refresh_plan: dict[tuple[int, int], list] = {}
         self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
+        # register ⇄ SI: Present items, positions (multi-turn, homing, reverse), velocities, currents (in C)
+        self._units = PresentItems(spec, self._current_a, self._hw_max_duty, self.fw.in_position_window_pulses,
+                                   self.fw.following_error_window_pulses)
         self._a_watchdog = spec.item("Bus Watchdog").address
         self._a_torque = spec.item("Torque Enable").address
         self._a_drive = spec.item("Drive Mode").address
@@ -111,15 +105,11 @@ class DynamixelServo:
         self.identity = (self.id, self.secondary_id, self.baud_bps)   # what the bus indexes servos by
         self.return_delay_s = t.get("Return Delay Time") * 2e-6
         self.status_return_level = t.get("Status Return Level")
-        self._s = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (notes §4.1)
-        self._mode = t.get("Operating Mode")
-        self._homing = t.get("Homing Offset")
-        self._moving_threshold = t.get("Moving Threshold")
-
-    @property
-    def alert(self) -> bool:
-        """Bit 7 of every status packet's error byte while a hardware error is latched (notes §1.4)."""
-        return self._hw_error != 0
+        u = self._units
+        u.sign = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (notes §4.1)
+        u.mode = t.get("Operating Mode")
+        u.homing = t.get("Homing Offset")
+        u.moving_threshold = t.get("Moving Threshold")
 
     def supports(self, instruction: int) -> bool:
         return instruction in self.spec.instructions
@@ -130,9 +120,12 @@ class DynamixelServo:
                      + bytes([self.table.get("Firmware Version")]))
 
     def read(self, address: int, length: int) -> Reply:
-        if address <= 70 and address + length > 64:
+        end = address + length
+        if address <= 70 and end > 64:
             self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        self.refresh(address, length)
+        params = self._units.read(self.joint, self.table.data, address, end)   # refresh() and the plain bytes
+        if params is not None:
+            return Reply(0, params)
         try:
             return Reply(0, self.table.read(address, length))
         except ControlTableError as exc:
@@ -212,7 +205,8 @@ class DynamixelServo:
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
         the Bus Watchdog restarts (notes §4.5)."""
         now = self.joint.time_s() if now_s is None else now_s
-        self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
+        if self.table.data[self._a_watchdog]:   # Bus Watchdog on (or tripped): _check_watchdog decides
+            self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
         self._last_instruction_s = now
 
     # ------------------------------------------------------------------ power-up / reboot
@@ -223,6 +217,7 @@ class DynamixelServo:
         self._cache()
         self._registered = None
         self._hw_error = 0
+        self.alert = False
         startup = self._get_if_present("Startup Configuration")
         if startup & 0x02 and self._backup is not None:
             self.table.data[64:] = self._backup[64:len(self.table.data)]
@@ -239,8 +234,8 @@ class DynamixelServo:
         self._last_instruction_s = self.joint.time_s()
 
     def _single_turn(self) -> None:
-        raw = self._raw_pulses(_measured(self.joint.read_state()))
-        self._turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
+        raw = self._units.encoder_pulses(self.joint.read_state())
+        self._units.turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
 
     # ------------------------------------------------------------------ write side effects
     def _torque_on_by_goal(self, address: int, data: bytes) -> bool:
@@ -266,7 +261,7 @@ class DynamixelServo:
                 return 1
             self._torque(on, keep_goal=goal_wakes)
         if "Operating Mode" in changed:
-            for name, value in self.table.mode_defaults(self._mode).items():
+            for name, value in self.table.mode_defaults(self._units.mode).items():
                 self.table.set(name, value)
             if self.table.get("Operating Mode") == 3:
                 self._single_turn()
@@ -298,26 +293,17 @@ class DynamixelServo:
         if self.table.get("Operating Mode") in POSITION_MODES:
             self.table.set("Goal Position", self.table.get("Present Position"))
 
-    # ------------------------------------------------------------------ register ⇄ SI
-    def _raw_pulses(self, theta: float) -> int:
-        return ZERO_PULSE + round(self._s * theta / RAD_PER_PULSE)
-
-    def _position_register(self, theta: float) -> int:
-        return self._raw_pulses(theta) - self._turn_offset + self._homing
-
-    def _position_si(self, register: int) -> float:
-        raw = register - self._homing + self._turn_offset
-        return self._s * (raw - ZERO_PULSE) * RAD_PER_PULSE
-
+    # ------------------------------------------------------------------ register → SI
     def _kernel_goal(self) -> float:
-        mode, s = self._mode, self._s
+        u = self._units
+        mode = u.mode
         if mode in POSITION_MODES:
-            return self._position_si(self.table.get("Goal Position"))
+            return u.position_si(self.table.get("Goal Position"))
         if mode == 1:
-            return s * self.table.get("Goal Velocity") * VELOCITY_UNIT
+            return u.velocity_si(self.table.get("Goal Velocity"))
         if mode == 0:
-            return s * self.table.get("Goal Current") * self._current_a
-        return s * self.table.get("Goal PWM") / PWM_FULL * self._hw_max_duty
+            return u.current_si(self.table.get("Goal Current"))
+        return u.duty_si(self.table.get("Goal PWM"))
 
     def _kernel_params(self) -> dict:
         """Kernel parameters of the firmware law from the registers (gain scalings: FirmwareConstants)."""
@@ -361,26 +347,7 @@ class DynamixelServo:
     def refresh(self, address: int = 0, length: int = 1 << 16) -> None:
         """Present items, Moving, Moving Status and Realtime Tick from the kernel state: those a read
         of address..address+length returns (all of them by default; Indirect Data may map any)."""
-        end = address + length
-        if end > self._indirect_lo:
-            address, end = 0, 1 << 16
-        key = (address, end)
-        items = self._refresh_plan.get(key)
-        if items is None:
-            # (address, compute, lowest, highest, packer): register values saturate rather than wrap
-            items = [(a, getattr(self, "_r_" + name.lower().replace(" ", "_")), -(1 << (8 * n - 1)),
-                      (1 << (8 * n - 1)) - 1, _PACK_INTO[n])
-                     for a, n, name in self._present if a < end and a + n > address]
-            if len(self._refresh_plan) >= 64:   # bounded: a controller (or a fuzzer) picks the ranges
-                self._refresh_plan.clear()
-            self._refresh_plan[key] = items
-        if not items:
-            return
-        st = self.joint.read_state()
-        data = self.table.data
-        for a, compute, lo, hi, pack_into in items:
-            v = compute(st)
-            pack_into(data, a, lo if v < lo else hi if v > hi else v)
+        self._units.refresh(self.joint, self.table.data, address, address + length)
 
     def decode_state(self, address: int, data: bytes) -> dict:
         """The joint state in SI that register bytes `data` read at `address` carry (e.g. a real servo's
@@ -398,11 +365,12 @@ class DynamixelServo:
             raw = data[it.address - address:it.address - address + it.size]
             return int.from_bytes(raw, "little", signed=it.signed)
 
+        u = self._units
         for key, name, convert in (
-                ("position", "Present Position", self._position_si),
-                ("velocity", "Present Velocity", lambda v: self._s * v * VELOCITY_UNIT),
-                ("current", "Present Current", lambda v: self._s * v * self._current_a),
-                ("goal", "Goal Position", self._position_si),
+                ("position", "Present Position", u.position_si),
+                ("velocity", "Present Velocity", u.velocity_si),
+                ("current", "Present Current", u.current_si),
+                ("goal", "Goal Position", u.position_si),
                 ("temperature", "Present Temperature", float),
                 ("voltage", "Present Input Voltage", lambda v: v / 10.0),
                 ("enable", "Torque Enable", bool)):
@@ -411,66 +379,17 @@ class DynamixelServo:
                 out[key] = convert(v)
         return out
 
-    # one function per Present item (register units), from the kernel state `st`
-    def _r_realtime_tick(self, st: dict) -> int:
-        return int(self.joint.time_s() * 1000.0) % 32768
-
-    def _r_present_position(self, st: dict) -> int:
-        return self._position_register(_measured(st))
-
-    def _r_present_velocity(self, st: dict) -> int:
-        return round(self._s * st["omega"] / VELOCITY_UNIT)
-
-    def _r_present_current(self, st: dict) -> int:
-        return round(self._s * st["i_out"] / self._current_a)
-
-    def _r_present_pwm(self, st: dict) -> int:
-        return round(self._s * st["duty"] / self._hw_max_duty * PWM_FULL)
-
-    def _r_velocity_trajectory(self, st: dict) -> int:
-        return round(self._s * st["traj_vel"] / VELOCITY_UNIT)
-
-    def _r_position_trajectory(self, st: dict) -> int:
-        return self._position_register(st["traj_pos"])
-
-    def _r_present_input_voltage(self, st: dict) -> int:
-        return round(self._vin * 10)
-
-    def _r_present_temperature(self, st: dict) -> int:
-        # the kernel computes `temperature` in each step; before the first, it is ambient + rise
-        temp = st["temperature"] if st["k"] > 0 else self._ambient + st["temp_rise"]
-        return round(temp if temp == temp else self._ambient)
-
-    def _r_moving(self, st: dict) -> int:
-        profiling = st["prof_active"] and self._mode in (1, 3, 4, 5)
-        return int(abs(self._r_present_velocity(st)) > self._moving_threshold or bool(profiling))
-
-    def _r_moving_status(self, st: dict) -> int:
-        """Bits: 0 in position, 1 profile ongoing, 3 following error, 5..4 profile type (notes §4.4)."""
-        mode = self._mode
-        if mode not in (1, 3, 4, 5):
-            return 0
-        profiling = bool(st["prof_active"])
-        status = (st["prof_type"] & 3) << 4 | (0x02 if profiling else 0)
-        if mode != 1 and self.table.data[64]:
-            goal = int.from_bytes(self.table.data[116:120], "little", signed=True)
-            if abs(goal - self._r_present_position(st)) <= self.fw.in_position_window_pulses and not profiling:
-                status |= 0x01
-            if abs(st["traj_pos"] - _measured(st)) / RAD_PER_PULSE > self.fw.following_error_window_pulses:
-                status |= 0x08
-        return status
-
     def housekeeping(self) -> None:
         """What the firmware watches between packets: hardware errors, shutdown, Bus Watchdog (notes §3.3,
         §4.5). The bus server calls it every few milliseconds."""
         self._sense()
-        self._hardware_errors(self.joint.read_state(), self._vin, self.joint.time_s())
+        self._hardware_errors(self.joint.read_state(), self._units.vin, self.joint.time_s())
 
     def _sense(self) -> None:
         """Supply voltage (with injected sag) and ambient temperature from the kernel parameters."""
         p = self.joint.params()
-        self._vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
-        self._ambient = p["ambient"]
+        self._units.vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
+        self._units.ambient = p["ambient"]
 
     def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
         t = self.table
@@ -485,6 +404,7 @@ class DynamixelServo:
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error
         self._hw_error |= hw            # latched until reboot (notes §3.3)
+        self.alert = self._hw_error != 0
         t.set("Hardware Error Status", self._hw_error)
         if new & t.get("Shutdown") and t.get("Torque Enable"):
             t.set("Torque Enable", 0)
@@ -528,22 +448,3 @@ class DynamixelServo:
     def _set_if_present(self, name: str, value: int) -> None:
         if self.spec.has(name):
             self.table.set(name, value)
-
-
-
-def _measured(state: dict) -> float:
-    """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
-    return state["theta_meas"] if state["k"] > 0 else state["theta"]
-
-
-# little-endian signed writers per item size: a third of the cost of to_bytes plus a slice assignment
-_PACK_INTO = {1: struct.Struct("<b").pack_into, 2: struct.Struct("<h").pack_into, 4: struct.Struct("<i").pack_into}
-
-_PRESENT_ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
-                  "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
-                  "Present Temperature")
-
-
-def _present_layout(spec: ModelSpec) -> list[tuple[int, int, str]]:
-    """(address, size, name) of the items `refresh` computes, for the ones this model has."""
-    return [(spec.item(n).address, spec.item(n).size, n) for n in _PRESENT_ITEMS if spec.has(n)]

@@ -235,9 +235,8 @@ del _probe_fields
 cdef class StateView:
     """One actuator's kernel State as a read-only mapping (the keys of `state_of()`'s dict), read from a copy of
     the C struct when indexed: fetching it costs one copy instead of building a 44-entry dict, for firmware
-    models that look at a few fields per snapshot (a Sync Read of 12 servos fetches 12 states per tick)."""
-
-    cdef State st
+    models that look at a few fields per snapshot (a Sync Read of 12 servos fetches 12 states per tick). Its struct
+    `st` is declared in rt.pxd, for extensions that read it directly."""
 
     def __getitem__(self, key):
         cdef Py_ssize_t i = _STATE_INDEX[key]

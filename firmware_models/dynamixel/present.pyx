@@ -1,0 +1,224 @@
+# cython: language_level=3
+"""A Dynamixel servo's Present items from the kernel state, in C: the register ⇄ SI rules of the firmware.
+
+`PresentItems` is the only implementation of these rules (firmware_models/dynamixel/servo.py uses it for
+every conversion between positions, velocities, currents and their registers). `refresh()` computes the
+Present items a read returns (Present Position with multi-turn, homing and reverse mode, Velocity, Current,
+PWM, the Trajectories, Input Voltage, Temperature, Moving, Moving Status, Realtime Tick) from the kernel's
+`State` struct straight into the control table's bytes: a Sync Read costs a few hundred instructions per
+servo here instead of tens of thousands in Python. Rules: notes/dynamixel.md §3.4 (encoder, multi-turn),
+§4.1 (reverse mode), §4.4 (Moving, Moving Status).
+
+Register values are rounded half to even (Python's `round`, C's `rint`) and saturate at the item's width
+rather than wrap. A NaN (the kernel never produces one) reads 0.
+"""
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.math cimport M_PI, fabs, rint
+from libc.stdint cimport int64_t, uint8_t
+
+from hil.kernel.core cimport State
+from hil.loop.rt cimport StateView
+
+# register units (notes §3.2, §3.4)
+cdef enum:
+    _PULSES_PER_REV = 4096      # 12-bit absolute encoder
+    _ZERO_PULSE = 2048          # 0 rad = middle of the range (the SDK's easy models agree)
+    _PWM_FULL = 885             # Goal/Present PWM and PWM Limit: 885 = 100 %
+PULSES_PER_REV = _PULSES_PER_REV
+ZERO_PULSE = _ZERO_PULSE
+PWM_FULL = _PWM_FULL
+cdef double _RAD_PER_PULSE = 2.0 * M_PI / 4096
+cdef double _VELOCITY_UNIT = 0.229 * (2.0 * M_PI / 60.0)   # 0.229 rpm [rad/s per unit]
+RAD_PER_PULSE = _RAD_PER_PULSE
+VELOCITY_UNIT = _VELOCITY_UNIT                        # Present/Goal Velocity, Profile Velocity [rad/s per unit]
+
+# the items refresh() computes, in this order (indices into PresentItems' address/size arrays)
+ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
+         "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
+         "Present Temperature")
+cdef enum:
+    TICK, MOVING, MOVING_STATUS, PWM, CURRENT, VELOCITY, POSITION, VEL_TRAJ, POS_TRAJ, VOLTAGE, TEMPERATURE, N_ITEMS
+
+
+cdef inline State _state(object st) except *:
+    """The State struct of a `Joint.read_state()` result: a StateView's copy, or a dict with State's keys."""
+    if type(st) is StateView:
+        return (<StateView> st).st
+    cdef State s = dict(st)
+    return s
+
+
+cdef inline double _measured(const State* st) noexcept nogil:
+    """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
+    return st.theta_meas if st.k > 0 else st.theta
+
+
+cdef inline void _put(uint8_t* p, int size, double v) noexcept nogil:
+    """`v` (an integer value) little-endian, two's complement, saturated to a signed `size`-byte item."""
+    cdef double hi = <double> ((<int64_t> 1 << (8 * size - 1)) - 1)
+    cdef double lo = -hi - 1.0
+    cdef int64_t x
+    if v != v:
+        x = 0
+    elif v > hi:
+        x = <int64_t> hi
+    elif v < lo:
+        x = <int64_t> lo
+    else:
+        x = <int64_t> v
+    cdef int k
+    for k in range(size):
+        p[k] = <uint8_t> (x >> (8 * k))
+
+
+cdef class PresentItems:
+    """One servo's register ⇄ SI rules and the firmware values they depend on.
+
+    The servo keeps `sign` (−1 in reverse mode, Drive Mode bit 0), `turn_offset` (pulses removed from the
+    continuous count by a multi-turn reset), `homing` (Homing Offset), `moving_threshold`, `mode` (Operating
+    Mode), `vin` (supply [V]) and `ambient` [°C] up to date; `current_a` is the Present Current unit [A] and
+    `max_duty` the duty at PWM 885.
+    """
+
+    cdef public int sign
+    cdef public int64_t turn_offset, homing, moving_threshold
+    cdef public int mode
+    cdef public double vin, ambient
+    cdef readonly double current_a, max_duty
+    cdef double in_position_window, following_window   # Moving Status bits 0 and 3 [pulses]
+    cdef Py_ssize_t addr[N_ITEMS]        # -1: the model has no such item
+    cdef int size[N_ITEMS]
+    cdef Py_ssize_t a_torque, a_goal, table_size, indirect_lo
+
+    def __init__(self, spec, double current_a, double max_duty, double in_position_window_pulses,
+                 double following_error_window_pulses):
+        cdef int k
+        for k, name in enumerate(ITEMS):
+            if spec.has(name):
+                it = spec.item(name)
+                self.addr[k] = it.address
+                self.size[k] = it.size
+            else:
+                self.addr[k] = -1
+                self.size[k] = 0
+        self.a_torque = spec.item("Torque Enable").address
+        self.a_goal = spec.item("Goal Position").address if spec.has("Goal Position") else -1
+        self.table_size = spec.size
+        # a read reaching Indirect Data may return any item through it: all of them are computed
+        self.indirect_lo = min(b.data for b in spec.indirect) if spec.indirect else 1 << 30
+        self.current_a = current_a
+        self.max_duty = max_duty
+        self.in_position_window = in_position_window_pulses
+        self.following_window = following_error_window_pulses
+        self.sign = 1
+        self.mode = 0
+
+    # ------------------------------------------------------------------ register ⇄ SI
+    cdef inline double _raw(self, double theta) noexcept nogil:
+        return _ZERO_PULSE + rint(self.sign * theta / _RAD_PER_PULSE)
+
+    cdef inline double _position(self, double theta) noexcept nogil:
+        return self._raw(theta) - self.turn_offset + self.homing
+
+    def encoder_pulses(self, state):
+        """The continuous encoder count [pulses] a kernel state (`Joint.read_state()`) reads, reverse mode applied."""
+        cdef State st = _state(state)
+        return int(self._raw(_measured(&st)))
+
+    def position_register(self, double theta):
+        """Present Position [pulses] of output angle `theta` [rad]: multi-turn offset and homing applied."""
+        return int(self._position(theta))
+
+    def position_si(self, int64_t register):
+        """The output angle [rad] a Present/Goal Position register value stands for."""
+        return self.sign * (register - self.homing + self.turn_offset - _ZERO_PULSE) * _RAD_PER_PULSE
+
+    def velocity_si(self, int64_t register):
+        """[rad/s] of a Present/Goal Velocity register value."""
+        return self.sign * register * _VELOCITY_UNIT
+
+    def current_si(self, int64_t register):
+        """[A] of a Present/Goal Current register value."""
+        return self.sign * register * self.current_a
+
+    def duty_si(self, int64_t register):
+        """The duty [-1, 1] of a Goal PWM register value."""
+        return self.sign * register / <double> _PWM_FULL * self.max_duty
+
+    # ------------------------------------------------------------------ kernel state → registers
+    def refresh(self, joint, bytearray data, Py_ssize_t address=0, Py_ssize_t end=1 << 16):
+        """Compute into `data` (the control table) the Present items a read of address..end returns (all of them
+        by default), from `joint.read_state()` (and `joint.time_s()` for Realtime Tick)."""
+        if PyByteArray_GET_SIZE(data) < self.table_size:
+            raise ValueError(f"control table of {PyByteArray_GET_SIZE(data)} bytes, the model has {self.table_size}")
+        if end > self.indirect_lo:
+            address, end = 0, 1 << 30
+        cdef bint want[N_ITEMS]
+        cdef bint any_state = False
+        cdef int k
+        for k in range(N_ITEMS):
+            want[k] = self.addr[k] >= 0 and self.addr[k] < end and self.addr[k] + self.size[k] > address
+            if want[k] and k != TICK and k != VOLTAGE:
+                any_state = True
+        cdef uint8_t* p = <uint8_t*> PyByteArray_AS_STRING(data)
+        cdef double now_s
+        if want[TICK]:
+            now_s = joint.time_s()
+            _put(p + self.addr[TICK], self.size[TICK], <double> ((<int64_t> (now_s * 1000.0)) % 32768))
+        if want[VOLTAGE]:
+            _put(p + self.addr[VOLTAGE], self.size[VOLTAGE], rint(self.vin * 10))
+        if not any_state:
+            return
+        cdef State st = _state(joint.read_state())
+        self._compute(&st, p, want)
+
+    def read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
+        """`refresh()`, then the bytes of the read address..end, when it lies in the table below Indirect Data
+        (where a read returns the table's own bytes); None otherwise (the table's `read` decides)."""
+        self.refresh(joint, data, address, end)
+        if address < 0 or end <= address or end > self.indirect_lo or end > PyByteArray_GET_SIZE(data):
+            return None
+        return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + address, end - address)
+
+    cdef void _compute(self, const State* st, uint8_t* p, const bint* want) noexcept nogil:
+        cdef double velocity = rint(self.sign * st.omega / _VELOCITY_UNIT)
+        cdef double temp
+        cdef bint profiling = st.prof_active != 0 and self.mode in (1, 3, 4, 5)
+        if want[POSITION]:
+            _put(p + self.addr[POSITION], self.size[POSITION], self._position(_measured(st)))
+        if want[VELOCITY]:
+            _put(p + self.addr[VELOCITY], self.size[VELOCITY], velocity)
+        if want[CURRENT]:
+            _put(p + self.addr[CURRENT], self.size[CURRENT], rint(self.sign * st.i_out / self.current_a))
+        if want[PWM]:
+            _put(p + self.addr[PWM], self.size[PWM], rint(self.sign * st.duty / self.max_duty * _PWM_FULL))
+        if want[VEL_TRAJ]:
+            _put(p + self.addr[VEL_TRAJ], self.size[VEL_TRAJ], rint(self.sign * st.traj_vel / _VELOCITY_UNIT))
+        if want[POS_TRAJ]:
+            _put(p + self.addr[POS_TRAJ], self.size[POS_TRAJ], self._position(st.traj_pos))
+        if want[TEMPERATURE]:
+            # the kernel computes `temperature` in each step; before the first, it is ambient + rise
+            temp = st.temperature if st.k > 0 else self.ambient + st.temp_rise
+            _put(p + self.addr[TEMPERATURE], self.size[TEMPERATURE], rint(temp if temp == temp else self.ambient))
+        if want[MOVING]:
+            _put(p + self.addr[MOVING], self.size[MOVING], 1.0 if fabs(velocity) > self.moving_threshold or profiling
+                 else 0.0)
+        if want[MOVING_STATUS]:
+            _put(p + self.addr[MOVING_STATUS], self.size[MOVING_STATUS], self._moving_status(st, p, profiling))
+
+    cdef double _moving_status(self, const State* st, const uint8_t* p, bint profiling) noexcept nogil:
+        """Bits: 0 in position, 1 profile ongoing, 3 following error, 5..4 profile type (notes §4.4)."""
+        if self.mode not in (1, 3, 4, 5):
+            return 0
+        cdef int64_t status = (st.prof_type & 3) << 4 | (0x02 if profiling else 0)
+        cdef int goal
+        if self.mode != 1 and p[self.a_torque] and self.a_goal >= 0:
+            goal = <int> (p[self.a_goal] | p[self.a_goal + 1] << 8 | p[self.a_goal + 2] << 16
+                          | <unsigned int> p[self.a_goal + 3] << 24)
+            if fabs(goal - self._position(_measured(st))) <= self.in_position_window and not profiling:
+                status |= 0x01
+            if fabs(st.traj_pos - _measured(st)) / _RAD_PER_PULSE > self.following_window:
+                status |= 0x08
+        return <double> status
