@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -102,18 +101,10 @@ class _StampedDaemon(DaemonProcess):
         self.path, self.stamps = str(tmp / "tty"), tmp / "stamps.json"
         super().__init__(self.rig, ["--port", self.path], ("servo-hil: dynamixel bus",), tmp / "daemon.log")
 
-    def __enter__(self):
-        self.err = self.errfile.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hil.benchmarks.dynamixel_timeline", "--serve", str(self.stamps), "run",
-             str(self.rig), *self.args, "--no-mqtt", "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, stderr=self.err, text=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+    def _argv(self) -> list[str]:
+        """`servo-hil run …` through `serve_stamped` in the daemon's process."""
+        argv = super()._argv()
+        return [sys.executable, "-m", "hil.benchmarks.dynamixel_timeline", "--serve", str(self.stamps), *argv[3:]]
 
 
 # ---------------------------------------------------------------------------------------- the client side

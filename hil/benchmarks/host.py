@@ -167,15 +167,18 @@ class DaemonProcess:
 
     def __enter__(self):
         self.err = self.errfile.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), *self.args, "--no-mqtt",
-             "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.proc = subprocess.Popen(self._argv(), stdout=subprocess.PIPE, stderr=self.err, text=True)
         try:
             self._wait_ready()
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _argv(self) -> list[str]:
+        """The daemon's command line: `servo-hil run RIG ARGS` without MQTT."""
+        return [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), *self.args, "--no-mqtt",
+                "--log-level", "WARNING"]
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_S
