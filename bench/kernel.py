@@ -10,7 +10,10 @@ What is measured (dt = 1 ms, one core, pinned to CPU 0 when the OS allows it):
   thermal state with current derating, torque saturation, cogging, LuGre, damping polynomial,
   gear, pendulum load, bam's M6 friction budget (MX-64 m6 values) on top, encoder quantization and
   noise, and an armed open-circuit fault whose behavioural trigger never fires.
-* `kernel_step_call_n1`: one `Kernel.step(u)` Python call per step at N = 1 (call overhead included).
+  `Kernel.run` takes each block of 32 actuators through all T steps before the next block.
+* `kernel_step_call_n1`: one `Kernel.step(u)` Python call per step at N = 1 (call overhead included);
+  `kernel_step_call_n1024`: the same at N = 1024, i.e. the whole rig one step at a time, the real-time
+  loop's order (the call's ≈ 0.5 µs spread over 1024 actuators).
 * `mujoco_mj_step`: `mujoco.mj_step` (3.11, Euler) on the equivalent one-hinge `<dcmotor>` pendulum
   with the features MuJoCo has, called from a Python loop that writes `data.ctrl` each step.
 * `mujoco_rollout`: the same model through `mujoco.rollout` (no Python per step), nbatch 1 and 32,
@@ -301,8 +304,11 @@ def kernel_health(k) -> dict:
     }
 
 
-def bench_kernel_step_call(min_time: float, repeats: int) -> dict:
-    k = make_kernel(1)
+def bench_kernel_step_call(min_time: float, repeats: int, n: int = 1) -> dict:
+    """One `Kernel.step(u)` Python call per step for N = n actuators: every actuator advanced one step
+    before the next step, the order of the real-time loop (`Kernel.run` takes a block of 32 through all
+    its steps first)."""
+    k = make_kernel(n)
     step = k.step
     pos = [0]
 
@@ -315,10 +321,11 @@ def bench_kernel_step_call(min_time: float, repeats: int) -> dict:
         return t
 
     one(1000)
-    T = calibrate(one, min_time, 2000)
-    out = sample(one, T, repeats, 1)
-    out.update({"unit": "actuator-steps/s (= Kernel.step calls/s, N = 1)",
-                "us_per_call_median": 1e6 / out["median"], "call": "k.step(u) with a Python float"})
+    T = calibrate(one, min_time, max(10, 2000 // n))
+    out = sample(one, T, repeats, n)
+    out.update({"unit": f"actuator-steps/s ({n} per Kernel.step call)",
+                "us_per_call_median": 1e6 * n / out["median"],
+                "ns_per_actuator_step_median": 1e9 / out["median"], "call": "k.step(u) with a Python float"})
     return out
 
 
@@ -644,6 +651,10 @@ def main(argv: list[str] | None = None) -> int:
     r = bench_kernel_step_call(min_time, repeats)
     res["kernel_step_call_n1"] = r
     log(f"[kernel] step() call N=1: {r['us_per_call_median']:.3f} us/call")
+    r = bench_kernel_step_call(min_time, repeats, SIZES[-1])
+    res[f"kernel_step_call_n{SIZES[-1]}"] = r
+    log(f"[kernel] step() call N={SIZES[-1]} (the loop's whole-rig order): "
+        f"{r['ns_per_actuator_step_median']:.1f} ns/actuator-step")
 
     if mj_ok:
         r = bench_mj_step(min_time, repeats)
