@@ -251,9 +251,9 @@ class DynamixelBus:
             r = s.read(address, length)
             # each servo starts its Return Delay Time after the previous status packet ends
             t += s.return_delay_s
-            data = encode_status(s.id, r.error | (ALERT if s.alert else 0), r.params)   # as _status() builds it
-            out.append(Transmission(data, t, i))
-            t += wire_time_s(len(data), bps)
+            tx = self._status(i, r.error, r.params, t)
+            out.append(tx)
+            t += wire_time_s(len(tx.data), bps)
         return out
 
     def _fast_read(self, ins: int, wanted: list[tuple[int, int, int]], listening: list[int]) -> list[Transmission]:

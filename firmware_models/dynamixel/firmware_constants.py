@@ -25,12 +25,13 @@ from functools import cache
 
 from pydantic import Field, PositiveFloat
 
+from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT
 from hil.params.catalog import config_dir
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
 
-_PULSE_PER_RAD = 4096 / (2.0 * math.pi)
-_PER_VELOCITY_UNIT = 1.0 / (0.229 * 2.0 * math.pi / 60.0)
-_PWM_FULL = 885.0
+# the register units are the Present items' (present.pyx)
+_PULSE_PER_RAD = PULSES_PER_REV / (2.0 * math.pi)
+_PER_VELOCITY_UNIT = 1.0 / VELOCITY_UNIT
 
 
 class FirmwareConstants(Strict):
@@ -51,25 +52,25 @@ class FirmwareConstants(Strict):
     def position_p(self, p: int) -> float:
         if self.position_p_duty_per_rad is not None:
             return p * self.position_p_duty_per_rad
-        return p / self.position_p_divisor * _PULSE_PER_RAD / _PWM_FULL
+        return p / self.position_p_divisor * _PULSE_PER_RAD / PWM_FULL
 
     def position_i(self, i: int) -> float:
-        return i / 65536.0 * _PULSE_PER_RAD / _PWM_FULL / self.control_period_s
+        return i / 65536.0 * _PULSE_PER_RAD / PWM_FULL / self.control_period_s
 
     def position_d(self, d: int) -> float:
-        return d / 16.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s
+        return d / 16.0 * _PULSE_PER_RAD / PWM_FULL * self.control_period_s
 
     def feedforward_1st(self, ff: int) -> float:
-        return ff / 4.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s
+        return ff / 4.0 * _PULSE_PER_RAD / PWM_FULL * self.control_period_s
 
     def feedforward_2nd(self, ff: int) -> float:
-        return ff / 4.0 * _PULSE_PER_RAD / _PWM_FULL * self.control_period_s ** 2
+        return ff / 4.0 * _PULSE_PER_RAD / PWM_FULL * self.control_period_s ** 2
 
     def velocity_p(self, vp: int) -> float:
-        return vp / 128.0 * _PER_VELOCITY_UNIT / _PWM_FULL
+        return vp / 128.0 * _PER_VELOCITY_UNIT / PWM_FULL
 
     def velocity_i(self, vi: int) -> float:
-        return vi / 65536.0 * _PER_VELOCITY_UNIT / _PWM_FULL / self.control_period_s
+        return vi / 65536.0 * _PER_VELOCITY_UNIT / PWM_FULL / self.control_period_s
 
 
 @cache

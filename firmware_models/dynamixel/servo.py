@@ -89,7 +89,6 @@ class DynamixelServo:
         self._a_watchdog = spec.item("Bus Watchdog").address
         self._a_torque = spec.item("Torque Enable").address
         self._a_drive = spec.item("Drive Mode").address
-        self._indirect_lo = min(b.data for b in spec.indirect) if spec.indirect else 1 << 30
         self._cache()
         self._sense()
         self._power_up()
