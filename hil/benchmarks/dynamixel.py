@@ -96,14 +96,15 @@ def _log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- wire bound
-def _u32(v: int) -> bytes:
+def u32(v: int) -> bytes:
+    """A 4-byte register value, little-endian (negative values as two's complement)."""
     return struct.pack("<I", v & 0xFFFFFFFF)
 
 
 def _read_packets(dxl_id: int, value: int) -> tuple[bytes, bytes]:
     """(instruction, status) of a 4-byte read of Present Position that returns `value`."""
     return (encode_instruction(dxl_id, Instruction.READ, struct.pack("<HH", PRESENT_POSITION, DATA_LEN)),
-            encode_status(dxl_id, 0, _u32(value)))
+            encode_status(dxl_id, 0, u32(value)))
 
 
 def _sync_read_request(ids: tuple[int, ...]) -> bytes:
@@ -112,7 +113,7 @@ def _sync_read_request(ids: tuple[int, ...]) -> bytes:
 
 
 def _sync_write(goals: dict[int, int]) -> bytes:
-    params = struct.pack("<HH", GOAL_POSITION, DATA_LEN) + b"".join(bytes((i,)) + _u32(v) for i, v in goals.items())
+    params = struct.pack("<HH", GOAL_POSITION, DATA_LEN) + b"".join(bytes((i,)) + u32(v) for i, v in goals.items())
     return encode_instruction(BROADCAST_ID, Instruction.SYNC_WRITE, params)
 
 
@@ -126,7 +127,7 @@ def read_bound(baud: int, return_delay_s: float, value: int) -> dict:
 def sync_read_bound(baud: int, return_delay_s: float, values: dict[int, int]) -> dict:
     """Wire-time bound of the Sync Read request + the replies, in ID order [µs]."""
     sr = _sync_read_request(tuple(values))
-    replies = [len(encode_status(i, 0, _u32(v))) for i, v in values.items()]
+    replies = [len(encode_status(i, 0, u32(v))) for i, v in values.items()]
     t = wire_time_s(len(sr), baud) + sum(return_delay_s + wire_time_s(n, baud) for n in replies)
     return {"bound_us": t * 1e6, "sync_read_request_bytes": len(sr), "status_bytes": sum(replies)}
 
@@ -134,7 +135,7 @@ def sync_read_bound(baud: int, return_delay_s: float, values: dict[int, int]) ->
 def cycle_bound(baud: int, return_delay_s: float, values: dict[int, int]) -> dict:
     """Wire-time bound of Sync Write (goal = `values`) + Sync Read request + the replies, in ID order [µs]."""
     sw, sr = _sync_write(values), _sync_read_request(tuple(values))
-    replies = [len(encode_status(i, 0, _u32(v))) for i, v in values.items()]
+    replies = [len(encode_status(i, 0, u32(v))) for i, v in values.items()]
     t = (wire_time_s(len(sw), baud) + wire_time_s(len(sr), baud)
          + sum(return_delay_s + wire_time_s(n, baud) for n in replies))
     return {"bound_us": t * 1e6, "sync_write_bytes": len(sw), "sync_read_request_bytes": len(sr),
@@ -145,7 +146,7 @@ def cycle_bound(baud: int, return_delay_s: float, values: dict[int, int]) -> dic
 def _peer_replies() -> dict[bytes, bytes]:
     """Request bytes -> canned status bytes: the read of ID 1 and the Sync Read of IDs 1..12."""
     ins, st = _read_packets(1, PEER_POSITION)
-    sync = b"".join(encode_status(i, 0, _u32(PEER_POSITION)) for i in IDS)
+    sync = b"".join(encode_status(i, 0, u32(PEER_POSITION)) for i in IDS)
     return {ins: st, _sync_read_request(IDS): sync}
 
 
@@ -187,7 +188,8 @@ def echo_peer(conn, replies: dict[bytes, bytes]) -> None:
 
 
 # ---------------------------------------------------------------------------------------- daemon
-def _rig_text(baud: int, fast: bool, return_delay: int, pub: str, cmd: str) -> str:
+def rig_text(baud: int, fast: bool, return_delay: int, pub: str, cmd: str) -> str:
+    """The benchmark rig (12 × XM430 on bus "dxl" at `baud`, paced unless `fast`) as TOML."""
     joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "{MODEL}"\n'
                      f'load = {{ mass = 0.3, length = 0.1 }}\nbus = "dxl"\nid = {i}\n'
                      f'registers = {{ "Return Delay Time" = {return_delay} }}\n' for i in IDS)
@@ -202,7 +204,7 @@ class _Daemon(DaemonProcess):
     def __init__(self, tmp: Path, baud: int, fast: bool, return_delay: int):
         tag = f"{baud}_{'fast' if fast else 'paced'}_{return_delay}"
         rig = tmp / f"rig_{tag}.toml"
-        rig.write_text(_rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
+        rig.write_text(rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
                                  f"tcp://127.0.0.1:{free_port()}"))
         self.path = str(tmp / f"tty_{tag}")
         super().__init__(rig, ["--port", self.path], ("servo-hil: dynamixel bus",), tmp / f"daemon_{tag}.log")
@@ -262,7 +264,7 @@ def _client(path: str, baud: int, reads: int, cycles: int, warmup: int, probe) -
         if present is None:
             raise RuntimeError("no Sync Read succeeded: cannot start the cycle")
         for i, v in present.items():
-            gsw.addParam(i, list(_u32(v)))
+            gsw.addParam(i, list(u32(v)))
         cyc_ns, sr_ns, sw_ns, sr_fail, sw_fail = [], [], [], 0, 0
         cycle_probe: list = []
         for k in range(warmup + cycles):

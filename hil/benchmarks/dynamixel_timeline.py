@@ -31,10 +31,10 @@ from hil.benchmarks.dynamixel import (
     GOAL_POSITION,
     IDS,
     PRESENT_POSITION,
-    _rig_text,
-    _u32,
     cycle_bound,
     read_bound,
+    rig_text,
+    u32,
 )
 from hil.benchmarks.host import DaemonProcess, free_port, loadavg
 from hil.daemon.telemetry import StealMeter
@@ -96,7 +96,7 @@ class _StampedDaemon(DaemonProcess):
 
     def __init__(self, tmp: Path, baud: int, return_delay: int):
         self.rig = tmp / "rig.toml"
-        self.rig.write_text(_rig_text(baud, False, return_delay, f"tcp://127.0.0.1:{free_port()}",
+        self.rig.write_text(rig_text(baud, False, return_delay, f"tcp://127.0.0.1:{free_port()}",
                                       f"tcp://127.0.0.1:{free_port()}"))
         self.path, self.stamps = str(tmp / "tty"), tmp / "stamps.json"
         super().__init__(self.rig, ["--port", self.path], ("servo-hil: dynamixel bus",), tmp / "daemon.log")
@@ -148,7 +148,7 @@ def _client(path: str, baud: int, n: int, warmup: int = 50) -> tuple[list, list]
         if gsr.txRxPacket() != COMM_SUCCESS:
             raise RuntimeError("no Sync Read succeeded: cannot start the cycle")
         for i in IDS:
-            gsw.addParam(i, list(_u32(gsr.getData(i, PRESENT_POSITION, DATA_LEN))))
+            gsw.addParam(i, list(u32(gsr.getData(i, PRESENT_POSITION, DATA_LEN))))
         for k in range(warmup + n):
             stamps.clear()
             t0 = ns()
@@ -156,7 +156,7 @@ def _client(path: str, baud: int, n: int, warmup: int = 50) -> tuple[list, list]
             t1 = ns()
             if r == COMM_SUCCESS:
                 for i in IDS:
-                    gsw.changeParam(i, list(_u32(gsr.getData(i, PRESENT_POSITION, DATA_LEN))))
+                    gsw.changeParam(i, list(u32(gsr.getData(i, PRESENT_POSITION, DATA_LEN))))
             w = gsw.txPacket()
             t3 = ns()
             if r == COMM_SUCCESS and w == COMM_SUCCESS and k >= warmup:
