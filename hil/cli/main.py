@@ -303,6 +303,16 @@ def status(
     console.print(a)
 
 
+def _print_json(result: dict, out: Path | None) -> None:
+    """Print a benchmark's result as JSON, and write the same text to `out` if given."""
+    import json
+
+    text = json.dumps(result, indent=2)
+    if out:
+        out.write_text(text)
+    print(text)
+
+
 @bench_app.command("loop")
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,
@@ -312,14 +322,9 @@ def bench_loop(
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
     """The daemon's loop lateness, overruns, CPU, steal and ZeroMQ latency/drops, as JSON."""
-    import json
-
     from hil.benchmarks.loop import run as bench
 
-    result = json.dumps(bench(rate, seconds, actuators, publish_every), indent=1)
-    if out:
-        out.write_text(result)
-    print(result)
+    _print_json(bench(rate, seconds, actuators, publish_every), out)
 
 
 @bench_app.command("dynamixel")
@@ -333,14 +338,9 @@ def bench_dynamixel(
     """dynamixel-sdk round trips (read, Sync Read + Sync Write, Sync Read alone) against 12 XM430 at 1 and
     4 Mbps vs the wire-time bound, paced and fast, with an echo peer as the SDK floor, as JSON (exit 0 even
     on a miss)."""
-    import json
-
     from hil.benchmarks.dynamixel import run as bench
 
-    result = json.dumps(bench(reads, cycles, quick=quick), indent=2)
-    if out:
-        out.write_text(result)
-    print(result)
+    _print_json(bench(reads, cycles, quick=quick), out)
 
 
 @bench_app.command("erob")
@@ -352,14 +352,9 @@ def bench_erob(
     """Two eRobs at 1 kHz: CANopen RPDO + SYNC → TPDO round trips over SLCAN (misses, p50/p99 vs the wire
     floor) and Etherban request/response (p50/p99, overruns), with echo peers as the client floor, as JSON
     (exit 0 even on a miss)."""
-    import json
-
     from hil.benchmarks.erob import run as bench
 
-    result = json.dumps(bench(cycles, quick=quick), indent=2)
-    if out:
-        out.write_text(result)
-    print(result)
+    _print_json(bench(cycles, quick=quick), out)
 
 
 @actuator_app.command("list")
