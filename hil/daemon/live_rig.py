@@ -80,6 +80,7 @@ class LiveRig:
         self._push_lock = threading.RLock()
         self._batching = False
         self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
+        self.stopping = threading.Event()   # set by stop(): the loop is told to end and produces no more ticks
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
         self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
         self.erob_drives = None   # drivers/erob/drives.ErobDrives once a bus or server reaches an eRob
@@ -90,6 +91,7 @@ class LiveRig:
         self.stats.start()
 
     def stop(self) -> None:
+        self.stopping.set()
         self.loop.stop()
         if self._thread.ident is not None:  # started (a failed start may never have started it)
             self._thread.join(timeout=2.0)

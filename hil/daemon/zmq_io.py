@@ -136,6 +136,11 @@ class StatePublisher(threading.Thread):
         # woken by the loop every published tick: at normal priority that wake-up waits behind other processes
         self.rt_mode = realtime_thread(self.fifo_priority)
         while not self._halt.is_set():
+            if self.live.stopping.is_set():
+                # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
+                # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
+                self._halt.wait()
+                break
             self.publish_pending(wait_s=0.1)
         self.publish_pending()  # flush what the loop produced before it stopped
         self.sock.close()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +131,31 @@ def test_mqtt_enabled_false_in_the_rig_is_honoured(make_rig, start_daemon):
         assert not listening, "an MQTT broker was started although the rig says [mqtt] enabled = false"
         time.sleep(0.05)
     assert "MQTT" not in d.stderr(), d.stderr()
+
+
+def _thread_cpu_s(native_id: int) -> float:
+    """CPU time [s] a thread of this process has used (utime + stime, /proc/self/task/ID/stat)."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_publisher_idles_once_the_loop_is_told_to_stop(make_rig):
+    """Between the loop's stop and the publisher's, the publisher waits: it used to spin on a `publish` that
+    returns at once (SCHED_FIFO when allowed), starving the loop's exit and the main thread — stops of 2-7 s."""
+    from hil.daemon.service import Daemon
+
+    d = Daemon(make_rig().path, mqtt=False)
+    d.start()
+    try:
+        pub = d.publisher
+        assert pub is not None and pub.is_alive()
+        d.live.stop()
+        time.sleep(0.2)        # the publisher's current wait ends (<= 0.1 s) and it sees the stop
+        before = _thread_cpu_s(pub.native_id)
+        time.sleep(1.0)
+        used = _thread_cpu_s(pub.native_id) - before
+        assert pub.is_alive()  # still there to flush when Daemon.stop halts it
+        assert used < 0.1, f"publisher used {used:.2f} CPU-s in 1 s after the loop stopped"
+    finally:
+        d.stop()
+    assert not pub.is_alive()
