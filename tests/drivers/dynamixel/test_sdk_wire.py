@@ -15,7 +15,9 @@ import time
 import dynamixel_sdk as sdk
 import pytest
 
-from .conftest import IDS, JOINT, MODEL, A, steal_ticks, write_dxl_rig
+from hil.daemon.telemetry import StealMeter
+
+from .conftest import IDS, JOINT, MODEL, A, write_dxl_rig
 
 OK = sdk.COMM_SUCCESS
 TIMEOUT = sdk.COMM_RX_TIMEOUT
@@ -56,23 +58,30 @@ def wire_s(baud: int, rdt_units: int = 250) -> float:
 
 # ------------------------------------------------------------------------------------------------ 13. timing
 def test_read_round_trip_respects_the_wire(dxl):
-    steal0, t0 = steal_ticks(), time.monotonic()
-    rtt = {}
-    rtt[250] = statistics.median(round_trips(dxl, 3, 200))
-    dxl.write(3, A.RETURN_DELAY, 0)
+    """Median round trips with Return Delay Time 250 and 0, measured in alternating blocks so that both see
+    the same host (a burst of load or steal lands on both, not on one): never faster than the wire, not
+    grossly slower, and RDT 250 adds its 500 µs."""
+    steal, t0 = StealMeter(), time.monotonic()
+    samples: dict[int, list[float]] = {250: [], 0: []}
     try:
-        rtt[0] = statistics.median(round_trips(dxl, 3, 200))
+        for _ in range(10):
+            for rdt, rtts in samples.items():
+                dxl.write(3, A.RETURN_DELAY, rdt)
+                rtts += round_trips(dxl, 3, 20)
     finally:
         dxl.write(3, A.RETURN_DELAY, 250)
-    steal_s = (steal_ticks() - steal0) / 100.0     # USER_HZ = 100
-    print(f"\nmedian read4ByteTxRx at 1 Mbps: RDT 250 -> {rtt[250] * 1e6:.0f} µs (wire bound "
-          f"{wire_s(1_000_000) * 1e6:.0f} µs); RDT 0 -> {rtt[0] * 1e6:.0f} µs (bound {wire_s(1_000_000, 0) * 1e6:.0f} "
-          f"µs); hypervisor steal {steal_s:.2f} CPU-s over {time.monotonic() - t0:.1f} s")
+    rtt = {rdt: statistics.median(rtts) for rdt, rtts in samples.items()}
+    figures = (f"median read4ByteTxRx at 1 Mbps: RDT 250 -> {rtt[250] * 1e6:.0f} µs (wire bound "
+               f"{wire_s(1_000_000) * 1e6:.0f} µs); RDT 0 -> {rtt[0] * 1e6:.0f} µs (bound "
+               f"{wire_s(1_000_000, 0) * 1e6:.0f} µs); hypervisor steal {100 * steal.fraction():.1f} % over "
+               f"{time.monotonic() - t0:.1f} s")
+    print(f"\n{figures}")
     for rdt, median in rtt.items():
         bound = wire_s(1_000_000, rdt)
-        assert median >= 0.99 * bound, f"RDT {rdt}: {median * 1e6:.0f} µs is faster than the wire ({bound * 1e6:.0f})"
-        assert median < bound + 1e-3, f"RDT {rdt}: {median * 1e6:.0f} µs, more than 1 ms over the wire"
-    assert 0.35e-3 <= rtt[250] - rtt[0] <= 0.65e-3, "Return Delay Time 250 adds 500 µs"
+        assert median >= 0.99 * bound, f"RDT {rdt}: faster than the wire ({bound * 1e6:.0f} µs); {figures}"
+        # generous: a loaded 2-core host adds ~1 ms to the SDK's and the daemon's wake-ups
+        assert median < bound + 2e-3, f"RDT {rdt}: more than 2 ms over the wire; {figures}"
+    assert 0.35e-3 <= rtt[250] - rtt[0] <= 0.65e-3, f"Return Delay Time 250 adds 500 µs; {figures}"
 
 
 def test_sdk_baud_must_match_the_servos(dxl):
