@@ -69,7 +69,8 @@ def python_can(path: str, **kw) -> can.BusABC:
     return can.Bus(interface="slcan", channel=path, sleep_after_open=0, **kw)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 2.0) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Until `cond()`; generous, as a loaded host may starve the thread that makes it true for a while."""
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"

@@ -163,12 +163,14 @@ def test_simulation_time_sets_the_control_period_whoever_ticks(drives, bus):
         for cw in (0x06, 0x07, 0x0F):
             drive.write(0x6040, 0, cw)
         assert drive.statusword & 0x6F == 0x27
-    time.sleep(0.02)                                         # ~20 ticks, time standing still
+    n = drives.ticks
+    wait_for(lambda: drives.ticks >= n + 20)                 # 20 ticks, time standing still
     assert drive.read(0x606B) == 0
     for _ in range(50):                                      # 50 steps of 1 ms, each followed by ticks
         with drives.lock:
             drives.kernel.step([drive.joint.u], [drive.joint.enable], [0.0])
-        time.sleep(0.002)
+            after = drives.ticks + 2
+        wait_for(lambda after=after: drives.ticks >= after)  # a count, not a sleep: a loaded host delays ticks
     assert drive.read(0x606B) == pytest.approx(100_000 * 0.050, abs=100_000 * PERIOD)
 
 
