@@ -30,7 +30,9 @@ from canopen.sdo import SdoAbortedError, SdoArray, SdoCommunicationError
 
 from firmware_models.erob.cia402 import Cia402Drive
 from hil.daemon.rig import load_rig
+from hil.daemon.telemetry import StealMeter
 from hil.joint import KernelJoint
+from tests.realtime_verdict import check, disturbance
 
 from .conftest import (
     BITRATE,
@@ -525,6 +527,7 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
     network.sync.start(0.001)
     gc.collect()
     gc.disable()                                           # a 50 ms generation-2 pass would stall the 1 kHz loop
+    steal = StealMeter()
     try:
         t0 = time.perf_counter()
         for k in range(n):
@@ -537,6 +540,7 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
             sent.append(target)
             sent_t.append(time.perf_counter() - t0)
         span = time.perf_counter() - t0
+        stolen = steal.fraction()
     finally:
         gc.enable()
         network.sync.stop()
@@ -575,10 +579,16 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
     print(f"CSP: {len(received)} TPDOs in {span:.3f} s, peak {peak:.4f} rad; " +
           ", ".join(f"{k} {v:.2f}" for k, v in stats.items() if k != "tpdos"))
     assert peak == pytest.approx(CSP_AMPLITUDE, abs=0.01)
-    assert stats["track_median_mrad"] < 3.5
-    assert stats["track_rms_mrad"] < 0.05 * CSP_AMPLITUDE * 1e3
-    assert stats["live_vs_offline_median_mrad"] < 0.02 * CSP_AMPLITUDE * 1e3
-    assert stats["live_vs_offline_rms_mrad"] < 0.04 * CSP_AMPLITUDE * 1e3
+    # the tracking needs the targets on time: this loop's sends (they wait for nothing of the emulator's) more than
+    # 1.5 ms behind their schedule, or steal, make a miss inconclusive
+    late = float(np.mean(np.array(sent_t) - 1e-3 * np.arange(len(sent_t)) > 1.5e-3))
+    figures = (", ".join(f"{k} {v:.2f}" for k, v in stats.items()) +
+               f"; {100 * late:.1f} % of the sends late, hypervisor steal {100 * stolen:.1f} %")
+    check({"track median < 3.5 mrad": stats["track_median_mrad"] < 3.5,
+           "track RMS < 5 %": stats["track_rms_mrad"] < 0.05 * CSP_AMPLITUDE * 1e3,
+           "live vs offline median < 2 %": stats["live_vs_offline_median_mrad"] < 0.02 * CSP_AMPLITUDE * 1e3,
+           "live vs offline RMS < 4 %": stats["live_vs_offline_rms_mrad"] < 0.04 * CSP_AMPLITUDE * 1e3},
+          figures, disturbance(stolen, late))
 
 
 # ------------------------------------------------------------------------------------- 5. PP by SDO
