@@ -23,6 +23,8 @@ import serial
 from dynamixel_sdk import PortHandler
 
 from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
+from hil.daemon.telemetry import StealMeter
+from hil.loop.rt import realtime_thread
 
 ALL_BYTES = bytes(range(256))
 
@@ -281,43 +283,71 @@ def reader_process(path: str, n: int, runs: int) -> Iterator[Callable[[], list[t
         proc.wait()
 
 
-def cpu_steal_ticks() -> int:
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])  # "cpu user nice system idle iowait irq softirq steal ..."
+def last_byte_lateness(writer: PacedWriter, next_run, data: bytes, baud: int | None, due: float) -> float:
+    """Write `data` (paced at `baud`, or at once when None) so that its last byte is due at `due`; how much
+    later than `due` [s] the reader process saw it. Paced, every byte is checked against the wire."""
+    n = len(data)
+    wire = wire_time_s(n, baud) if baud else 0.0
+    start = due - wire
+    done = writer.write_at(data, start, baud)
+    obs = next_run()
+    assert obs[-1][0] == n and done >= due
+    if baud:
+        byte_s = wire_time_s(1, baud)
+        for got, t in obs:  # every byte, not only the last, is seen no earlier than the wire allows
+            assert t - start >= 0.99 * got * byte_s, f"{got} bytes seen {(got * byte_s - t + start) * 1e6:.0f} µs early"
+        assert obs[-1][1] - start >= 0.99 * wire
+    return obs[-1][1] - due
+
+
+def in_bus_thread(work: Callable[[], object]) -> tuple[object, str]:
+    """`work()` in a thread scheduled as the daemon's bus threads are (`realtime_thread`: SCHED_FIFO where the
+    host allows it, else normal priority with 1 ns timer slack); its result and the mode the thread got.
+    A normal-priority writer on a loaded host wakes up to 1 ms late from the sleeps between chunks."""
+    out: list = []
+
+    def run() -> None:
+        mode = realtime_thread(10)
+        try:
+            out.append((work(), mode))
+        except BaseException as exc:  # re-raised in the caller's thread
+            out.append(exc)
+
+    t = threading.Thread(target=run, name="paced-writer")
+    t.start()
+    t.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 @pytest.mark.parametrize("baud", [57600, 1_000_000])
 def test_paced_reply_is_never_early_and_rarely_late(pty: PtyPort, baud: int) -> None:
+    """Never early, byte by byte; late by no more than 1 ms (median) beyond a peer measured in the same run:
+    the same bytes written at once at the paced reply's last due time, through the same pty to the same
+    reader (what this host's wake-ups cost on their own; a loaded or stolen host delays both alike). Written
+    from a thread scheduled as the daemon's bus threads are."""
     n, runs = 100, 30
     data = bytes(range(n))
-    byte_s = wire_time_s(1, baud)
     wire = wire_time_s(n, baud)
     writer = PacedWriter(pty)
-    lateness = []
-    steal0 = cpu_steal_ticks()
-    with reader_process(pty.path, n, runs) as next_run:
-        for _ in range(runs):
-            start = time.monotonic() + 0.5e-3  # as after a Return Delay Time
-            done = writer.write_at(data, start, baud)
-            obs = next_run()
-            assert done >= start + wire
-            for got, t in obs:  # every byte, not only the last, is seen no earlier than the wire allows
-                assert t - start >= 0.99 * got * byte_s, (
-                    f"{got} bytes seen {(got * byte_s - t + start) * 1e6:.0f} µs early"
-                )
-            assert obs[-1][0] == n
-            assert obs[-1][1] - start >= 0.99 * wire
-            lateness.append(obs[-1][1] - (start + wire))
-    steal = cpu_steal_ticks() - steal0
-    lateness.sort()
-    median = statistics.median(lateness)
-    p99 = lateness[min(len(lateness) - 1, round(0.99 * (len(lateness) - 1)))]
-    print(
-        f"\nPacedWriter {baud} bit/s, {n} bytes (wire {wire * 1e3:.2f} ms), {runs} runs: lateness of the last byte "
-        f"median {median * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs, max {lateness[-1] * 1e6:.0f} µs; "
-        f"hypervisor steal during the test {steal} ticks ({steal / os.sysconf('SC_CLK_TCK') * 1e3:.0f} ms)"
-    )
-    assert median < 1e-3
+    lateness: dict[str, list[float]] = {"paced": [], "peer": []}
+    steal = StealMeter()
+    with reader_process(pty.path, n, 2 * runs) as next_run:
+        def write_runs() -> None:
+            for _ in range(runs):  # alternating, so that a burst of load or steal meets both
+                due = time.monotonic() + 0.5e-3 + wire  # as after a Return Delay Time
+                lateness["paced"].append(last_byte_lateness(writer, next_run, data, baud, due))
+                lateness["peer"].append(last_byte_lateness(writer, next_run, data, None, time.monotonic() + 0.5e-3))
+
+        _, mode = in_bus_thread(write_runs)
+    median = {k: statistics.median(v) for k, v in lateness.items()}
+    figures = (f"PacedWriter {baud} bit/s, {n} bytes (wire {wire * 1e3:.2f} ms), {runs} runs, writer {mode}: lateness "
+               f"of the last byte median {median['paced'] * 1e6:.0f} µs, max {max(lateness['paced']) * 1e6:.0f} µs; "
+               f"the peer written at once median {median['peer'] * 1e6:.0f} µs, max {max(lateness['peer']) * 1e6:.0f} "
+               f"µs; hypervisor steal {100 * steal.fraction():.1f} %")
+    print(f"\n{figures}")
+    assert median["paced"] < median["peer"] + 1e-3, figures
 
 
 @pytest.mark.parametrize("baud", [None, 0])

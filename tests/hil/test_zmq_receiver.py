@@ -87,8 +87,9 @@ def test_window_ends_without_messages_and_at_capacity(pair):
     pub, sub = pair
     t0 = time.monotonic()
     rx = zmq_receiver.receive(sub.underlying, 0.2, 10)
-    assert len(rx["received"]) == 0 and 0.2 <= rx["window_s"] < 0.2 + 0.2
-    assert 0.2 <= time.monotonic() - t0 < 1.0
+    # the window ends on time with nothing received (generous upper bounds: a loaded or stolen host wakes late)
+    assert len(rx["received"]) == 0 and 0.2 <= rx["window_s"] < 0.2 + 0.8
+    assert 0.2 <= time.monotonic() - t0 < 0.2 + 2.0
     sender = _send_later(pub, [[b"t", b"p", b"1"]] * 5, delay_s=0.05)
     rx = zmq_receiver.receive(sub.underlying, 5.0, 3)
     sender.join()

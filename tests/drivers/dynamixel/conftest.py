@@ -302,13 +302,6 @@ def open_dxl(path: str, baud: int = 1_000_000, slack_ms: float = DEFAULT_SLACK_M
         d.close()
 
 
-def steal_ticks() -> int:
-    """Hypervisor steal time so far: the 8th field of /proc/stat's `cpu` line [USER_HZ ticks]."""
-    with open("/proc/stat") as fh:
-        fields = fh.readline().split()
-    return int(fields[8]) if len(fields) > 8 else 0
-
-
 def crc16(data: bytes) -> int:
     """CRC-16/UMTS (poly 0x8005, init 0, MSB first; notes §1.2), bitwise: independent of the product's tables."""
     crc = 0

@@ -12,7 +12,7 @@ import pytest
 
 from hil.excitation import TRAJECTORIES, lift_and_drop, sin_sin, up_and_down
 from hil.replay import load_log, replay
-from tests.daemon_process import SERVO_HIL
+from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
 from tests.hil.daemon import free_port
 
 
@@ -57,7 +57,7 @@ id = 1
         assert rec.returncode == 0, rec.stderr
     finally:
         daemon.terminate()
-        assert daemon.wait(5) == 0
+        assert daemon.wait(STOP_TIMEOUT_S) == 0
     raw = json.loads(next((out / "raw").glob("*.json")).read_text())
     assert raw["kp"] == 400 and raw["trajectory"] == "sin_sin" and raw["vin"] == pytest.approx(5.0)
     assert len(raw["entries"]) > 1000 and {"position", "speed", "load", "input_volts", "temp", "goal_position",

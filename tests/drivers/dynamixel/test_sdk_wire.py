@@ -15,7 +15,9 @@ import time
 import dynamixel_sdk as sdk
 import pytest
 
-from .conftest import IDS, JOINT, MODEL, A, steal_ticks, write_dxl_rig
+from hil.daemon.telemetry import StealMeter
+
+from .conftest import IDS, JOINT, MODEL, A, write_dxl_rig
 
 OK = sdk.COMM_SUCCESS
 TIMEOUT = sdk.COMM_RX_TIMEOUT
@@ -50,29 +52,45 @@ def round_trips(dxl, dxl_id: int, n: int) -> list[float]:
     return out
 
 
+def undelayed(rtts: list[float]) -> float:
+    """The fastest round trip [s]: an exchange the host did not delay (load only ever adds time, and pacing
+    keeps every exchange at or above the wire). On a loaded host a client that waits longer (a Return Delay
+    Time, a delay fault) is more often preempted meanwhile, which moves the median of a long exchange more
+    than a short one's; differences of the emulator's own delays are read here."""
+    return min(rtts)
+
+
 def wire_s(baud: int, rdt_units: int = 250) -> float:
     return (14 + 15) * 10 / baud + rdt_units * 2e-6
 
 
 # ------------------------------------------------------------------------------------------------ 13. timing
 def test_read_round_trip_respects_the_wire(dxl):
-    steal0, t0 = steal_ticks(), time.monotonic()
-    rtt = {}
-    rtt[250] = statistics.median(round_trips(dxl, 3, 200))
-    dxl.write(3, A.RETURN_DELAY, 0)
+    """Median round trips with Return Delay Time 250 and 0, measured in alternating blocks so that both see
+    the same host (a burst of load or steal lands on both, not on one): never faster than the wire, not
+    grossly slower, and RDT 250 adds its 500 µs (read on the exchanges the host did not delay: `undelayed`)."""
+    steal, t0 = StealMeter(), time.monotonic()
+    samples: dict[int, list[float]] = {250: [], 0: []}
     try:
-        rtt[0] = statistics.median(round_trips(dxl, 3, 200))
+        for _ in range(10):
+            for rdt, rtts in samples.items():
+                dxl.write(3, A.RETURN_DELAY, rdt)
+                rtts += round_trips(dxl, 3, 20)
     finally:
         dxl.write(3, A.RETURN_DELAY, 250)
-    steal_s = (steal_ticks() - steal0) / 100.0     # USER_HZ = 100
-    print(f"\nmedian read4ByteTxRx at 1 Mbps: RDT 250 -> {rtt[250] * 1e6:.0f} µs (wire bound "
-          f"{wire_s(1_000_000) * 1e6:.0f} µs); RDT 0 -> {rtt[0] * 1e6:.0f} µs (bound {wire_s(1_000_000, 0) * 1e6:.0f} "
-          f"µs); hypervisor steal {steal_s:.2f} CPU-s over {time.monotonic() - t0:.1f} s")
+    rtt = {rdt: statistics.median(rtts) for rdt, rtts in samples.items()}
+    low = {rdt: undelayed(rtts) for rdt, rtts in samples.items()}
+    figures = (f"read4ByteTxRx at 1 Mbps median / fastest: RDT 250 -> {rtt[250] * 1e6:.0f} / "
+               f"{low[250] * 1e6:.0f} µs (wire bound {wire_s(1_000_000) * 1e6:.0f} µs); RDT 0 -> {rtt[0] * 1e6:.0f} / "
+               f"{low[0] * 1e6:.0f} µs (bound {wire_s(1_000_000, 0) * 1e6:.0f} µs); hypervisor steal "
+               f"{100 * steal.fraction():.1f} % over {time.monotonic() - t0:.1f} s")
+    print(f"\n{figures}")
     for rdt, median in rtt.items():
         bound = wire_s(1_000_000, rdt)
-        assert median >= 0.99 * bound, f"RDT {rdt}: {median * 1e6:.0f} µs is faster than the wire ({bound * 1e6:.0f})"
-        assert median < bound + 1e-3, f"RDT {rdt}: {median * 1e6:.0f} µs, more than 1 ms over the wire"
-    assert 0.35e-3 <= rtt[250] - rtt[0] <= 0.65e-3, "Return Delay Time 250 adds 500 µs"
+        assert median >= 0.99 * bound, f"RDT {rdt}: faster than the wire ({bound * 1e6:.0f} µs); {figures}"
+        # generous: a loaded 2-core host adds ~1 ms to the SDK's and the daemon's wake-ups
+        assert median < bound + 2e-3, f"RDT {rdt}: more than 2 ms over the wire; {figures}"
+    assert 0.35e-3 <= low[250] - low[0] <= 0.65e-3, f"Return Delay Time 250 adds 500 µs; {figures}"
 
 
 def test_sdk_baud_must_match_the_servos(dxl):
@@ -94,9 +112,12 @@ def test_servo_baud_rate_register(dxl):
         for i in IDS:
             assert dxl.ping(i)[:2] == (MODEL[i], OK)
             assert dxl.read(i, A.BAUD_RATE) == 1
+        steal = StealMeter()
         median = statistics.median(round_trips(dxl, 2, 15))
-        print(f"\nmedian read4ByteTxRx at 57600 bps: {median * 1e3:.2f} ms (wire bound {wire_s(57_600) * 1e3:.2f} ms)")
-        assert wire_s(57_600) * 0.99 <= median < wire_s(57_600) + 1e-3
+        figures = (f"median read4ByteTxRx at 57600 bps: {median * 1e3:.2f} ms (wire bound {wire_s(57_600) * 1e3:.2f} "
+                   f"ms); hypervisor steal {100 * steal.fraction():.1f} %")
+        print(f"\n{figures}")
+        assert wire_s(57_600) * 0.99 <= median < wire_s(57_600) + 2e-3, figures   # generous: a loaded host
     finally:
         dxl.set_baud(57_600)
         for i in IDS:
@@ -151,13 +172,16 @@ def test_reset_clears_bus_faults_on_the_bus(daemon, dxl):
 
 
 def test_delay_fault_adds_its_time(daemon, dxl):
+    steal = StealMeter()
     base = statistics.median(round_trips(dxl, 2, 15))
     daemon.ok("inject_fault", actuator="mx64", fault="delay", args={"seconds": 0.01})
     # the faulted servo and another one read in turns: a load that slows every exchange cancels out
-    pairs = [(round_trips(dxl, 1, 1)[0], round_trips(dxl, 2, 1)[0]) for _ in range(15)]
-    delayed = statistics.median(a for a, _ in pairs)
-    other = statistics.median(b for _, b in pairs)
-    print(f"\nmedian read: {other * 1e3:.2f} ms ({base * 1e3:.2f} ms before), with a 10 ms delay fault "
-          f"{delayed * 1e3:.2f} ms")
-    assert 0.0099 <= delayed - other < 0.013
-    assert other < base + 1e-3, "only the faulted servo is late"
+    pairs = [(round_trips(dxl, 1, 1)[0], round_trips(dxl, 2, 1)[0]) for _ in range(20)]
+    delayed, other = [a for a, _ in pairs], [b for _, b in pairs]
+    figures = (f"read median / fastest: {statistics.median(other) * 1e3:.2f} / {undelayed(other) * 1e3:.2f} "
+               f"ms ({base * 1e3:.2f} ms median before), with a 10 ms delay fault "
+               f"{statistics.median(delayed) * 1e3:.2f} / {undelayed(delayed) * 1e3:.2f} ms; hypervisor steal "
+               f"{100 * steal.fraction():.1f} %")
+    print(f"\n{figures}")
+    assert 0.0099 <= undelayed(delayed) - undelayed(other) < 0.013, figures
+    assert statistics.median(other) < base + 2e-3, f"only the faulted servo is late; {figures}"   # generous

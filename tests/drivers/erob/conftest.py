@@ -140,12 +140,27 @@ def network(daemon):
         net.disconnect()
 
 
+# canopen's waits for a reply (SDO 0.3 s; BaseNode402: a TPDO 0.2 s, a state 0.4 s) as a patient controller sets
+# them, so that the daemon or python-can's reader thread, starved of CPU for a few hundred ms on a loaded
+# 2-core host, is not taken for a missing reply; a test that expects no reply sets its own (sdo_timeout)
+PATIENCE_S = 3.0
+
+
+def patient(node: BaseNode402) -> BaseNode402:
+    node.sdo.RESPONSE_TIMEOUT = PATIENCE_S
+    for name in ("TIMEOUT_CHECK_TPDO", "TIMEOUT_SWITCH_STATE_SINGLE", "TIMEOUT_SWITCH_STATE_FINAL",
+                 "TIMEOUT_SWITCH_OP_MODE", "TIMEOUT_RESET_FAULT"):
+        setattr(node, name, PATIENCE_S)
+    return node
+
+
 @pytest.fixture(scope="module")
 def nodes(network) -> dict[int, BaseNode402]:
     """The two eRobs as python-canopen sees them: BaseNode402 from the vendor EDS."""
     out = {}
     for node_id in NODE_IDS:
         node = BaseNode402(node_id, str(EDS))
+        patient(node)
         network.add_node(node)
         out[node_id] = node
     return out
@@ -183,6 +198,17 @@ class FrameLog:
                 return got
             time.sleep(0.002)
         return self.snapshot(can_id)
+
+    def wait_quiet(self, quiet_s: float = 0.1, timeout: float = 10.0) -> int:
+        """Waits until no frame was logged for `quiet_s` (the bus went quiet and the reader caught up with it),
+        or the timeout; the frames logged."""
+        end = time.monotonic() + timeout
+        n, since = len(self.snapshot()), time.monotonic()
+        while time.monotonic() < end and time.monotonic() - since < quiet_s:
+            time.sleep(0.01)
+            if (m := len(self.snapshot())) != n:
+                n, since = m, time.monotonic()
+        return n
 
     def close(self) -> None:
         for cid in self.can_ids:

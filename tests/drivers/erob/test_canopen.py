@@ -30,7 +30,9 @@ from canopen.sdo import SdoAbortedError, SdoArray, SdoCommunicationError
 
 from firmware_models.erob.cia402 import Cia402Drive
 from hil.daemon.rig import load_rig
+from hil.daemon.telemetry import StealMeter
 from hil.joint import KernelJoint
+from tests.realtime_verdict import check, disturbance
 
 from .conftest import (
     BITRATE,
@@ -71,6 +73,9 @@ SW_TARGET_REACHED = 0x0400
 SW_SETPOINT_ACK = 0x1000
 
 COUNTS_PER_RAD = COUNTS_PER_REV / (2 * math.pi)
+# How long to wait for a frame or a state that must come [s]: generous, since the daemon and python-can's reader
+# share a possibly loaded host; these waits time nothing (a test that times something measures it itself)
+WAIT_S = 10.0
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -82,7 +87,7 @@ def abort_code(fn, *args) -> int:
 
 @contextlib.contextmanager
 def sdo_timeout(node, seconds: float):
-    """A shorter SDO timeout for requests that are expected to go unanswered (canopen's default is 0.3 s)."""
+    """A short SDO timeout for requests that are expected to go unanswered (the nodes' own is `PATIENCE_S`)."""
     old = node.sdo.RESPONSE_TIMEOUT
     node.sdo.RESPONSE_TIMEOUT = seconds
     try:
@@ -95,7 +100,7 @@ def nmt(network: canopen.Network, cs: int, node_id: int = 0) -> None:
     network.send_message(0, bytes([cs, node_id]))
 
 
-def reset_nodes(network: canopen.Network, ids=NODE_IDS, cs: int = NMT_RESET_NODE, timeout: float = 1.0) -> None:
+def reset_nodes(network: canopen.Network, ids=NODE_IDS, cs: int = NMT_RESET_NODE, timeout: float = WAIT_S) -> None:
     """NMT reset (node or communication) of `ids` (broadcast if all), then every node's boot-up [0x00]."""
     log = FrameLog(network, *[0x700 + i for i in ids])
     try:
@@ -112,7 +117,7 @@ def reset_nodes(network: canopen.Network, ids=NODE_IDS, cs: int = NMT_RESET_NODE
     time.sleep(0.005)      # the drive's first tick after power-up: transitions 0/1 (Switch on disabled)
 
 
-def wait_heartbeat_state(node, state: str, timeout: float = 0.5) -> str:
+def wait_heartbeat_state(node, state: str, timeout: float = WAIT_S) -> str:
     """The first heartbeat that reports `state` (earlier ones may still be in flight)."""
     end = time.monotonic() + timeout
     got = None
@@ -156,7 +161,7 @@ def state_of(sw: int) -> str:
     return "UNKNOWN"
 
 
-def wait_status(node, predicate, timeout: float = 1.0, period: float = 0.002) -> tuple[int, float]:
+def wait_status(node, predicate, timeout: float = WAIT_S, period: float = 0.002) -> tuple[int, float]:
     """Polls the statusword by SDO until `predicate(sw)`; (sw, seconds waited). AssertionError on timeout."""
     t0 = time.monotonic()
     sw = statusword(node)
@@ -168,7 +173,7 @@ def wait_status(node, predicate, timeout: float = 1.0, period: float = 0.002) ->
     return sw, time.monotonic() - t0
 
 
-def expect_emcy(node, code: int, trigger, timeout: float = 1.0):
+def expect_emcy(node, code: int, trigger, timeout: float = WAIT_S):
     """`node.emcy.wait(code)` armed before `trigger()` runs (an EMCY that came before wait() is in the log)."""
     mark = len(node.emcy.log)
     with ThreadPoolExecutor(1) as pool:
@@ -191,7 +196,7 @@ def enable_by_sdo(node, mode: int) -> int:
     sdo[0x607A].raw = pos
     for cw in (0x06, 0x07, 0x0F):
         sdo[0x6040].raw = cw
-    wait_status(node, lambda sw: state_of(sw) == "OPERATION ENABLED", 0.5)
+    wait_status(node, lambda sw: state_of(sw) == "OPERATION ENABLED")
     return pos
 
 
@@ -201,7 +206,7 @@ def test_boot_up_and_nmt_states_by_heartbeat(daemon, network, nodes, frames, rec
     through start / stop / pre-operational; a STOPPED node answers no SDO; reset communication restores 0x1017 = 0
     but not the application objects (CiA 301 §7.2.8.2.1, §7.3.2)."""
     with ThreadPoolExecutor(len(nodes)) as pool:
-        waits = [pool.submit(n.nmt.wait_for_bootup, 2.0) for n in nodes.values()]
+        waits = [pool.submit(n.nmt.wait_for_bootup, WAIT_S) for n in nodes.values()]
         time.sleep(0.05)
         network.nmt.send_command(NMT_RESET_NODE)          # broadcast: node 0 = all
         for w in waits:
@@ -216,10 +221,9 @@ def test_boot_up_and_nmt_states_by_heartbeat(daemon, network, nodes, frames, rec
     for n in nodes.values():
         assert wait_heartbeat_state(n, "PRE-OPERATIONAL") == "PRE-OPERATIONAL"
     hb.clear()
-    time.sleep(0.6)
     periods = {}
     for node_id in NODE_IDS:
-        got = hb.snapshot(0x700 + node_id)
+        got = hb.wait_for(0x700 + node_id, 12, WAIT_S)      # ~0.6 s of heartbeats
         assert {f[1] for f in got} == {bytes([HB_PRE_OP])}
         stamps = [f[2] for f in got]
         assert len(stamps) >= 8
@@ -247,7 +251,7 @@ def test_boot_up_and_nmt_states_by_heartbeat(daemon, network, nodes, frames, rec
     # reset communication: communication objects (0x1000–0x1FFF) to power-up values, application ones kept
     n2.sdo[0x6081].raw = 12345
     with ThreadPoolExecutor(1) as pool:
-        boot = pool.submit(n2.nmt.wait_for_bootup, 1.0)
+        boot = pool.submit(n2.nmt.wait_for_bootup, WAIT_S)
         time.sleep(0.05)
         n2.nmt.send_command(NMT_RESET_COMM)
         boot.result()
@@ -255,8 +259,8 @@ def test_boot_up_and_nmt_states_by_heartbeat(daemon, network, nodes, frames, rec
     assert n2.sdo[0x6081].raw == 12345
     hb.clear()
     time.sleep(0.2)
+    assert len(hb.wait_for(0x703, 2, WAIT_S)) >= 2         # node 3 still beats
     assert hb.snapshot(0x702) == []                        # no heartbeat any more
-    assert len(hb.snapshot(0x703)) >= 2                    # node 3 still beats
     reset_nodes(network)
     default_velocity = n2.object_dictionary[0x6081].default
     assert n2.sdo[0x6081].raw == default_velocity == 10000   # reset node: application objects too (EDS default)
@@ -387,13 +391,13 @@ def test_pdo_remap_by_sdo_as_zeroerr_demo(network, nodes, frames):
     for _ in range(3):
         network.sync.transmit()
         time.sleep(0.01)
-    got = log.wait_for(0x182, 3, 0.5)
+    got = log.wait_for(0x182, 3, WAIT_S)
     assert len(got) == 3 and all(len(f[1]) == 6 for f in got)          # one TPDO per SYNC (type 1)
     sw, p = struct.unpack("<Hi", got[-1][1])
     assert state_of(sw) == "SWITCH ON DISABLED" and sw == SW_SWITCH_ON_DISABLED
     assert abs(p - pos) <= 50                              # the pendulum is at rest, unpowered
     network.send_message(0x202, struct.pack("<Hi", 0x06, pos))        # shutdown + target by RPDO1 (type 255)
-    sw, _ = wait_status(node, lambda sw: sw == SW_READY, 0.5)
+    sw, _ = wait_status(node, lambda sw: sw == SW_READY)
     assert node.sdo[0x607A].raw == pos
     reset_nodes(network)
 
@@ -523,6 +527,7 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
     network.sync.start(0.001)
     gc.collect()
     gc.disable()                                           # a 50 ms generation-2 pass would stall the 1 kHz loop
+    steal = StealMeter()
     try:
         t0 = time.perf_counter()
         for k in range(n):
@@ -535,10 +540,11 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
             sent.append(target)
             sent_t.append(time.perf_counter() - t0)
         span = time.perf_counter() - t0
+        stolen = steal.fraction()
     finally:
         gc.enable()
         network.sync.stop()
-    time.sleep(0.2)                                        # let the client's reader catch up with the bus
+    log.wait_quiet(timeout=WAIT_S)                         # the client's reader caught up with the bus
     received = log.snapshot(0x282)
     assert node.state == "OPERATION ENABLED"
     node.state = "SWITCH ON DISABLED"
@@ -573,10 +579,16 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
     print(f"CSP: {len(received)} TPDOs in {span:.3f} s, peak {peak:.4f} rad; " +
           ", ".join(f"{k} {v:.2f}" for k, v in stats.items() if k != "tpdos"))
     assert peak == pytest.approx(CSP_AMPLITUDE, abs=0.01)
-    assert stats["track_median_mrad"] < 3.5
-    assert stats["track_rms_mrad"] < 0.05 * CSP_AMPLITUDE * 1e3
-    assert stats["live_vs_offline_median_mrad"] < 0.02 * CSP_AMPLITUDE * 1e3
-    assert stats["live_vs_offline_rms_mrad"] < 0.04 * CSP_AMPLITUDE * 1e3
+    # the tracking needs the targets on time: this loop's sends (they wait for nothing of the emulator's) more than
+    # 1.5 ms behind their schedule, or steal, make a miss inconclusive
+    late = float(np.mean(np.array(sent_t) - 1e-3 * np.arange(len(sent_t)) > 1.5e-3))
+    figures = (", ".join(f"{k} {v:.2f}" for k, v in stats.items()) +
+               f"; {100 * late:.1f} % of the sends late, hypervisor steal {100 * stolen:.1f} %")
+    check({"track median < 3.5 mrad": stats["track_median_mrad"] < 3.5,
+           "track RMS < 5 %": stats["track_rms_mrad"] < 0.05 * CSP_AMPLITUDE * 1e3,
+           "live vs offline median < 2 %": stats["live_vs_offline_median_mrad"] < 0.02 * CSP_AMPLITUDE * 1e3,
+           "live vs offline RMS < 4 %": stats["live_vs_offline_rms_mrad"] < 0.04 * CSP_AMPLITUDE * 1e3},
+          figures, disturbance(stolen, late))
 
 
 # ------------------------------------------------------------------------------------- 5. PP by SDO
@@ -600,7 +612,7 @@ def test_profile_position_move_as_zeroerr_demo(network, nodes):
     assert statusword(node) == SW_SWITCHED_ON
     sdo[0x6040].raw = 0x0F
     assert statusword(node) & ~SW_TARGET_REACHED == 0x0237
-    wait_status(node, lambda sw: sw == SW_PP_ENABLED_REACHED, 0.5)
+    wait_status(node, lambda sw: sw == SW_PP_ENABLED_REACHED)
 
     v, a = 100_000, 400_000                                # counts/s, counts/s² (units: notes §3.2)
     distance = 60_000                                      # ≈ 0.72 rad
@@ -614,7 +626,7 @@ def test_profile_position_move_as_zeroerr_demo(network, nodes):
     sw = statusword(node)
     assert sw & SW_SETPOINT_ACK and not sw & SW_TARGET_REACHED
     sdo[0x6040].raw = 0x0F
-    wait_status(node, lambda sw: not sw & SW_SETPOINT_ACK, 0.2)   # handshake done: ready for the next one
+    wait_status(node, lambda sw: not sw & SW_SETPOINT_ACK)   # handshake done: ready for the next one
     demand_done = reached = None
     velocities = []
     while time.monotonic() - t0 < 4.0:
@@ -664,7 +676,7 @@ def test_emcy_on_undervoltage_and_fault_reset(daemon, network, nodes):
     try:
         assert emcy.register & REG_VOLTAGE and emcy.register & REG_GENERIC
         assert len(emcy.data) == 5
-        sw, _ = wait_status(node, lambda sw: state_of(sw) == "FAULT", 0.5)
+        sw, _ = wait_status(node, lambda sw: state_of(sw) == "FAULT")
         assert sw & SW_FAULT_BIT
         assert node.sdo[0x603F].raw == EMCY_UNDERVOLTAGE
         assert node.sdo[0x1001].raw == emcy.register
@@ -684,7 +696,7 @@ def test_emcy_on_undervoltage_and_fault_reset(daemon, network, nodes):
 
     emcy = expect_emcy(node, 0x0000, fault_reset)
     assert emcy.register == 0
-    sw, _ = wait_status(node, lambda sw: state_of(sw) == "SWITCH ON DISABLED", 0.5)
+    sw, _ = wait_status(node, lambda sw: state_of(sw) == "SWITCH ON DISABLED")
     assert not sw & SW_FAULT_BIT
     assert node.sdo[0x603F].raw == 0 and node.sdo[0x1001].raw == 0
     reset_nodes(network)
@@ -793,7 +805,7 @@ def test_short_rpdo_is_not_applied_and_raises_emcy_8210(network, nodes):
     time.sleep(0.02)
     assert statusword(node) == SW_SWITCH_ON_DISABLED         # the shutdown in it was not applied
     network.send_message(0x202, struct.pack("<Hi", 0x06, pos))
-    wait_status(node, lambda sw: sw == SW_READY, 0.5)
+    wait_status(node, lambda sw: sw == SW_READY)
     assert node.sdo[0x607A].raw == pos
     reset_nodes(network)
 
@@ -807,7 +819,7 @@ def test_node_guarding_answers_state_with_toggle(network, nodes, frames):
     for _ in range(4):
         log.clear()
         network.send_message(0x702, None, remote=True)
-        got = log.wait_for(0x702, 1, 0.3)
+        got = log.wait_for(0x702, 1, WAIT_S)
         assert len(got) == 1
         answers.append(got[0][1])
     assert answers == [bytes([HB_PRE_OP]), bytes([0x80 | HB_PRE_OP])] * 2
@@ -815,7 +827,7 @@ def test_node_guarding_answers_state_with_toggle(network, nodes, frames):
     time.sleep(0.01)
     log.clear()
     network.send_message(0x702, None, remote=True)
-    got = log.wait_for(0x702, 1, 0.3)
+    got = log.wait_for(0x702, 1, WAIT_S)
     assert [f[1] for f in got] == [bytes([HB_OPERATIONAL])]  # 4 answers so far: the toggle is back at 0
     reset_nodes(network)
 

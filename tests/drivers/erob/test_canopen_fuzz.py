@@ -497,7 +497,7 @@ def scratch(tmp_path_factory):
     bus = can.Bus(interface="slcan", channel=d.rig.port, bitrate=BITRATE, sleep_after_open=0)
     yield d, bus
     bus.shutdown()
-    rc = d.terminate(3.0)
+    rc = d.terminate()
     if rc is None:
         d.kill()
     assert rc == 0, f"scratch daemon: exit status {rc}\n{d.stderr()[-3000:]}"

@@ -10,6 +10,7 @@ the drive exactly by the steps taken.
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 
@@ -20,6 +21,7 @@ from drivers.erob.drives import ErobDrives, TickClock
 from drivers.erob.etherban import EtherbanServer
 from drivers.ports import PtyPort
 from hil.daemon.faults import BusFaults
+from hil.daemon.telemetry import StealMeter
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
@@ -79,10 +81,21 @@ def own_thread() -> bool:
     return any(t.name == "servo-hil-erob" for t in threading.enumerate())
 
 
-def tick_rate(drives: ErobDrives, seconds: float = 0.4) -> float:
-    n0 = drives.ticks
-    time.sleep(seconds)
-    return (drives.ticks - n0) / seconds
+def assert_ticks_at_1khz(drives: ErobDrives, seconds: float = 0.5, every_s: float = 0.02) -> None:
+    """The drives tick at their 1 kHz: the median rate over `every_s` windows within 50 % (a host that steals
+    the CPU for a few windows moves the median of 25 windows little) and never faster than 1 kHz overall
+    (a tick per period, never a burst, even after a stall)."""
+    steal = StealMeter()
+    samples = [(time.monotonic(), drives.ticks)]
+    while samples[-1][0] - samples[0][0] < seconds:
+        time.sleep(every_s)
+        samples.append((time.monotonic(), drives.ticks))
+    rates = [(n1 - n0) / (t1 - t0) for (t0, n0), (t1, n1) in itertools.pairwise(samples)]
+    (t0, n0), (t1, n1) = samples[0], samples[-1]
+    figures = (f"median {statistics.median(rates):.0f} ticks/s over {len(rates)} windows of {every_s * 1e3:.0f} ms, "
+               f"{n1 - n0} ticks in {t1 - t0:.3f} s; hypervisor steal {100 * steal.fraction():.1f} %")
+    assert 500 < statistics.median(rates) <= 1050, figures
+    assert n1 - n0 <= 1.05 * (t1 - t0) / PERIOD + 2, figures
 
 
 def test_the_bus_takes_the_ticks_and_gives_them_back(drives, bus):
@@ -90,12 +103,12 @@ def test_the_bus_takes_the_ticks_and_gives_them_back(drives, bus):
     wait_for(own_thread)
     bus.start()
     assert not own_thread() and bus.adapter.is_alive()       # one thread for frames and ticks
-    assert 500 < tick_rate(drives) <= 1050                   # 1 kHz without SYNC, never a burst
+    assert_ticks_at_1khz(drives)                             # 1 kHz without SYNC, never a burst
     other = object()
     assert not drives.take_ticks(other)                      # one ticker at a time
     bus.stop()
     wait_for(own_thread)                                     # the Etherban user still needs the ticks
-    assert 500 < tick_rate(drives) <= 1050
+    assert_ticks_at_1khz(drives)
     drives.release()
     wait_for(lambda: not own_thread())
     assert drives.take_ticks(other)
@@ -150,12 +163,14 @@ def test_simulation_time_sets_the_control_period_whoever_ticks(drives, bus):
         for cw in (0x06, 0x07, 0x0F):
             drive.write(0x6040, 0, cw)
         assert drive.statusword & 0x6F == 0x27
-    time.sleep(0.02)                                         # ~20 ticks, time standing still
+    n = drives.ticks
+    wait_for(lambda: drives.ticks >= n + 20)                 # 20 ticks, time standing still
     assert drive.read(0x606B) == 0
     for _ in range(50):                                      # 50 steps of 1 ms, each followed by ticks
         with drives.lock:
             drives.kernel.step([drive.joint.u], [drive.joint.enable], [0.0])
-        time.sleep(0.002)
+            after = drives.ticks + 2
+        wait_for(lambda after=after: drives.ticks >= after)  # a count, not a sleep: a loaded host delays ticks
     assert drive.read(0x606B) == pytest.approx(100_000 * 0.050, abs=100_000 * PERIOD)
 
 

@@ -129,7 +129,7 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
         goal = target * RAD_PER_COUNT
         _quiet(taps)
         net.disconnect()
-        assert twin.terminate(5.0) == 0, twin.stderr()          # closes the MCAP file
+        assert twin.terminate() == 0, twin.stderr()          # closes the MCAP file
     finally:
         for tap in taps:
             tap.close()

@@ -21,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hil.daemon.telemetry import StealMeter
 from hil.replay import load_log
 from tests.daemon_process import SERVO_HIL, BusLauncher
 from tests.hil.daemon import free_port
+from tests.realtime_verdict import check, disturbance
 
 from .conftest import ACTUATORS, ROOT, CanLauncher, write_can_rig
 
@@ -84,7 +86,9 @@ def test_etherban_record_then_replay_round_trip(tmp_path):
     try:
         launcher.start(rig)
         out = tmp_path / "logs"
+        steal = StealMeter()
         run = _record(out, "--protocol", "etherban", "--endpoint", bind)
+        stolen = steal.fraction()
         assert run.returncode == 0, run.stderr
     finally:
         launcher.finish()
@@ -92,18 +96,25 @@ def test_etherban_record_then_replay_round_trip(tmp_path):
     assert {k: raw[k] for k in HEADER} == HEADER and raw["trajectory"] == "sin_sin"
     entries = raw["entries"]
     assert set(entries[0]) == RAW_KEYS
-    steps = np.diff([e["timestamp"] for e in entries])
-    assert len(entries) > 0.8 * 6000 and np.median(steps) == pytest.approx(1e-3, abs=2e-4)   # one per 1 ms cycle
+    stamps = [e["timestamp"] for e in entries]
+    # one per 1 ms cycle over the 6 s, never a burst; a cycle the host made late is not made up (a count would
+    # measure the host: CI saw 20-74 % steal bursts), so the span and the median step are judged
+    assert stamps[-1] == pytest.approx(6.0, abs=0.1) and len(entries) <= 6000 + 1, (stamps[-1], len(entries))
+    assert np.median(np.diff(stamps)) == pytest.approx(1e-3, abs=2e-4)
     assert max(abs(e["control"]) for e in entries) <= 12.0 + 0.01                              # bam's ±12 A clip
     (processed,) = (out / "processed").glob("*.json")
     log = load_log(processed)
     assert log.dt == 0.005 and log.damping == 2.0 and len(log.entries) == pytest.approx(1200, abs=5)
     m6, m1 = (_replay_mae(processed, model, tmp_path) for model in ("m6", "m1"))
-    print(f"eRob round trip through Etherban: replay MAE m6 {1e3 * m6:.2f} mrad, m1 {1e3 * m1:.2f} mrad")
+    late = float(np.mean(np.diff(stamps) > 1.5e-3))
+    figures = (f"eRob round trip through Etherban: replay MAE m6 {1e3 * m6:.2f} mrad, m1 {1e3 * m1:.2f} mrad; "
+               f"{100 * late:.1f} % of the record's 1 ms cycles late, hypervisor steal {100 * stolen:.1f} %")
+    print(figures)
     # the record runs in real time: a host that steals the VM's CPUs (20–30 % seen) makes the 1 kHz loop
     # late, which both replays pay alike (m6 2.1 → 4.7 mrad, m1 9.0 → 11.4): the margin, not the ratio, holds
-    assert m6 < 0.006, m6
-    assert m1 - m6 > 0.004, (m1, m6)
+    # (the record's cycles wait for the emulator's replies: only steal makes the run inconclusive)
+    check({"m6 explains the record within 6 mrad": m6 < 0.006, "m1 is 4 mrad worse than m6": m1 - m6 > 0.004},
+          figures, disturbance(stolen))
 
 
 def test_canopen_record_short_run(tmp_path):

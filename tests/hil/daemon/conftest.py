@@ -27,7 +27,7 @@ import msgpack
 import pytest
 import zmq
 
-from tests.daemon_process import SERVO_HIL, ProcessControl
+from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, ProcessControl
 
 from . import MqttClient, Stream, free_port, ok, wait_port
 
@@ -262,7 +262,8 @@ def wait_ready(d: DaemonProcess, timeout: float = 20.0) -> None:
 
 
 class Launcher:
-    """Starts daemons as subprocesses; `finish()` SIGTERMs those still running and checks exit 0 within 2 s."""
+    """Starts daemons as subprocesses; `finish()` SIGTERMs those still running and checks exit 0 (within
+    `STOP_TIMEOUT_S`)."""
 
     def __init__(self, directory: Path):
         self.dir = directory
@@ -287,11 +288,12 @@ class Launcher:
         for d in self.started:
             if not d.alive:
                 continue
-            rc = d.terminate(2.0)
+            rc = d.terminate()
             if rc is None:
                 d.kill()
                 if d.strict:
-                    problems.append(f"{d.rig.name}: still running 2 s after SIGTERM (killed)\n{d.stderr()[-3000:]}")
+                    problems.append(f"{d.rig.name}: still running {STOP_TIMEOUT_S:g} s after SIGTERM (killed)\n"
+                                    f"{d.stderr()[-3000:]}")
             elif rc != 0 and d.strict:
                 problems.append(f"{d.rig.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
         if problems:

@@ -59,7 +59,7 @@ def test_status_without_daemon():
 
 
 def test_status_check_after_the_daemon_stopped(daemon):
-    assert daemon.terminate(2.0) == 0
+    assert daemon.terminate() == 0
     assert run_cli("status", "--command", daemon.rig.cmd, "--check", "--timeout", "0.5").returncode == 1
 
 

@@ -42,7 +42,7 @@ def lockstep_session(make_rig, start_daemon) -> tuple[list[dict], list, list]:
         samples = collect_n(stream, 2 * 1000, timeout=10.0)
         samples += stream.collect(0.3)  # and then nothing more
     status = ok(ep, "status")["status"]
-    assert d.terminate(2.0) == 0, d.stderr()  # frees the CPU for the next session
+    assert d.terminate() == 0, d.stderr()  # frees the CPU for the next session
     return replies, samples, status
 
 

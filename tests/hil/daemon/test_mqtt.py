@@ -43,11 +43,11 @@ def topic(d, leaf: str) -> str:
 def test_retained_status_and_online_for_a_new_subscriber(shared_mq, shared_mqtt_daemon, mqtt_broker):
     d = shared_mqtt_daemon
     time.sleep(0.6)  # the daemon has been up a while: what a late subscriber gets must come from retention
-    t0 = time.monotonic()
+    # the retain flag tells a retained message from a live one (a broker clears it on live publications), so
+    # the waits may be generous: the in-process broker and this client share a possibly loaded host
     with MqttClient(mqtt_broker.port, [topic(d, "status"), topic(d, "online")]) as late:
-        status = late.wait(lambda m: m.topic == topic(d, "status") and m.retain, 1.0, "retained status")
-        online = late.wait(lambda m: m.topic == topic(d, "online"), 1.0, "retained online")
-    assert time.monotonic() - t0 < 2.0
+        status = late.wait(lambda m: m.topic == topic(d, "status") and m.retain, 10.0, "retained status")
+        online = late.wait(lambda m: m.topic == topic(d, "online"), 10.0, "retained online")
     assert online.payload == b"online" and online.retain
     st = status.json()
     assert st["rig"] == d.rig.name and st["pid"] == d.proc.pid
@@ -208,7 +208,10 @@ def test_broker_restart_reconnects(make_rig, start_daemon, private_broker):
     broker.stop()
     with Stream(rig.pub) as stream:
         stream.first()
-        assert len(stream.collect(0.5)) > 500, "the state stream stalled while the broker was down"
+        got = stream.collect(0.5)
+        # simulation time, not a count: a count would measure how fast this process drains a loaded host
+        span = max(s.payload["t"] for s in got) - min(s.payload["t"] for s in got) if got else 0.0
+        assert span > 0.25, f"the state stream stalled while the broker was down ({len(got)} samples, {span} s)"
     private_broker(port)
     with MqttClient(port, [f"servo-hil/{rig.name}/#"]) as client:
         # normally ~1 s (retry period); up to ~11 s if a connect attempt hits the restarting broker and

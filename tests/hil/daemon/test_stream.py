@@ -108,12 +108,13 @@ def test_timestamp_frame_tracks_wall_clock_after_pause(make_rig, start_daemon):
     with Stream(rig.pub) as stream:
         stream.first()
         ok(rig.cmd, "pause")
-        time.sleep(0.5)
+        time.sleep(1.0)
         ok(rig.cmd, "resume")
         stream.drain()
-        s = stream.recv(1.0)
+        s = stream.recv(5.0)
         lag = float(s.stamp) - time.time()
-        assert abs(lag) < 0.05, f"timestamp frame {lag:+.3f} s from the wall clock after a 0.5 s pause"
+        # the bug lagged by the whole pause (1 s); a loaded host may hand this process the sample some 100 ms late
+        assert -0.3 < lag < 0.05, f"timestamp frame {lag:+.3f} s from the wall clock after a 1 s pause"
 
 
 def test_stall_realigns_without_catch_up(make_rig, start_daemon):
