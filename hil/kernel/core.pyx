@@ -40,11 +40,17 @@ cdef extern from "plan.h" nogil:
         PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
         PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
         PL_COG_POLES, PL_COG_PHASE, PL_Q_OFFSET, PL_INV_LUGRE_WS, PL_INV_DTHETA_STRIBECK, PL_ALPHA,
+        PL_DC_LAW, PL_LAW_POSITION, PL_LAW_VELOCITY, PL_KP, PL_KI, PL_KD, PL_SLEW, PL_IMAX, PL_VMAX,
         HIL_PLAN_COLUMNS
 
 cdef extern from "args.h" nogil:
     void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
                        double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
+
+cdef extern from "law.h" nogil:
+    void hil_dc_law_pass(const double* P, Py_ssize_t st, int m, double dt, const double* u, const double* Lm,
+                         const double* Ld, const double* vs, const double* vmode, double* slew_u,
+                         double* integral, double* V)
 
 cdef extern from "motor.h" nogil:
     ctypedef struct HilLawOut:
@@ -141,6 +147,12 @@ cdef struct Block:
     double gauss_y[BLOCK]
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
+    # the dcmotor controller layer's lanes (law.h): its inputs from the sensing (pass 3a) and its states
+    double u[BLOCK]             # command after the ctrlrange clip
+    double Lm[BLOCK]            # measured g·θ [rad]
+    double vs[BLOCK]            # supply [V]
+    double slew_u[BLOCK]
+    double integral[BLOCK]
     # the lanes of passes 3b and 4 (motor.h, load.h): the firmware law's request (pass 3a) and the
     # State / Input fields they read and write (gathered from and scattered back to the records)
     double vmode[BLOCK]         # HilLawOut (motor.h)
@@ -393,7 +405,8 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
 cdef inline void firmware_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
     """Pass 3a of step_all, actuator j of the block (its transcendentals already in b): sensing, faults
     and the firmware law, whose request (voltage, or current, or output torque) goes to the block's
-    lanes for the motor (pass 3b, motor.h); the controller's states advance."""
+    lanes for the motor (pass 3b, motor.h). The dcmotor controller layer is law.h's, after this for the
+    whole block: here its lanes get their inputs (the voltage stays 0 until then)."""
     cdef double g = p.gear
     cdef double t = s.k * dt
     cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
@@ -402,7 +415,6 @@ cdef inline void firmware_step(const Params* p, State* s, const Input* inp, doub
     cdef double u = inp.u
     cdef bint enabled = inp.enable != 0
     cdef double thm, Lm, vs, R, T, i, V, f, tau_act, e
-    cdef double slew_rate = 0.0, int_rate = 0.0
     cdef bint voltage_mode = 0, open_now = 0
     cdef double frac
 
@@ -455,28 +467,7 @@ cdef inline void firmware_step(const Params* p, State* s, const Input* inp, doub
     f = 0.0
     tau_act = 0.0
     if p.law <= LAW_VELOCITY:
-        voltage_mode = 1
-        if p.slew > 0:
-            u = clip(u, s.slew_u - p.slew * dt, s.slew_u + p.slew * dt)
-            slew_rate = (u - s.slew_u) * p._inv_dt
-        if p.ki > 0:
-            e = u - Lm if p.law == LAW_POSITION else u
-            if p.imax > 0:
-                if s.integral >= p.imax:
-                    e = min(e, 0.0)
-                elif s.integral <= -p.imax:
-                    e = max(e, 0.0)
-            int_rate = e
-        if p.law == LAW_POSITION:
-            V = p.kp * (u - Lm) + p.ki * s.integral - p.kd * Ld
-        elif p.law == LAW_VELOCITY:
-            V = p.kp * (u - Ld) + p.ki * (s.integral - Lm)
-        else:
-            V = u
-        if p.vmax > 0:
-            V = clip(V, -p.vmax, p.vmax)
-        if vs > 0:
-            V = clip(V, -vs, vs)
+        voltage_mode = 1   # V: law.h
     elif p.law == LAW_DXL_PWM:
         voltage_mode = 1
         e = p.error_gain * p.fw_kp * (u - thm)
@@ -517,14 +508,11 @@ cdef inline void firmware_step(const Params* p, State* s, const Input* inp, doub
     b.current[j] = s.current
     b.temp_rise[j] = s.temp_rise
     b.bristle[j] = s.bristle
-
-    # -- advance the controller states (mj_nextActivation; the integration does not read them)
-    if p.slew > 0 and voltage_mode:
-        s.slew_u = s.slew_u + dt * slew_rate
-    if p.ki > 0 and voltage_mode:
-        s.integral = s.integral + dt * int_rate
-        if p.imax > 0:
-            s.integral = clip(s.integral, -p.imax, p.imax)
+    b.u[j] = u
+    b.Lm[j] = Lm
+    b.vs[j] = vs
+    b.slew_u[j] = s.slew_u
+    b.integral[j] = s.integral
     s.k += 1
 
 
@@ -633,6 +621,15 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_INV_LUGRE_WS * st] = p._inv_lugre_ws
     c[PL_INV_DTHETA_STRIBECK * st] = p._inv_dtheta_stribeck
     c[PL_ALPHA * st] = p.alpha
+    c[PL_DC_LAW * st] = p.law <= LAW_VELOCITY
+    c[PL_LAW_POSITION * st] = p.law == LAW_POSITION
+    c[PL_LAW_VELOCITY * st] = p.law == LAW_VELOCITY
+    c[PL_KP * st] = p.kp
+    c[PL_KI * st] = p.ki
+    c[PL_KD * st] = p.kd
+    c[PL_SLEW * st] = p.slew
+    c[PL_IMAX * st] = p.imax
+    c[PL_VMAX * st] = p.vmax
 
 
 cdef inline int noise_pair(const Params* p, State* s, Block* b, int j) noexcept nogil:
@@ -685,8 +682,9 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
-    3. sensing, faults and firmware law, per actuator (`firmware_step`), then the motor, vectorized
-       across actuators (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
+    3. sensing, faults and firmware law, per actuator (`firmware_step`) but for the dcmotor controller
+       layer, vectorized across actuators (law.h `hil_dc_law_pass`), then the motor, vectorized too
+       (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
        the plan's columns and the block's arrays: vectorized across actuators).
     Each actuator's result depends only on its own parameters, state and input; `path` is the vector
@@ -728,6 +726,7 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
         hil_vexp(b.exp_x, 2 * m, path)
         for j in range(m):
             firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
+        hil_dc_law_pass(P, BLOCK, m, dt, b.u, b.Lm, b.Ld, b.vs, b.vmode, b.slew_u, b.integral, b.V)
         hil_motor_pass(P, BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
                        b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
         if need & NEED_ZOH:
@@ -747,6 +746,8 @@ cdef inline void step_blocks(const void* params, const void* plan_, void* states
             st.v_out = b.v_out[j]
             st.current = b.current[j]
             st.temp_rise = b.temp_rise[j]
+            st.slew_u = b.slew_u[j]
+            st.integral = b.integral[j]
             if b.derated[j] != 0:
                 st.fault_flags |= FAULT_DERATED
             fault_timers(&p[j0 + j], st, dt)

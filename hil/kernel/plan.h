@@ -1,5 +1,5 @@
 /* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (args.h,
-   motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
+   law.h, motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
    per actuator from 856-byte Params records.
 
    Blocked like step_all (core.pxd `Plan`): the block of actuators [b·HIL_BLOCK, (b+1)·HIL_BLOCK) owns
@@ -78,6 +78,16 @@ enum {
     PL_INV_LUGRE_WS,        /* 1/ωs [s/rad] */
     PL_INV_DTHETA_STRIBECK, /* 1/θ̇s [s/rad] */
     PL_ALPHA,               /* Stribeck exponent α */
+    /* dcmotor controller layer (pass 3a, law.h) */
+    PL_DC_LAW,              /* flag: LAW_VOLTAGE, LAW_POSITION or LAW_VELOCITY */
+    PL_LAW_POSITION,        /* flag: LAW_POSITION */
+    PL_LAW_VELOCITY,        /* flag: LAW_VELOCITY */
+    PL_KP,                  /* kp, ki, kd */
+    PL_KI,
+    PL_KD,
+    PL_SLEW,                /* [u/s]; 0 = none */
+    PL_IMAX,                /* integral clamp; 0 = none */
+    PL_VMAX,                /* [V]; 0 = none */
     HIL_PLAN_COLUMNS
 };
 
