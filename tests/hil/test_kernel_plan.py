@@ -1,8 +1,8 @@
-"""step_all's lane passes (hil/kernel/motor.h, load.h) over the plan (plan.h), and Kernel.run's order.
+"""step_all's lane passes (hil/kernel/law.h, motor.h, load.h) over the plan (plan.h), and Kernel.run's order.
 
-The motor and load passes compute every feature for every actuator of a block and keep each one's own
+The dcmotor law, motor and load passes compute every feature for every actuator of a block and keep each one's own
 by selects over its plan columns; Kernel.run advances a block of actuators through all its steps
-before the next. Neither may change any actuator's result by a bit: mixed laws, integrators and
+before the next. None may change any actuator's result by a bit: mixed laws, integrators and
 features in one block, parameters changed mid-run, any step order.
 """
 
@@ -24,7 +24,8 @@ MOTOR = dict(resistance=2.0, motorconst=0.0125, gear=200.0, armature=3e-7, te=5e
              load_friction_motor_stribeck=0.19, load_friction_external_stribeck=0.014,
              load_friction_motor_quad=0.0069, load_friction_external_quad=0.01, dtheta_stribeck=2.6,
              alpha=0.84, friction_viscous=0.025, mass=0.5, arm_mass=0.1, length=0.15, gravity=9.80665)
-# what the lane passes select per actuator: law (voltage / current / torque), integrator, budget,
+# what the lane passes select per actuator: law (dcmotor position / velocity / voltage with slew, integral
+# clamp and Vmax; voltage / current / torque request), integrator, budget,
 # Stribeck, LuGre, inductance, thermal state, derating, saturation, cogging
 VARIANTS = [
     {"law": LAWS["position"]},
