@@ -197,7 +197,7 @@ cdef struct Block:
     double friction[BLOCK]
     double i_out[BLOCK]
     double v_out[BLOCK]
-    # the step's Input
+    # the step's Input (the rows up to here: lanes_load zeroes their padding lanes)
     double cmd[BLOCK]           # u
     double enable[BLOCK]
     double ext[BLOCK]           # external torque [N·m]
@@ -623,12 +623,13 @@ cdef inline int padded(int m) noexcept nogil:
 
 cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
     """The State fields step_block's lanes hold, from the records of m actuators; the padding lanes
-    [m, padded(m)) of every array zeroed (their results are never stored: zeros keep them free of
-    denormals, which would slow the vector arithmetic)."""
+    [m, padded(m)) of those and of the inputs zeroed (their results are never stored: zeros keep them
+    free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
+    arrays before they read them)."""
     cdef const State* st
     cdef int j, row
     cdef double* rows = <double*>b
-    for row in range(<int>(sizeof(Block) // (BLOCK * sizeof(double)))):
+    for row in range(<int>((<char*>&b.sin_x[0] - <char*>b) // (BLOCK * sizeof(double)))):
         for j in range(m, padded(m)):
             rows[row * BLOCK + j] = 0.0
     for j in range(m):
@@ -729,6 +730,11 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     hil_args_pass(P, BLOCK, mv, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
     for j in range(m):
         need |= noise_pair(P, &s[j], b, j)
+    for j in range(m, mv):              # the padding lanes: no pair (r = 1, as noise_pair leaves it)
+        b.gauss_x[j] = 0.0
+        b.gauss_y[j] = 0.0
+        b.gauss_r[j] = 1.0
+        b.gauss_log[j] = 1.0
     if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
         hil_vlog(b.gauss_log, m, path)
     hil_vsin(b.sin_x, m, path)
