@@ -573,7 +573,7 @@ cdef inline int noise_pair(const double* P, State* s, Block* b, int j) noexcept 
     """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of Marsaglia's
     polar method for actuator j when its measurement needs one (sense.h finishes the deviates: the spare
     one is kept in the state, so the stream stays a pure function of (seed, k)). Returns NEED_LOG if it
-    drew one. P: the block's plan (b.k and b.has_spare gathered)."""
+    drew one. P: the block's plan (b.k and b.has_spare on the lanes)."""
     cdef double x = 0.0, y = 0.0, r = 1.0
     cdef int need = 0
     if (P[PL_ENC_NOISE * BLOCK + j] > 0 and b.has_spare[j] == 0
