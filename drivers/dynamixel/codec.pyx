@@ -137,6 +137,11 @@ def encode_status(int id, int error, params=b""):
 
     Instruction, error and params are stuffed (notes §1.3), as the SDK's `rxPacket` expects.
     """
+    return status_packet(id, error, params)
+
+
+cdef bytes status_packet(int id, int error, object params):
+    """encode_status for C callers (the bus's reads, drivers/dynamixel/bus.pyx): no Python call per reply."""
     if not 0 <= error <= 0xFF:
         raise ValueError(f"error must be 0..255, got {error}")
     cdef uint8_t head[2]
