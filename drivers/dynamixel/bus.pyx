@@ -14,6 +14,7 @@ reboot, housekeeping: servo.py).
 """
 
 from operator import attrgetter
+from typing import NamedTuple
 
 from drivers.dynamixel.codec cimport status_packet
 from firmware_models.dynamixel.servo_core cimport Reply, ServoCore
@@ -60,29 +61,17 @@ cdef inline bint _changes_no_register(int ins) noexcept:
     return ins == PING or ins == READ or _is_read(ins)
 
 
-cdef class Transmission:
-    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]; `servo` is the
-    index of the sending servo on the bus (None: a combined Fast reply)."""
+class Transmission(NamedTuple):
+    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
 
-    cdef readonly bytes data
-    cdef readonly double offset_s
-    cdef readonly object servo
-
-    def __init__(self, bytes data, double offset_s, servo):
-        self.data = data
-        self.offset_s = offset_s
-        self.servo = servo
-
-    def __repr__(self):
-        return f"Transmission(data={self.data!r}, offset_s={self.offset_s!r}, servo={self.servo!r})"
+    data: bytes
+    offset_s: float
+    servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
 
 
-cdef inline Transmission _tx(bytes data, double offset_s, object servo):
-    cdef Transmission t = Transmission.__new__(Transmission)
-    t.data = data
-    t.offset_s = offset_s
-    t.servo = servo
-    return t
+cdef inline object _tx(bytes data, double offset_s, object servo):
+    """Transmission(data, offset_s, servo) through tuple's own constructor (its Python __new__ costs a call)."""
+    return tuple.__new__(Transmission, (data, offset_s, servo))
 
 
 cdef inline bint _due(ServoCore servo, int instruction) noexcept:
@@ -123,7 +112,9 @@ cdef class DynamixelBus:
         cdef ServoCore s
         cdef double now
         self.stats["instructions"] += 1
-        if (baud is None or baud == self._common_baud) and not any(map(_WRONG_BAUD, self.faults)):
+        # a BusFaults' `active` has a bit per injected fault, wrong_baud's too: one pass over them per packet
+        cdef bint faulty = any(map(_ACTIVE, self.faults))
+        if (baud is None or baud == self._common_baud) and not (faulty and any(map(_WRONG_BAUD, self.faults))):
             listening = self._all
         else:
             listening = [i for i, s in enumerate(self.servos)
@@ -135,7 +126,7 @@ cdef class DynamixelBus:
             if i < 0 or not _due(self.servos[i], packet.instruction):
                 return []
             s = self.servos[i]
-            return self._finish([self._status(s, i, ErrorCode.CRC, b"", s.return_delay_s)])
+            return self._finish([self._status(s, i, ErrorCode.CRC, b"", s.return_delay_s)], faulty)
         cdef int pid = packet.id
         if pid == BROADCAST:
             targets = listening
@@ -152,7 +143,7 @@ cdef class DynamixelBus:
             out = self._unicast_error(pid, ins, listening, ErrorCode.DATA_LENGTH)
         if not _changes_no_register(ins) and self._identities() != self._identity:
             self._reindex()      # a write changed an ID, secondary ID or Baud Rate
-        return self._finish(out)
+        return self._finish(out, faulty)
 
     cdef list _identities(self):
         cdef ServoCore s
@@ -233,7 +224,7 @@ cdef class DynamixelBus:
         out = [self._status(servo, i, 0, b"", servo.return_delay_s)] if _due(servo, ins) else []
         reply = servo.reboot() if ins == REBOOT else servo.factory_reset(params[0])
         if reply.error and out:
-            out = [self._status(servo, i, reply.error, b"", (<Transmission> out[0]).offset_s)]
+            out = [self._status(servo, i, reply.error, b"", out[0].offset_s)]
         return out
 
     cdef _broadcast(self, int ins, bytes p, list targets):
@@ -329,9 +320,9 @@ cdef class DynamixelBus:
         cdef Reply r = s.read_at(address, length)
         # each servo starts its Return Delay Time after the previous status packet ends
         t[0] += s.return_delay_s
-        cdef Transmission tx = self._status(s, i, r.error, r.params, t[0])
-        out.append(tx)
-        t[0] += len(tx.data) * byte_s
+        cdef bytes data = status_packet(s.id, _error_byte(s, r.error), r.params)
+        out.append(_tx(data, t[0], i))
+        t[0] += len(data) * byte_s
         return 0
 
     cdef list _fast_read(self, int ins, list wanted, list listening):
@@ -367,7 +358,7 @@ cdef class DynamixelBus:
                 return i
         return -1
 
-    cdef Transmission _status(self, ServoCore servo, Py_ssize_t i, int error, bytes params, double offset_s):
+    cdef object _status(self, ServoCore servo, Py_ssize_t i, int error, bytes params, double offset_s):
         return _tx(status_packet(servo.id, _error_byte(servo, error), params), offset_s, i)
 
     cdef list _unicast_error(self, int pid, int ins, list listening, int error):
@@ -379,11 +370,10 @@ cdef class DynamixelBus:
         cdef ServoCore s = self.servos[i]
         return [self._status(s, i, error, b"", s.return_delay_s)]
 
-    cdef list _finish(self, list out):
-        """Apply each sender's injected bus faults (drop, corrupt, delay)."""
+    cdef list _finish(self, list out, bint faulty):
+        """Apply each sender's injected bus faults (drop, corrupt, delay); `faulty`: any is injected."""
         cdef list faults = self.faults
-        cdef Transmission tx
-        if not any(map(_ACTIVE, faults)):   # no fault injected (the usual case): every reply as it is
+        if not faulty:   # no fault injected (the usual case): every reply as it is
             self.stats["replies"] += len(out)
             return out
         done = []

@@ -21,6 +21,7 @@ cdef class PresentItems:
 
     cdef double _raw(self, double theta) noexcept nogil
     cdef double _position(self, double theta) noexcept nogil
+    cdef int _refresh(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1
     cpdef object read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end)
     cdef void _compute(self, const State* st, uint8_t* p, const bint* want) noexcept nogil
     cdef double _moving_status(self, const State* st, const uint8_t* p, bint profiling) noexcept nogil

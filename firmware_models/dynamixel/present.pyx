@@ -140,6 +140,9 @@ cdef class PresentItems:
     def refresh(self, joint, bytearray data, Py_ssize_t address=0, Py_ssize_t end=1 << 16):
         """Compute into `data` (the control table) the Present items a read of address..end returns (all of them
         by default), from `joint.read_state()` (and `joint.time_s()` for Realtime Tick)."""
+        self._refresh(joint, data, address, end)
+
+    cdef int _refresh(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1:
         if PyByteArray_GET_SIZE(data) < self.table_size:
             raise ValueError(f"control table of {PyByteArray_GET_SIZE(data)} bytes, the model has {self.table_size}")
         if end > self.indirect_lo:
@@ -159,14 +162,15 @@ cdef class PresentItems:
         if want[VOLTAGE]:
             _put(p + self.addr[VOLTAGE], self.size[VOLTAGE], rint(self.vin * 10))
         if not any_state:
-            return
+            return 0
         cdef State st = _state(joint.read_state())
         self._compute(&st, p, want)
+        return 0
 
     cpdef object read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
         """`refresh()`, then the bytes of the read address..end, when it lies in the table below Indirect Data
         (where a read returns the table's own bytes); None otherwise (the table's `read` decides)."""
-        self.refresh(joint, data, address, end)
+        self._refresh(joint, data, address, end)
         if address < 0 or end <= address or end > self.indirect_lo or end > PyByteArray_GET_SIZE(data):
             return None
         return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + address, end - address)
