@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
+from firmware_models.dynamixel.control_table import ControlTable, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
 from firmware_models.dynamixel.servo_core import Reply, ServoCore
