@@ -13,7 +13,7 @@ import math
 from firmware_models.dynamixel.control_table import ControlTable, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
-from firmware_models.dynamixel.servo_core import Reply, ServoCore
+from firmware_models.dynamixel.servo_core import GOAL_ITEMS, POSITION_MODES, Reply, ServoCore
 from hil.joint import Joint
 from hil.kernel import FAULT_BITS, LAWS
 
@@ -33,30 +33,15 @@ _KERNEL_TO_HW = {FAULT_BITS["overheat"]: HW_OVERHEATING, FAULT_BITS["overload"]:
 
 _LATCHED = FAULT_BITS["overheat"] | FAULT_BITS["overload"]
 
-POSITION_MODES = (3, 4, 5)
-GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Goal Position")
 CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
 BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x02 (restore)
-
-# items kept as attributes by _cache()
-_CACHED_ITEMS = frozenset({"ID", "Secondary(Shadow) ID", "Baud Rate", "Return Delay Time", "Status Return Level",
-                           "Drive Mode", "Operating Mode", "Homing Offset", "Moving Threshold"})
-
-# items whose change alters the kernel parameters of the firmware law
-_PARAM_ITEMS = frozenset({
-    "Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit", "Shutdown",
-    "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain", "Position P Gain",
-    "Feedforward 2nd Gain", "Feedforward 1st Gain", "Goal PWM", "Goal Current", "Profile Acceleration",
-    "Profile Velocity", "Bus Watchdog"})
-# items whose change moves the kernel goal
-_GOAL_INPUTS = frozenset({*GOAL_ITEMS, "Homing Offset", "Drive Mode", "Operating Mode"})
-
 
 class DynamixelServo(ServoCore):
     """A Dynamixel servo of model `spec` driving actuator `joint` of the kernel.
 
-    Read, Write and the Bus Watchdog's note of each instruction are C (`ServoCore`, servo_core.pyx), as are the
-    per-packet fields the bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`,
+    Read, Write (with what the firmware does because of it, `_apply`, and the goal in SI, `_kernel_goal`) and the
+    Bus Watchdog's note of each instruction are C (`ServoCore`, servo_core.pyx), as are the per-packet fields the
+    bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`,
     `alert`); this class keeps them up to date and does the rest of what the firmware does.
 
     `registers` overrides EEPROM defaults at power-up (ID, Baud Rate, Return Delay Time, …) as a
@@ -198,31 +183,6 @@ class DynamixelServo(ServoCore):
         self._units.turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
 
     # ------------------------------------------------------------------ write side effects
-    def _apply(self, changed: list[str], goal_wakes: bool = False) -> int:
-        """What the firmware does because the items `changed` (not empty) changed: the write's error number."""
-        if not _CACHED_ITEMS.isdisjoint(changed):
-            self._cache()
-        if "Torque Enable" in changed:
-            on = self.table.get("Torque Enable") == 1
-            if on and self._hw_shutdown():
-                # Only a reboot allows torque on after a shutdown (notes §3.3); e-manual silent on the reply.
-                self.table.set("Torque Enable", 0)
-                return 1
-            self._torque(on, keep_goal=goal_wakes)
-        if "Operating Mode" in changed:
-            for name, value in self.table.mode_defaults(self._units.mode).items():
-                self.table.set(name, value)
-            if self.table.get("Operating Mode") == 3:
-                self._single_turn()
-            self._set_goal_from_present()
-        if "Bus Watchdog" in changed and self.table.get("Bus Watchdog") == 0:
-            self._last_instruction_s = self.joint.time_s()
-        if not _PARAM_ITEMS.isdisjoint(changed):
-            self.joint.command(params=self._kernel_params())
-        if not _GOAL_INPUTS.isdisjoint(changed):
-            self.joint.command(goal=self._kernel_goal())
-        return 0
-
     def _torque(self, on: bool, keep_goal: bool = False) -> None:
         if on:
             mode = self.table.get("Operating Mode")
@@ -243,17 +203,6 @@ class DynamixelServo(ServoCore):
             self.table.set("Goal Position", self.table.get("Present Position"))
 
     # ------------------------------------------------------------------ register → SI
-    def _kernel_goal(self) -> float:
-        u = self._units
-        mode = u.mode
-        if mode in POSITION_MODES:
-            return u.position_si(self.table.get("Goal Position"))
-        if mode == 1:
-            return u.velocity_si(self.table.get("Goal Velocity"))
-        if mode == 0:
-            return u.current_si(self.table.get("Goal Current"))
-        return u.duty_si(self.table.get("Goal PWM"))
-
     def _kernel_params(self) -> dict:
         """Kernel parameters of the firmware law from the registers (gain scalings: FirmwareConstants)."""
         t, fw = self.table, self.fw

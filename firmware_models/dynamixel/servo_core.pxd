@@ -25,3 +25,5 @@ cdef class ServoCore:
     cdef Reply read_at(self, Py_ssize_t address, Py_ssize_t length)
     cdef Reply write_at(self, Py_ssize_t address, bytes data)
     cdef bint _torque_on_by_goal(self, Py_ssize_t address, Py_ssize_t end) except -1
+    cdef int apply(self, list changed, bint goal_wakes) except -1
+    cdef double kernel_goal(self) except? -1.0
