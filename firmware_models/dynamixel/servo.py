@@ -1,9 +1,9 @@
 """One simulated Dynamixel servo: its control table and what its firmware does with it.
 
-The bus (`drivers/dynamixel/bus.py`) calls the instruction methods below with decoded packets; this
-module turns register writes into kernel parameters and goals (SI), and kernel state into Present
-registers in the model's units. Behaviour follows the ROBOTIS e-manual as summarised in
-notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
+The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (Read and
+Write are in the C base class, servo_core.pyx); this module turns register writes into kernel parameters and
+goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual
+as summarised in notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
 """
 
 from __future__ import annotations
