@@ -1,7 +1,6 @@
 """Paced replies that follow each other without a gap go out as one paced write (drivers/dynamixel/server.py,
-grouped by bus.pyx's `bursts`):
-the byte schedule must be the one the separate replies had (each byte due at its reply's start + its index ×
-one byte time), only the syscalls and spins are fewer."""
+grouped by bus.pyx's `bursts`): the byte schedule must be the one the separate replies had (each byte due at
+its reply's start + its index × one byte time), only the syscalls and spins are fewer."""
 
 from __future__ import annotations
 
