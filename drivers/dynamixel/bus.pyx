@@ -37,7 +37,6 @@ from drivers.dynamixel.protocol import (
     encode_fast_status,
 )
 from drivers.ports import wire_time_s
-from firmware_models.dynamixel.servo_core import Reply as _Reply
 from hil.daemon.faults import BusFaults
 
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
@@ -195,7 +194,7 @@ cdef class DynamixelBus:
             return []
         servo = self.servos[primary]
         if ins not in _KNOWN or not servo.supports(ins):
-            reply = _Reply(ErrorCode.INSTRUCTION)
+            reply = Reply(ErrorCode.INSTRUCTION)
         elif ins == READ:
             address, length = decode_read(p)
             reply = servo.read_at(address, length)
@@ -213,7 +212,7 @@ cdef class DynamixelBus:
         elif ins == BACKUP:
             reply = servo.backup(p)
         else:
-            reply = _Reply(ErrorCode.INSTRUCTION)
+            reply = Reply(ErrorCode.INSTRUCTION)
         if not _due(servo, ins):
             return []
         return [self._status(servo, primary, reply.error, reply.params, servo.return_delay_s)]
