@@ -1,16 +1,18 @@
 # cython: language_level=3
-"""Protocol 2.0 CRC-16 and packet framing in C: the per-packet byte work of the bus server.
+"""Protocol 2.0 CRC-16, packet framing and the instructions' parameter decoders in C: the per-packet byte work
+of the bus server.
 
 `drivers/dynamixel/protocol.py` re-exports these; it is the only implementation (the server spends
 most of a Sync Read reply here when it is Python: ≈ 3 µs per status packet, ≈ 0.3 µs in C).
 Wire layout and rules: protocol.py's docstring; notes/dynamixel.md §1.2 (CRC), §1.3 (stuffing),
-§2.1 (Fast Sync/Bulk Read reply).
+§2.1 (Fast Sync/Bulk Read reply), §2 (instruction parameters; the decoders were Python until 2026-11-22 and
+give the same results and errors: fuzzed against them).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 cdef uint16_t _TABLE[256]   # one byte per step: 0x0000, 0x8005, 0x800F, 0x000A, ... (notes §1.2)
 
@@ -137,6 +139,11 @@ def encode_status(int id, int error, params=b""):
 
     Instruction, error and params are stuffed (notes §1.3), as the SDK's `rxPacket` expects.
     """
+    return status_packet(id, error, params)
+
+
+cdef bytes status_packet(int id, int error, object params):
+    """encode_status for C callers (the bus's reads, drivers/dynamixel/bus.pyx): no Python call per reply."""
     if not 0 <= error <= 0xFF:
         raise ValueError(f"error must be 0..255, got {error}")
     cdef uint8_t head[2]
@@ -189,3 +196,138 @@ def encode_fast_status(segments):
         k += 2
     return out
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parameter decoders for incoming instructions (e-manual "Instruction Details"; notes §2). They check the
+# *structure* of the parameter block only; whether an address or length suits a control table is the firmware
+# model's business. A block that asks for nothing (zero data length, no device listed) is treated as malformed.
+# In C: a Sync Write of 12 splits into its items here instead of a Python loop of slices.
+
+
+class ProtocolError(ValueError):
+    """A packet whose parameters do not fit its instruction."""
+
+
+cdef inline bytes _as_bytes(object params):
+    return params if type(params) is bytes else bytes(params)
+
+
+cdef inline int _u16(const uint8_t* p, Py_ssize_t i) noexcept:
+    return p[i] | (p[i + 1] << 8)
+
+
+def decode_read(params):
+    """Read / (REG) params: address L/H, length L/H → (address, length in bytes)."""
+    cdef bytes b = _as_bytes(params)
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    if len(b) != 4:
+        raise ProtocolError(f"Read needs 4 parameter bytes, got {len(b)}")
+    cdef int length = _u16(p, 2)
+    if length == 0:
+        raise ProtocolError("Read of 0 bytes")
+    return _u16(p, 0), length
+
+
+def decode_write(params):
+    """Write / Reg Write params: address L/H, data... → (address, data); at least one data byte."""
+    cdef bytes b = _as_bytes(params)
+    cdef Py_ssize_t n = len(b)
+    if n < 3:
+        raise ProtocolError(f"Write needs an address and at least 1 data byte, got {n} bytes")
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    return _u16(p, 0), PyBytes_FromStringAndSize(<const char*> p + 2, n - 2)
+
+
+def decode_sync_read(params):
+    """Sync Read / Fast Sync Read params: address L/H, length L/H, ID... → (address, length in bytes, ids).
+
+    The IDs keep their order: the replies must come back in it (notes §2.2).
+    """
+    cdef bytes b = _as_bytes(params)
+    if len(b) < 5:
+        raise ProtocolError(f"Sync Read needs address, length and at least one ID, got {len(b)} bytes")
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    cdef int length = _u16(p, 2)
+    if length == 0:
+        raise ProtocolError("Sync Read of 0 bytes")
+    return _u16(p, 0), length, list(b[4:])
+
+
+def decode_sync_write(params):
+    """Sync Write params: address L/H, length L/H, then per device ID + `length` data bytes.
+
+    Returns (address, length in bytes, [(id, data)]).
+    """
+    cdef bytes b = _as_bytes(params)
+    cdef Py_ssize_t size = len(b), n, i, stride
+    if size < 4:
+        raise ProtocolError(f"Sync Write needs address and length, got {size} bytes")
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    cdef int address = _u16(p, 0), length = _u16(p, 2)
+    if length == 0:
+        raise ProtocolError("Sync Write of 0 bytes")
+    stride = length + 1
+    n = size - 4
+    if n == 0 or n % stride:
+        raise ProtocolError(f"Sync Write: {n} bytes after the header is not a positive multiple of 1 + {length}")
+    cdef list items = []
+    for i in range(4, size, stride):
+        items.append((p[i], PyBytes_FromStringAndSize(<const char*> p + i + 1, length)))
+    return address, length, items
+
+
+def decode_bulk_read(params):
+    """Bulk Read / Fast Bulk Read params: per device ID, address L/H, length L/H → [(id, address, length)].
+
+    The same ID twice is a ProtocolError (e-manual: "The same ID cannot be used multiple times").
+    """
+    cdef bytes b = _as_bytes(params)
+    cdef Py_ssize_t n = len(b), i
+    if n == 0 or n % 5:
+        raise ProtocolError(f"Bulk Read needs a positive multiple of 5 parameter bytes, got {n}")
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    cdef bint seen[256]
+    memset(seen, 0, sizeof(seen))
+    cdef int dev_id, address, length
+    cdef list out = []
+    for i in range(0, n, 5):
+        dev_id, address, length = p[i], _u16(p, i + 1), _u16(p, i + 3)
+        if seen[dev_id]:
+            raise ProtocolError(f"Bulk Read lists ID {dev_id} twice")
+        if length == 0:
+            raise ProtocolError(f"Bulk Read of 0 bytes from ID {dev_id}")
+        seen[dev_id] = True
+        out.append((dev_id, address, length))
+    return out
+
+
+def decode_bulk_write(params):
+    """Bulk Write params: per device ID, address L/H, length L/H, data → [(id, address, data)].
+
+    The same ID twice is a ProtocolError (e-manual: "it can only write once for each individual device").
+    """
+    cdef bytes b = _as_bytes(params)
+    cdef Py_ssize_t n = len(b), i = 0, end
+    if n == 0:
+        raise ProtocolError("Bulk Write without any device")
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
+    cdef bint seen[256]
+    memset(seen, 0, sizeof(seen))
+    cdef int dev_id, address, length
+    cdef list out = []
+    while i < n:
+        if n - i < 5:
+            raise ProtocolError(f"Bulk Write: truncated device header at parameter byte {i}")
+        dev_id, address, length = p[i], _u16(p, i + 1), _u16(p, i + 3)
+        if seen[dev_id]:
+            raise ProtocolError(f"Bulk Write lists ID {dev_id} twice")
+        if length == 0:
+            raise ProtocolError(f"Bulk Write of 0 bytes to ID {dev_id}")
+        end = i + 5 + length
+        if end > n:
+            raise ProtocolError(f"Bulk Write: ID {dev_id} announces {length} bytes, only {n - i - 5} present")
+        seen[dev_id] = True
+        out.append((dev_id, address, PyBytes_FromStringAndSize(<const char*> p + i + 5, length)))
+        i = end
+    return out

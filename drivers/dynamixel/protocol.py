@@ -17,8 +17,21 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-# CRC-16 and packet framing are C (codec.pyx, the server's per-packet byte work); this module re-exports them
-from drivers.dynamixel.codec import crc16, encode_fast_status, encode_instruction, encode_status
+# CRC-16, packet framing and the instructions' parameter decoders are C (codec.pyx, the server's per-packet byte
+# work); this module re-exports them
+from drivers.dynamixel.codec import (
+    ProtocolError,
+    crc16,
+    decode_bulk_read,
+    decode_bulk_write,
+    decode_read,
+    decode_sync_read,
+    decode_sync_write,
+    decode_write,
+    encode_fast_status,
+    encode_instruction,
+    encode_status,
+)
 from firmware_models.dynamixel.control_table import ErrorCode  # the servo and the wire share the error numbers
 
 __all__ = [
@@ -85,10 +98,6 @@ class Instruction(enum.IntEnum):
     FAST_BULK_READ = 0x9A
 
 
-class ProtocolError(ValueError):
-    """A packet whose parameters do not fit its instruction."""
-
-
 # --------------------------------------------------------------------------------------------------
 # Byte stuffing (notes §1.3). FF FF FD cannot overlap itself, so a single left-to-right replace is exactly the
 # e-manual's scan, and its inverse.
@@ -144,112 +153,6 @@ def decode_status(packet: Packet) -> tuple[int, bytes]:
     if not packet.params:
         raise ProtocolError("status packet without an error byte")
     return packet.params[0], bytes(packet.params[1:])
-
-
-# --------------------------------------------------------------------------------------------------
-# Parameter decoders for incoming instructions (e-manual "Instruction Details"; notes §2). They check the
-# *structure* of the parameter block only; whether an address or length suits a control table is the firmware
-# model's business. A block that asks for nothing (zero data length, no device listed) is treated as malformed.
-
-
-def _u16(p: bytes, i: int) -> int:
-    return p[i] | (p[i + 1] << 8)
-
-
-def decode_read(params: bytes) -> tuple[int, int]:
-    """Read / (REG) params: address L/H, length L/H → (address, length in bytes)."""
-    if len(params) != 4:
-        raise ProtocolError(f"Read needs 4 parameter bytes, got {len(params)}")
-    length = _u16(params, 2)
-    if length == 0:
-        raise ProtocolError("Read of 0 bytes")
-    return _u16(params, 0), length
-
-
-def decode_write(params: bytes) -> tuple[int, bytes]:
-    """Write / Reg Write params: address L/H, data... → (address, data); at least one data byte."""
-    if len(params) < 3:
-        raise ProtocolError(f"Write needs an address and at least 1 data byte, got {len(params)} bytes")
-    return _u16(params, 0), bytes(params[2:])
-
-
-def decode_sync_read(params: bytes) -> tuple[int, int, list[int]]:
-    """Sync Read / Fast Sync Read params: address L/H, length L/H, ID... → (address, length in bytes, ids).
-
-    The IDs keep their order: the replies must come back in it (notes §2.2).
-    """
-    if len(params) < 5:
-        raise ProtocolError(f"Sync Read needs address, length and at least one ID, got {len(params)} bytes")
-    length = _u16(params, 2)
-    if length == 0:
-        raise ProtocolError("Sync Read of 0 bytes")
-    return _u16(params, 0), length, list(params[4:])
-
-
-def decode_sync_write(params: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
-    """Sync Write params: address L/H, length L/H, then per device ID + `length` data bytes.
-
-    Returns (address, length in bytes, [(id, data)]).
-    """
-    if len(params) < 4:
-        raise ProtocolError(f"Sync Write needs address and length, got {len(params)} bytes")
-    address, length = _u16(params, 0), _u16(params, 2)
-    if length == 0:
-        raise ProtocolError("Sync Write of 0 bytes")
-    stride = length + 1
-    n = len(params) - 4
-    if n == 0 or n % stride:
-        raise ProtocolError(f"Sync Write: {n} bytes after the header is not a positive multiple of 1 + {length}")
-    return address, length, [(params[i], bytes(params[i + 1 : i + stride])) for i in range(4, len(params), stride)]
-
-
-def decode_bulk_read(params: bytes) -> list[tuple[int, int, int]]:
-    """Bulk Read / Fast Bulk Read params: per device ID, address L/H, length L/H → [(id, address, length)].
-
-    The same ID twice is a ProtocolError (e-manual: "The same ID cannot be used multiple times").
-    """
-    n = len(params)
-    if n == 0 or n % 5:
-        raise ProtocolError(f"Bulk Read needs a positive multiple of 5 parameter bytes, got {n}")
-    out = []
-    seen = set()
-    for i in range(0, n, 5):
-        dev_id, address, length = params[i], _u16(params, i + 1), _u16(params, i + 3)
-        if dev_id in seen:
-            raise ProtocolError(f"Bulk Read lists ID {dev_id} twice")
-        if length == 0:
-            raise ProtocolError(f"Bulk Read of 0 bytes from ID {dev_id}")
-        seen.add(dev_id)
-        out.append((dev_id, address, length))
-    return out
-
-
-def decode_bulk_write(params: bytes) -> list[tuple[int, int, bytes]]:
-    """Bulk Write params: per device ID, address L/H, length L/H, data → [(id, address, data)].
-
-    The same ID twice is a ProtocolError (e-manual: "it can only write once for each individual device").
-    """
-    n = len(params)
-    if n == 0:
-        raise ProtocolError("Bulk Write without any device")
-    out = []
-    seen = set()
-    i = 0
-    while i < n:
-        if n - i < 5:
-            raise ProtocolError(f"Bulk Write: truncated device header at parameter byte {i}")
-        dev_id, address, length = params[i], _u16(params, i + 1), _u16(params, i + 3)
-        if dev_id in seen:
-            raise ProtocolError(f"Bulk Write lists ID {dev_id} twice")
-        if length == 0:
-            raise ProtocolError(f"Bulk Write of 0 bytes to ID {dev_id}")
-        end = i + 5 + length
-        if end > n:
-            raise ProtocolError(f"Bulk Write: ID {dev_id} announces {length} bytes, only {n - i - 5} present")
-        seen.add(dev_id)
-        out.append((dev_id, address, bytes(params[i + 5 : end])))
-        i = end
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from drivers.dynamixel.bus import DynamixelBus
+from drivers.dynamixel.bus import DynamixelBus, bursts
 from drivers.dynamixel.protocol import Parser
 from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
 
@@ -136,13 +136,13 @@ class BusServer(BusThread):
                     self._wire_free = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
                 continue
             if self.fast or not baud:
-                self._write(b"".join(tx.data for tx in replies), 0.0, None)   # one syscall for them all
+                self._write(b"".join([tx.data for tx in replies]), 0.0, None)   # one syscall for them all
                 continue
             # the pty delivers an instruction at once; on the wire it takes its bytes' time, after
             # whatever the controller sent before it (a Sync Write just ahead of a Sync Read)
             end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
             self._wire_free = end
-            for data, offset_s in _bursts(replies, baud):
+            for data, offset_s in bursts(replies, baud):
                 last = self._write(data, end + offset_s, baud)
                 self._wire_free = max(self._wire_free, last)
 
@@ -154,23 +154,3 @@ class BusServer(BusThread):
             log.debug("reply dropped: %s", exc)
             return start
 
-
-def _bursts(replies: list, baud: int) -> list[tuple[bytes, float]]:
-    """Replies that follow each other without a gap on the wire (a Sync Read with Return Delay Time 0) as one
-    paced write: every byte is released at the same time as before, with fewer syscalls and one final spin
-    instead of one per reply. (data, offset [s] after the instruction's end) per burst."""
-    out: list[tuple[bytes, float]] = []
-    parts: list[bytes] = []
-    start = nxt = 0.0
-    for tx in replies:
-        if parts and abs(tx.offset_s - nxt) > 1e-9:
-            out.append((b"".join(parts), start))
-            parts = []
-        if not parts:
-            start = tx.offset_s
-            nxt = start
-        parts.append(tx.data)
-        nxt += wire_time_s(len(tx.data), baud)
-    if parts:
-        out.append((b"".join(parts), start))
-    return out

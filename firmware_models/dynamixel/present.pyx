@@ -38,8 +38,6 @@ VELOCITY_UNIT = _VELOCITY_UNIT                        # Present/Goal Velocity, P
 ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
          "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
          "Present Temperature")
-cdef enum:
-    TICK, MOVING, MOVING_STATUS, PWM, CURRENT, VELOCITY, POSITION, VEL_TRAJ, POS_TRAJ, VOLTAGE, TEMPERATURE, N_ITEMS
 
 
 cdef inline State _state(object st) except *:
@@ -80,17 +78,8 @@ cdef class PresentItems:
     continuous count by a multi-turn reset), `homing` (Homing Offset), `moving_threshold`, `mode` (Operating
     Mode), `vin` (supply [V]) and `ambient` [°C] up to date; `current_a` is the Present Current unit [A] and
     `max_duty` the duty at PWM 885.
+    (Its fields are declared in present.pxd, for the servo's C core to call `read` without a Python call.)
     """
-
-    cdef public int sign
-    cdef public int64_t turn_offset, homing, moving_threshold
-    cdef public int mode
-    cdef public double vin, ambient
-    cdef readonly double current_a, max_duty
-    cdef double in_position_window, following_window   # Moving Status bits 0 and 3 [pulses]
-    cdef Py_ssize_t addr[N_ITEMS]        # -1: the model has no such item
-    cdef int size[N_ITEMS]
-    cdef Py_ssize_t a_torque, a_goal, table_size, indirect_lo
 
     def __init__(self, spec, double current_a, double max_duty, double in_position_window_pulses,
                  double following_error_window_pulses):
@@ -116,10 +105,10 @@ cdef class PresentItems:
         self.mode = 0
 
     # ------------------------------------------------------------------ register ⇄ SI
-    cdef inline double _raw(self, double theta) noexcept nogil:
+    cdef double _raw(self, double theta) noexcept nogil:
         return _ZERO_PULSE + rint(self.sign * theta / _RAD_PER_PULSE)
 
-    cdef inline double _position(self, double theta) noexcept nogil:
+    cdef double _position(self, double theta) noexcept nogil:
         return self._raw(theta) - self.turn_offset + self.homing
 
     def encoder_pulses(self, state):
@@ -151,6 +140,9 @@ cdef class PresentItems:
     def refresh(self, joint, bytearray data, Py_ssize_t address=0, Py_ssize_t end=1 << 16):
         """Compute into `data` (the control table) the Present items a read of address..end returns (all of them
         by default), from `joint.read_state()` (and `joint.time_s()` for Realtime Tick)."""
+        self._refresh(joint, data, address, end)
+
+    cdef int _refresh(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1:
         if PyByteArray_GET_SIZE(data) < self.table_size:
             raise ValueError(f"control table of {PyByteArray_GET_SIZE(data)} bytes, the model has {self.table_size}")
         if end > self.indirect_lo:
@@ -170,14 +162,15 @@ cdef class PresentItems:
         if want[VOLTAGE]:
             _put(p + self.addr[VOLTAGE], self.size[VOLTAGE], rint(self.vin * 10))
         if not any_state:
-            return
+            return 0
         cdef State st = _state(joint.read_state())
         self._compute(&st, p, want)
+        return 0
 
-    def read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
+    cpdef object read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
         """`refresh()`, then the bytes of the read address..end, when it lies in the table below Indirect Data
         (where a read returns the table's own bytes); None otherwise (the table's `read` decides)."""
-        self.refresh(joint, data, address, end)
+        self._refresh(joint, data, address, end)
         if address < 0 or end <= address or end > self.indirect_lo or end > PyByteArray_GET_SIZE(data):
             return None
         return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + address, end - address)

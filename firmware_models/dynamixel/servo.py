@@ -1,19 +1,19 @@
 """One simulated Dynamixel servo: its control table and what its firmware does with it.
 
-The bus (`drivers/dynamixel/bus.py`) calls the instruction methods below with decoded packets; this
-module turns register writes into kernel parameters and goals (SI), and kernel state into Present
-registers in the model's units. Behaviour follows the ROBOTIS e-manual as summarised in
-notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
+The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (Read and
+Write are in the C base class, servo_core.pyx); this module turns register writes into kernel parameters and
+goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual
+as summarised in notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
+from firmware_models.dynamixel.control_table import ControlTable, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
+from firmware_models.dynamixel.servo_core import GOAL_ITEMS, POSITION_MODES, Reply, ServoCore
 from hil.joint import Joint
 from hil.kernel import FAULT_BITS, LAWS
 
@@ -33,35 +33,16 @@ _KERNEL_TO_HW = {FAULT_BITS["overheat"]: HW_OVERHEATING, FAULT_BITS["overload"]:
 
 _LATCHED = FAULT_BITS["overheat"] | FAULT_BITS["overload"]
 
-POSITION_MODES = (3, 4, 5)
-GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Goal Position")
 CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
 BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x02 (restore)
 
-# items kept as attributes by _cache()
-_CACHED_ITEMS = frozenset({"ID", "Secondary(Shadow) ID", "Baud Rate", "Return Delay Time", "Status Return Level",
-                           "Drive Mode", "Operating Mode", "Homing Offset", "Moving Threshold"})
-
-# items whose change alters the kernel parameters of the firmware law
-_PARAM_ITEMS = frozenset({
-    "Operating Mode", "Drive Mode", "PWM Limit", "Current Limit", "Velocity Limit", "Temperature Limit", "Shutdown",
-    "Velocity I Gain", "Velocity P Gain", "Position D Gain", "Position I Gain", "Position P Gain",
-    "Feedforward 2nd Gain", "Feedforward 1st Gain", "Goal PWM", "Goal Current", "Profile Acceleration",
-    "Profile Velocity", "Bus Watchdog"})
-# items whose change moves the kernel goal
-_GOAL_INPUTS = frozenset({*GOAL_ITEMS, "Homing Offset", "Drive Mode", "Operating Mode"})
-
-
-@dataclass(slots=True)
-class Reply:
-    """What an instruction produced: the Protocol 2.0 error number (0 = none) and the status params."""
-
-    error: int = 0
-    params: bytes = b""
-
-
-class DynamixelServo:
+class DynamixelServo(ServoCore):
     """A Dynamixel servo of model `spec` driving actuator `joint` of the kernel.
+
+    Read, Write (with what the firmware does because of it, `_apply`, and the goal in SI, `_kernel_goal`) and the
+    Bus Watchdog's note of each instruction are C (`ServoCore`, servo_core.pyx), as are the per-packet fields the
+    bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`,
+    `alert`); this class keeps them up to date and does the rest of what the firmware does.
 
     `registers` overrides EEPROM defaults at power-up (ID, Baud Rate, Return Delay Time, …) as a
     rig file gives them; they survive Reboot but not Factory Reset, like values written by a user.
@@ -86,9 +67,11 @@ class DynamixelServo:
         # register ⇄ SI: Present items, positions (multi-turn, homing, reverse), velocities, currents (in C)
         self._units = PresentItems(spec, self._current_a, self._hw_max_duty, self.fw.in_position_window_pulses,
                                    self.fw.following_error_window_pulses)
+        super().__init__(joint, self.table, self._units)
         self._a_watchdog = spec.item("Bus Watchdog").address
         self._a_torque = spec.item("Torque Enable").address
         self._a_drive = spec.item("Drive Mode").address
+        self._goal_addresses = tuple(spec.item(n).address for n in GOAL_ITEMS if spec.has(n))
         self._cache()
         self._sense()
         self._power_up()
@@ -117,35 +100,6 @@ class DynamixelServo:
     def ping(self) -> Reply:
         return Reply(0, self.table.get("Model Number").to_bytes(2, "little")
                      + bytes([self.table.get("Firmware Version")]))
-
-    def read(self, address: int, length: int) -> Reply:
-        end = address + length
-        if address <= 70 and end > 64:
-            self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        params = self._units.read(self.joint, self.table.data, address, end)   # refresh() and the plain bytes
-        if params is not None:
-            return Reply(0, params)
-        try:
-            return Reply(0, self.table.read(address, length))
-        except ControlTableError as exc:
-            return Reply(exc.code)   # the firmware answers an error with no parameters (notes §1.4)
-
-    def write(self, address: int, data: bytes) -> Reply:
-        if address <= 64 < address + len(data):
-            self.housekeeping()   # a torque-on must see the hardware errors as of now
-        wakes = self._torque_on_by_goal(address, data)
-        if wakes:
-            self.table.set("Torque Enable", 1)
-        try:
-            changed = self.table.write(address, data)
-        except ControlTableError as exc:
-            if wakes:
-                self.table.set("Torque Enable", 0)
-            return Reply(exc.code)
-        if wakes:
-            changed = ["Torque Enable", *changed]
-        err = self._apply(changed, goal_wakes=wakes)
-        return Reply(err)
 
     def reg_write(self, address: int, data: bytes) -> Reply:
         """Hold the write until Action; Registered Instruction (69) shows it (notes §4.5)."""
@@ -200,14 +154,6 @@ class DynamixelServo:
         self._power_up(reboot=True)
         return Reply()
 
-    def note_instruction(self, now_s: float | None = None) -> None:
-        """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
-        the Bus Watchdog restarts (notes §4.5)."""
-        now = self.joint.time_s() if now_s is None else now_s
-        if self.table.data[self._a_watchdog]:   # Bus Watchdog on (or tripped): _check_watchdog decides
-            self._check_watchdog(now)   # a silence that already exceeded the watchdog trips it first
-        self._last_instruction_s = now
-
     # ------------------------------------------------------------------ power-up / reboot
     def _power_up(self, reboot: bool = False) -> None:
         """Power-up and Reboot: RAM to defaults, torque off, multi-turn reset, latches released."""
@@ -237,42 +183,6 @@ class DynamixelServo:
         self._units.turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
 
     # ------------------------------------------------------------------ write side effects
-    def _torque_on_by_goal(self, address: int, data: bytes) -> bool:
-        """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (notes §4.1)."""
-        if address > 116 or address + len(data) <= 100:
-            return False                          # no goal item (100..119) in the write
-        regs = self.table.data
-        if regs[self._a_torque] or not regs[self._a_drive] & 0x08 or self._hw_shutdown():
-            return False
-        end = address + len(data)
-        return any(address <= self.spec.item(n).address < end for n in GOAL_ITEMS if self.spec.has(n))
-
-    def _apply(self, changed: list[str], goal_wakes: bool = False) -> int:
-        if not changed:
-            return 0
-        if not _CACHED_ITEMS.isdisjoint(changed):
-            self._cache()
-        if "Torque Enable" in changed:
-            on = self.table.get("Torque Enable") == 1
-            if on and self._hw_shutdown():
-                # Only a reboot allows torque on after a shutdown (notes §3.3); e-manual silent on the reply.
-                self.table.set("Torque Enable", 0)
-                return 1
-            self._torque(on, keep_goal=goal_wakes)
-        if "Operating Mode" in changed:
-            for name, value in self.table.mode_defaults(self._units.mode).items():
-                self.table.set(name, value)
-            if self.table.get("Operating Mode") == 3:
-                self._single_turn()
-            self._set_goal_from_present()
-        if "Bus Watchdog" in changed and self.table.get("Bus Watchdog") == 0:
-            self._last_instruction_s = self.joint.time_s()
-        if not _PARAM_ITEMS.isdisjoint(changed):
-            self.joint.command(params=self._kernel_params())
-        if not _GOAL_INPUTS.isdisjoint(changed):
-            self.joint.command(goal=self._kernel_goal())
-        return 0
-
     def _torque(self, on: bool, keep_goal: bool = False) -> None:
         if on:
             mode = self.table.get("Operating Mode")
@@ -293,17 +203,6 @@ class DynamixelServo:
             self.table.set("Goal Position", self.table.get("Present Position"))
 
     # ------------------------------------------------------------------ register → SI
-    def _kernel_goal(self) -> float:
-        u = self._units
-        mode = u.mode
-        if mode in POSITION_MODES:
-            return u.position_si(self.table.get("Goal Position"))
-        if mode == 1:
-            return u.velocity_si(self.table.get("Goal Velocity"))
-        if mode == 0:
-            return u.current_si(self.table.get("Goal Current"))
-        return u.duty_si(self.table.get("Goal PWM"))
-
     def _kernel_params(self) -> dict:
         """Kernel parameters of the firmware law from the registers (gain scalings: FirmwareConstants)."""
         t, fw = self.table, self.fw

@@ -47,13 +47,13 @@ SLACK_NS = 2_000_000       # server stamps up to this long after a transaction's
 def serve_stamped(out: str, argv: list[str]) -> None:
     """In the daemon's process: wrap the bus's steps to stamp them, run `servo-hil argv`, write the stamps
     to `out` (JSON) at exit."""
+    from drivers.dynamixel import attach
     from drivers.dynamixel.bus import DynamixelBus
     from drivers.dynamixel.protocol import Parser
     from drivers.ports import PacedWriter, PtyPort
 
     ns, stamps = time.monotonic_ns, []
-    read, write, feed, handle, write_at = PtyPort.read, PtyPort.write, Parser.feed, DynamixelBus.handle, \
-        PacedWriter.write_at
+    read, write, feed, write_at = PtyPort.read, PtyPort.write, Parser.feed, PacedWriter.write_at
 
     def stamped_read(self, *a):
         t = ns()
@@ -72,18 +72,19 @@ def serve_stamped(out: str, argv: list[str]) -> None:
         stamps.append(("parsed", ns(), len(packets)))
         return packets
 
-    def stamped_handle(self, packet, baud):
-        t = ns()
-        replies = handle(self, packet, baud)
-        stamps.append(("exec", t, ns(), getattr(packet, "instruction", -1), len(replies)))
-        return replies
+    class StampedBus(DynamixelBus):   # the bus is a C class: its method is wrapped in a subclass attach builds
+        def handle(self, packet, baud):
+            t = ns()
+            replies = super().handle(packet, baud)
+            stamps.append(("exec", t, ns(), getattr(packet, "instruction", -1), len(replies)))
+            return replies
 
     def stamped_write_at(self, data, start, baud):
         stamps.append(("due", ns(), round(start * 1e9), len(data), baud or 0))
         return write_at(self, data, start, baud)
 
     PtyPort.read, PtyPort.write, Parser.feed = stamped_read, stamped_write, stamped_feed
-    DynamixelBus.handle, PacedWriter.write_at = stamped_handle, stamped_write_at
+    attach.DynamixelBus, PacedWriter.write_at = StampedBus, stamped_write_at
     atexit.register(lambda: Path(out).write_text(json.dumps(stamps)))
     sys.argv = ["servo-hil", *argv]
     from hil.cli.main import app

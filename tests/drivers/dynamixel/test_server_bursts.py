@@ -1,11 +1,11 @@
-"""Paced replies that follow each other without a gap go out as one paced write (drivers/dynamixel/server.py):
-the byte schedule must be the one the separate replies had (each byte due at its reply's start + its index ×
-one byte time), only the syscalls and spins are fewer."""
+"""Paced replies that follow each other without a gap go out as one paced write (drivers/dynamixel/server.py,
+grouped by bus.pyx's `bursts`): the byte schedule must be the one the separate replies had (each byte due at
+its reply's start + its index × one byte time), only the syscalls and spins are fewer."""
 
 from __future__ import annotations
 
 from drivers.dynamixel.bus import Transmission
-from drivers.dynamixel.server import _bursts
+from drivers.dynamixel.bus import bursts as _bursts
 from drivers.ports import wire_time_s
 
 BAUD = 1_000_000

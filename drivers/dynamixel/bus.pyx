@@ -1,0 +1,412 @@
+# cython: language_level=3
+"""A Protocol 2.0 bus of simulated servos: who executes an instruction, who answers, and when.
+
+`DynamixelBus.handle` takes one received packet and returns the status packets the servos on the
+bus send back, each with its start time after the end of the instruction on the wire (Return Delay
+Time, the replies before it in a Sync/Bulk Read, the per-ID slot of a broadcast Ping). Reply rules:
+notes/dynamixel.md §1.5 (broadcast, Status Return Level, secondary ID), §2 (instructions), §2.1–2.2
+(Fast reads, order).
+
+In C (Cython) as the only implementation: a Sync Read of 12 loops over its IDs here, each servo's
+Read runs in its C core (firmware_models/dynamixel/servo_core.pyx) and each status packet is encoded
+by codec.pyx without a Python call in between; Python remains only where the firmware does (writes,
+reboot, housekeeping: servo.py).
+"""
+
+from libc.math cimport fabs
+
+from operator import attrgetter
+from typing import NamedTuple
+
+from drivers.dynamixel.codec cimport status_packet
+from firmware_models.dynamixel.servo_core cimport Reply, ServoCore
+
+from drivers.dynamixel.protocol import (
+    ALERT,
+    BROADCAST_ID,
+    CorruptPacket,
+    ErrorCode,
+    Instruction,
+    ProtocolError,
+    decode_bulk_read,
+    decode_bulk_write,
+    decode_read,
+    decode_sync_read,
+    decode_sync_write,
+    decode_write,
+    encode_fast_status,
+)
+from drivers.ports import wire_time_s
+from hil.daemon.faults import BusFaults
+
+_PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
+# the instruction codes and header values as C ints (from protocol.py's enum: one table of them)
+cdef int PING = Instruction.PING, READ = Instruction.READ, WRITE = Instruction.WRITE
+cdef int REG_WRITE = Instruction.REG_WRITE, ACTION = Instruction.ACTION, FACTORY_RESET = Instruction.FACTORY_RESET
+cdef int REBOOT = Instruction.REBOOT, CLEAR = Instruction.CLEAR, BACKUP = Instruction.CONTROL_TABLE_BACKUP
+cdef int SYNC_READ = Instruction.SYNC_READ, FAST_SYNC_READ = Instruction.FAST_SYNC_READ
+cdef int BULK_READ = Instruction.BULK_READ, FAST_BULK_READ = Instruction.FAST_BULK_READ
+cdef int SYNC_WRITE = Instruction.SYNC_WRITE, BULK_WRITE = Instruction.BULK_WRITE, STATUS = Instruction.STATUS
+cdef int BROADCAST = BROADCAST_ID, ALERT_BIT = ALERT
+cdef frozenset _KNOWN = frozenset(int(i) for i in Instruction) - {STATUS}
+# BusFaults fields read for every servo of every packet: any(map(...)) iterates in C
+_WRONG_BAUD = attrgetter("wrong_baud")
+_ACTIVE = attrgetter("active")
+
+
+cdef inline bint _is_read(int ins) noexcept:
+    return ins == SYNC_READ or ins == FAST_SYNC_READ or ins == BULK_READ or ins == FAST_BULK_READ
+
+
+cdef inline bint _changes_no_register(int ins) noexcept:
+    return ins == PING or ins == READ or _is_read(ins)
+
+
+class Transmission(NamedTuple):
+    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
+
+    data: bytes
+    offset_s: float
+    servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
+
+
+cdef inline object _tx(bytes data, double offset_s, object servo):
+    """Transmission(data, offset_s, servo) through tuple's own constructor (its Python __new__ costs a call)."""
+    return tuple.__new__(Transmission, (data, offset_s, servo))
+
+
+cdef inline bint _due(ServoCore servo, int instruction) noexcept:
+    """Status Return Level: 0 = Ping only, 1 = Ping and Read, 2 = all (notes §1.5)."""
+    if instruction == PING:
+        return True
+    return servo.status_return_level >= 1 if instruction == READ else servo.status_return_level >= 2
+
+
+cdef inline int _error_byte(ServoCore servo, int error) noexcept:
+    return error | (ALERT_BIT if servo.alert else 0)
+
+
+cdef class DynamixelBus:
+    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (daemon issue)."""
+
+    cdef public list servos, faults
+    cdef public dict stats
+    cdef double _now           # simulation time of the packet being handled [s]
+    cdef list _all, _identity
+    cdef dict _ids, _addressed
+    cdef long _common_baud
+
+    def __init__(self, servos, faults=None):
+        self.servos = list(servos)
+        self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
+        self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
+        self._now = 0.0
+        self._all = list(range(len(self.servos)))
+        self._reindex()
+
+    # ------------------------------------------------------------------ entry point
+    def handle(self, packet, baud):
+        """Execute `packet` (a Packet or CorruptPacket) on every servo it addresses that listens at `baud`
+        (None: all listen); the list of Transmissions the servos send back."""
+        cdef list listening, targets, out
+        cdef Py_ssize_t i
+        cdef ServoCore s
+        cdef double now
+        self.stats["instructions"] += 1
+        # a BusFaults' `active` has a bit per injected fault, wrong_baud's too: one pass over them per packet
+        cdef bint faulty = any(map(_ACTIVE, self.faults))
+        if (baud is None or baud == self._common_baud) and not (faulty and any(map(_WRONG_BAUD, self.faults))):
+            listening = self._all
+        else:
+            listening = [i for i, s in enumerate(self.servos)
+                         if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
+        cdef long bps = baud or ((<ServoCore> self.servos[listening[0]]).baud_bps if listening else 1_000_000)
+        if isinstance(packet, CorruptPacket):
+            self.stats["crc_errors"] += 1
+            i = self._primary(listening, packet.id)
+            if i < 0 or not _due(self.servos[i], packet.instruction):
+                return []
+            s = self.servos[i]
+            return self._finish([self._status(s, i, ErrorCode.CRC, b"", s.return_delay_s)], faulty)
+        cdef int pid = packet.id
+        if pid == BROADCAST:
+            targets = listening
+        else:
+            targets = [i for i in self._addressed.get(pid, ()) if listening is self._all or i in listening]
+        now = (<ServoCore> self.servos[targets[0]]).joint.time_s() if targets else 0.0
+        for i in targets:
+            (<ServoCore> self.servos[i]).note(now)
+        cdef int ins = packet.instruction
+        try:
+            self._now = now
+            out = self._dispatch(pid, ins, packet.params, listening, targets, bps)
+        except ProtocolError:
+            out = self._unicast_error(pid, ins, listening, ErrorCode.DATA_LENGTH)
+        if not _changes_no_register(ins) and self._identities() != self._identity:
+            self._reindex()      # a write changed an ID, secondary ID or Baud Rate
+        return self._finish(out, faulty)
+
+    cdef list _identities(self):
+        cdef ServoCore s
+        return [s.identity for s in self.servos]
+
+    def _reindex(self):
+        cdef ServoCore s
+        self._identity = self._identities()
+        ids = {}
+        for i, s in enumerate(self.servos):
+            ids.setdefault(s.id, []).append(i)   # the same ID may sit at two baud rates
+        self._ids = ids
+        addressed = {}
+        for i, s in enumerate(self.servos):
+            addressed.setdefault(s.id, []).insert(0, i)
+            if s.secondary_id is not None and s.secondary_id != s.id:
+                addressed.setdefault(s.secondary_id, []).append(i)
+        self._addressed = addressed
+        bauds = {s.baud_bps for s in self.servos}
+        self._common_baud = bauds.pop() if len(bauds) == 1 else -1
+
+    # ------------------------------------------------------------------ dispatch
+    cdef list _dispatch(self, int pid, int ins, bytes p, list listening, list targets, long bps):
+        cdef Reply reply
+        cdef Py_ssize_t primary, i
+        cdef ServoCore servo
+        if _is_read(ins):
+            return self._group_read(ins, p, listening, bps) if pid == BROADCAST else []
+        if ins == SYNC_WRITE:
+            address, _, items = decode_sync_write(p)
+            for sid, data in items:
+                self._write_one(listening, sid, address, data, pid)
+            return []
+        if ins == BULK_WRITE:
+            for sid, address, data in decode_bulk_write(p):
+                self._write_one(listening, sid, address, data, pid)
+            return []
+        if ins == PING:
+            return self._ping(pid, listening, bps)
+        if pid == BROADCAST:
+            self._broadcast(ins, p, targets)
+            return []
+        primary = self._primary(targets, pid)
+        if primary < 0:
+            for i in targets:                   # addressed through the secondary ID: execute, never answer
+                self._secondary_write(i, ins, p)
+            return []
+        servo = self.servos[primary]
+        if ins not in _KNOWN or not servo.supports(ins):
+            reply = Reply(ErrorCode.INSTRUCTION)
+        elif ins == READ:
+            address, length = decode_read(p)
+            reply = servo.read_at(address, length)
+        elif ins == WRITE:
+            address, data = decode_write(p)
+            reply = servo.write_at(address, data)
+        elif ins == REG_WRITE:
+            reply = servo.reg_write(*decode_write(p))
+        elif ins == ACTION:
+            reply = servo.action()
+        elif ins == REBOOT or ins == FACTORY_RESET:
+            return self._then_reset(primary, ins, p)
+        elif ins == CLEAR:
+            reply = servo.clear(p)
+        elif ins == BACKUP:
+            reply = servo.backup(p)
+        else:
+            reply = Reply(ErrorCode.INSTRUCTION)
+        if not _due(servo, ins):
+            return []
+        return [self._status(servo, primary, reply.error, reply.params, servo.return_delay_s)]
+
+    cdef list _then_reset(self, Py_ssize_t i, int ins, bytes params):
+        """Reboot / Factory Reset: the status goes out with the settings before the reset (notes §2)."""
+        cdef ServoCore servo = self.servos[i]
+        if ins == FACTORY_RESET and len(params) != 1:
+            raise ProtocolError("Factory Reset takes one parameter")
+        out = [self._status(servo, i, 0, b"", servo.return_delay_s)] if _due(servo, ins) else []
+        reply = servo.reboot() if ins == REBOOT else servo.factory_reset(params[0])
+        if reply.error and out:
+            out = [self._status(servo, i, reply.error, b"", out[0].offset_s)]
+        return out
+
+    cdef _broadcast(self, int ins, bytes p, list targets):
+        """Broadcast Write, Reg Write, Action, Reboot, Factory Reset, Clear: executed, never answered."""
+        if ins == FACTORY_RESET and p[:1] == b"\xff":
+            return   # refused since FW42: a broadcast reset-all would give every servo ID 1 (notes §2)
+        for i in targets:
+            s = self.servos[i]
+            if not s.supports(ins):
+                continue
+            if ins == WRITE:
+                s.write(*decode_write(p))
+            elif ins == REG_WRITE:
+                s.reg_write(*decode_write(p))
+            elif ins == ACTION:
+                s.action()
+            elif ins == REBOOT:
+                s.reboot()
+            elif ins == FACTORY_RESET and len(p) == 1:
+                s.factory_reset(p[0])
+            elif ins == CLEAR:
+                s.clear(p)
+
+    cdef _secondary_write(self, Py_ssize_t i, int ins, bytes p):
+        """Through a secondary ID only RAM can be written (notes §1.5)."""
+        if ins == WRITE or ins == REG_WRITE:
+            address, data = decode_write(p)
+            if address >= 64:
+                (self.servos[i].write if ins == WRITE else self.servos[i].reg_write)(address, data)
+        elif ins == ACTION:
+            self.servos[i].action()
+
+    cdef _write_one(self, list listening, int sid, address, data, int to):
+        """One servo's part of a Sync / Bulk Write (none if `sid` is not listening)."""
+        cdef Py_ssize_t i = self._primary(listening, sid)
+        if i < 0:
+            return
+        cdef ServoCore s = self.servos[i]
+        if to != BROADCAST:   # broadcast: handle() has noted the instruction on every listener
+            s.note(self._now)
+        s.write_at(address, data)
+
+    cdef list _ping(self, int pid, list listening, long bps):
+        cdef ServoCore s
+        cdef Py_ssize_t i
+        if pid != BROADCAST:
+            i = self._primary(listening, pid)
+            if i < 0:
+                return []
+            s = self.servos[i]
+            r = s.ping()
+            return [self._status(s, i, r.error, r.params, s.return_delay_s)]
+        # Broadcast: every servo answers in its own slot, ID × one ping reply's wire time after its
+        # return delay, so replies never overlap and come back in ID order (our slot model; the
+        # e-manual says only "in arranged order", notes §2.2).
+        slot = wire_time_s(_PING_REPLY_BYTES, bps)
+        out = []
+        for i in sorted(listening, key=lambda k: self.servos[k].id):
+            s = self.servos[i]
+            r = s.ping()
+            out.append(self._status(s, i, r.error, r.params, s.return_delay_s + s.id * slot))
+        return out
+
+    cdef list _group_read(self, int ins, bytes p, list listening, long bps):
+        cdef list out = []
+        cdef double t = 0.0
+        cdef Py_ssize_t address, length
+        cdef double byte_s = wire_time_s(1, bps)   # [s] per byte on the wire
+        if ins == SYNC_READ or ins == FAST_SYNC_READ:
+            address, length, ids = decode_sync_read(p)
+            if ins == FAST_SYNC_READ:
+                return self._fast_read(ins, [(sid, address, length) for sid in ids], listening)
+            for sid in ids:
+                self._read_one(out, listening, sid, address, length, &t, byte_s)
+            return out
+        wanted = decode_bulk_read(p)
+        if ins == FAST_BULK_READ:
+            return self._fast_read(ins, wanted, listening)
+        for sid, address, length in wanted:
+            self._read_one(out, listening, sid, address, length, &t, byte_s)
+        return out
+
+    cdef int _read_one(self, list out, list listening, int sid, Py_ssize_t address, Py_ssize_t length,
+                       double* t, double byte_s) except -1:
+        """Servo `sid`'s status packet of a (Bulk) Sync Read, appended to `out`; `t` [s] is where the previous one
+        ended on the wire (after the instruction's end) and moves past this one."""
+        cdef Py_ssize_t i = self._primary(listening, sid)
+        if i < 0:
+            return 0               # an absent ID leaves no reply (the SDK then times out, notes §2.2)
+        cdef ServoCore s = self.servos[i]   # handle() has noted the instruction on every target (broadcast)
+        if s.status_return_level < 1:
+            return 0
+        cdef Reply r = s.read_at(address, length)
+        # each servo starts its Return Delay Time after the previous status packet ends
+        t[0] += s.return_delay_s
+        cdef bytes data = status_packet(s.id, _error_byte(s, r.error), r.params)
+        out.append(_tx(data, t[0], i))
+        t[0] += len(data) * byte_s
+        return 0
+
+    cdef list _fast_read(self, int ins, list wanted, list listening):
+        """Fast Sync / Fast Bulk Read: one packet from ID 0xFE, each device appends its segment (notes §2.1)."""
+        cdef ServoCore s
+        cdef Py_ssize_t i
+        members = []
+        for sid, address, length in wanted:
+            i = self._primary(listening, sid)
+            if i < 0 or not self.servos[i].supports(ins):
+                # the devices build one packet between them: a missing link breaks the chain and
+                # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
+                return []
+            s = self.servos[i]
+            if s.status_return_level < 1:
+                continue
+            members.append((s, s.read_at(address, length), length))
+        if not members:
+            return []
+        segs = [(s.id, _error_byte(s, r.error), r.params if not r.error else bytes(n)) for s, r, n in members]
+        return [_tx(encode_fast_status(segs), (<ServoCore> members[0][0]).return_delay_s, None)]
+
+    # ------------------------------------------------------------------ helpers
+    cdef Py_ssize_t _primary(self, list candidates, int sid) except -2:
+        """The index of the servo whose (primary) ID is `sid`, if it is among `candidates`; -1 if none."""
+        at = self._ids.get(sid)
+        if not at:
+            return -1
+        if candidates is self._all:   # every servo listens (the usual case): the first one indexed under sid
+            return at[0]
+        for i in at:
+            if i in candidates:
+                return i
+        return -1
+
+    cdef object _status(self, ServoCore servo, Py_ssize_t i, int error, bytes params, double offset_s):
+        return _tx(status_packet(servo.id, _error_byte(servo, error), params), offset_s, i)
+
+    cdef list _unicast_error(self, int pid, int ins, list listening, int error):
+        if pid == BROADCAST:
+            return []
+        cdef Py_ssize_t i = self._primary(listening, pid)
+        if i < 0 or not _due(self.servos[i], ins):
+            return []
+        cdef ServoCore s = self.servos[i]
+        return [self._status(s, i, error, b"", s.return_delay_s)]
+
+    cdef list _finish(self, list out, bint faulty):
+        """Apply each sender's injected bus faults (drop, corrupt, delay); `faulty`: any is injected."""
+        cdef list faults = self.faults
+        if not faulty:   # no fault injected (the usual case): every reply as it is
+            self.stats["replies"] += len(out)
+            return out
+        done = []
+        for tx in out:
+            f = None if tx.servo is None else faults[tx.servo]
+            if f is None or not f.active:
+                done.append(tx)      # what apply() would return: the reply unchanged, no extra delay
+                continue
+            data, extra = f.apply(tx.data)
+            if data is not None:
+                done.append(_tx(data, tx.offset_s + extra, tx.servo))
+        self.stats["replies"] += len(done)
+        return done
+
+
+def bursts(list replies, long baud):
+    """Replies that follow each other without a gap on the wire (a Sync Read with Return Delay Time 0) as one
+    paced write: every byte is released at the same time as before, with fewer syscalls and one final spin
+    instead of one per reply (drivers/dynamixel/server.py). (data, offset [s] after the instruction's end) per
+    burst, for `replies` (Transmissions in wire order) at `baud` [bit/s]."""
+    cdef list out = [], parts = []
+    cdef double start = 0.0, nxt = 0.0, offset, byte_s = wire_time_s(1, baud)   # [s] per byte
+    cdef bytes data
+    for tx in replies:   # Transmissions: tuples (data, offset_s, servo)
+        data, offset = (<tuple> tx)[0], (<tuple> tx)[1]
+        if parts and fabs(offset - nxt) > 1e-9:
+            out.append((b"".join(parts), start))
+            parts = []
+        if not parts:
+            start = nxt = offset
+        parts.append(data)
+        nxt += len(data) * byte_s
+    if parts:
+        out.append((b"".join(parts), start))
+    return out

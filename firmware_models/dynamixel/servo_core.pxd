@@ -1,0 +1,29 @@
+# A servo's per-packet fields and instructions at C level, for the bus (drivers/dynamixel/bus.pyx).
+from firmware_models.dynamixel.present cimport PresentItems
+
+
+cdef class Reply:
+    cdef public int error
+    cdef public bytes params
+
+
+cdef Reply reply(int error, bytes params)
+
+
+cdef class ServoCore:
+    cdef public object joint, table
+    cdef public PresentItems _units
+    cdef public int id, status_return_level, baud_bps
+    cdef public object secondary_id, identity
+    cdef public double return_delay_s, _last_instruction_s
+    cdef public bint alert
+    cdef public Py_ssize_t _a_watchdog, _a_torque, _a_drive
+    cdef public tuple _goal_addresses
+    cdef bytearray regs
+
+    cdef int note(self, double now_s) except -1
+    cdef Reply read_at(self, Py_ssize_t address, Py_ssize_t length)
+    cdef Reply write_at(self, Py_ssize_t address, bytes data)
+    cdef bint _torque_on_by_goal(self, Py_ssize_t address, Py_ssize_t end) except -1
+    cdef int apply(self, list changed, bint goal_wakes) except -1
+    cdef double kernel_goal(self) except? -1.0
