@@ -32,7 +32,7 @@ server adds) and, paced, the floor-corrected excess `p50 − bound − echo-peer
 (`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost.
 
 Where a paced round trip's time goes (server wake, parse, execution, paced writes, the SDK's reads), stamp
-by stamp on one CLOCK_MONOTONIC: `python -m hil.benchmarks.dynamixel_timeline`.
+by stamp on one CLOCK_MONOTONIC: `servo-hil bench dynamixel-timeline`.
 
 Hypervisor steal over each run is reported, and per phase where the CPU went: cores used by this
 client (the SDK busy-waits, ~1), by the server process, by everything else on the host (other load
@@ -43,7 +43,6 @@ process exits 0 even when a target is missed: it is a measurement.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import sys
@@ -466,6 +465,3 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
         "elapsed_s": time.monotonic() - t_start,
     }
 
-
-if __name__ == "__main__":
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))

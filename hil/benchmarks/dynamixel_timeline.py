@@ -1,6 +1,6 @@
 """Where a paced Dynamixel round trip's time goes: a timeline of server and client stamps, as JSON.
 
-`python -m hil.benchmarks.dynamixel_timeline [--baud B] [--rdt R] [--n N]` starts `servo-hil run` on the
+`servo-hil bench dynamixel-timeline [--baud B] [--rdt R] [--n N]` starts `servo-hil run` on the
 rig of `servo-hil bench dynamixel` (12 × XM430-W350, paced, Return Delay Time R) with its bus stamped, and
 drives it with the unchanged dynamixel-sdk from this process: N 4-byte reads of ID 1, then N Sync Read +
 Sync Write cycles of the 12. Both sides stamp time.monotonic_ns() (one CLOCK_MONOTONIC):
@@ -245,12 +245,7 @@ def run(baud: int = 1_000_000, return_delay: int = 0, n: int = 300) -> dict:
             "steal_fraction": steal_fraction, "loadavg_start": load0, "loadavg_end": loadavg()}
 
 
-def _arg(name: str, default: int) -> int:
-    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
-        serve_stamped(sys.argv[2], sys.argv[3:])
-    else:
-        print(json.dumps(run(_arg("--baud", 1_000_000), _arg("--rdt", 0), _arg("--n", 300)), indent=2))
+if __name__ == "__main__":   # the stamped daemon's own process (_StampedDaemon); users run the CLI command
+    if len(sys.argv) < 3 or sys.argv[1] != "--serve":
+        sys.exit("usage: servo-hil bench dynamixel-timeline [--baud B] [--rdt R] [--n N]")
+    serve_stamped(sys.argv[2], sys.argv[3:])

@@ -50,7 +50,6 @@ measurement.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import select
@@ -733,6 +732,3 @@ def run(cycles: int = 5000, warmup: int | None = None, quick: bool = False) -> d
         "elapsed_s": time.monotonic() - t_start,
     }
 
-
-if __name__ == "__main__":
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))

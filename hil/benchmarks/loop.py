@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import subprocess
 import sys
@@ -293,6 +292,3 @@ def _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup) ->
     out["targets"] = targets if judged else {"inconclusive": f"steal {100 * steal_fraction:.2f} % >= 2 %"}
     return out
 
-
-if __name__ == "__main__":
-    print(json.dumps(run(), indent=1))

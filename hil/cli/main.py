@@ -343,6 +343,20 @@ def bench_dynamixel(
     _print_json(bench(reads, cycles, quick=quick), out)
 
 
+@bench_app.command("dynamixel-timeline")
+def bench_dynamixel_timeline(
+    baud: Annotated[int, typer.Option(min=9600, help="line rate [bit/s] the SDK opens the port at")] = 1_000_000,
+    rdt: Annotated[int, typer.Option(min=0, max=254, help="Return Delay Time register [2 µs units]")] = 0,
+    n: Annotated[int, typer.Option(min=1, help="4-byte reads, then as many Sync Read + Sync Write cycles")] = 300,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """Where a paced round trip's time goes: the daemon's bus steps and the SDK's port calls stamped on one
+    clock, medians relative to the request's write, against the wire bound, as JSON (a diagnostic)."""
+    from hil.benchmarks.dynamixel_timeline import run as timeline
+
+    _print_json(timeline(baud, rdt, n), out)
+
+
 @bench_app.command("erob")
 def bench_erob(
     cycles: Annotated[int, typer.Option(min=1, help="timed 1 kHz cycles per phase")] = 5000,

@@ -48,3 +48,19 @@ def test_a_cycle_reply_is_never_early(timeline):
     assert t["server_last_write_returned"] >= t["reply_last_byte_due"], t
     assert t["client_last_bytes_read"] >= t["reply_last_byte_due"], t
     assert t["server_sync_write_woke"] >= t["client_sync_write_write_start"], t
+
+
+def test_cli_command_checks_its_options():
+    """`servo-hil bench dynamixel-timeline` is the way to run it: a Return Delay Time beyond the register's
+    0-254 is refused naming the option, before any daemon starts; the module alone only serves the daemon."""
+    import subprocess
+    import sys
+
+    from tests.daemon_process import SERVO_HIL
+
+    res = subprocess.run([*SERVO_HIL, "bench", "dynamixel-timeline", "--rdt", "255"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and "--rdt" in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, "-m", "hil.benchmarks.dynamixel_timeline"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 1 and "servo-hil bench dynamixel-timeline" in res.stderr, res.stderr
