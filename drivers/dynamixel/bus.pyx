@@ -83,7 +83,7 @@ cdef inline bint _due(ServoCore servo, int instruction) noexcept:
 
 
 cdef inline int _error_byte(ServoCore servo, int error) noexcept:
-    return error | (ALERT_BIT if servo.alert else 0)
+    return error | (ALERT_BIT if servo._hw_error else 0)   # the alert bit: a hardware error is latched
 
 
 cdef class DynamixelBus:
@@ -321,9 +321,9 @@ cdef class DynamixelBus:
         cdef Reply r = s.read_at(address, length)
         # each servo starts its Return Delay Time after the previous status packet ends
         t[0] += s.return_delay_s
-        cdef bytes data = status_packet(s.id, _error_byte(s, r.error), r.params)
-        out.append(_tx(data, t[0], i))
-        t[0] += len(data) * byte_s
+        tx = self._status(s, i, r.error, r.params, t[0])
+        out.append(tx)
+        t[0] += len(<bytes> (<tuple> tx)[0]) * byte_s
         return 0
 
     cdef list _fast_read(self, int ins, list wanted, list listening):

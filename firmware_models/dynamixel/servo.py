@@ -39,9 +39,9 @@ BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x
 class DynamixelServo(ServoCore):
     """A Dynamixel servo of model `spec` driving actuator `joint` of the kernel.
 
-    Read, Write (with what the firmware does because of it, `_apply`, and the goal in SI, `_kernel_goal`) and the
+    Read, Write (with what the firmware does because of it, `apply`, and the goal in SI, `_kernel_goal`) and the
     Bus Watchdog's note of each instruction are C (`ServoCore`, servo_core.pyx), as are the per-packet fields the
-    bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`,
+    bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`, `_hw_error` behind
     `alert`); this class keeps them up to date and does the rest of what the firmware does.
 
     `registers` overrides EEPROM defaults at power-up (ID, Baud Rate, Return Delay Time, …) as a
@@ -61,7 +61,6 @@ class DynamixelServo(ServoCore):
         self._registered: tuple[int, bytes] | None = None
         self._backup: bytearray | None = None
         self._hw_error = 0             # Hardware Error Status as latched (HW_* bits)
-        self.alert = False             # bit 7 of every status packet's error byte while one is latched (notes §1.4)
         self._last_instruction_s = 0.0
         self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
         # register ⇄ SI: Present items, positions (multi-turn, homing, reverse), velocities, currents (in C)
@@ -162,7 +161,6 @@ class DynamixelServo(ServoCore):
         self._cache()
         self._registered = None
         self._hw_error = 0
-        self.alert = False
         startup = self._get_if_present("Startup Configuration")
         if startup & 0x02 and self._backup is not None:
             self.table.data[64:] = self._backup[64:len(self.table.data)]
@@ -302,7 +300,6 @@ class DynamixelServo(ServoCore):
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error
         self._hw_error |= hw            # latched until reboot (notes §3.3)
-        self.alert = self._hw_error != 0
         t.set("Hardware Error Status", self._hw_error)
         if new & t.get("Shutdown") and t.get("Torque Enable"):
             t.set("Torque Enable", 0)

@@ -16,7 +16,7 @@ cdef class ServoCore:
     cdef public int id, status_return_level, baud_bps
     cdef public object secondary_id, identity
     cdef public double return_delay_s, _last_instruction_s
-    cdef public bint alert
+    cdef public int _hw_error
     cdef public Py_ssize_t _a_watchdog, _a_torque, _a_drive
     cdef public tuple _goal_addresses
     cdef bytearray regs

@@ -2,11 +2,11 @@
 """The part of a simulated Dynamixel servo the bus touches on every packet, in C: its only implementation.
 
 `ServoCore` is the base class of `DynamixelServo` (servo.py). It holds what the bus reads per servo and packet
-(ID, secondary ID, Baud Rate, Return Delay Time, Status Return Level, the alert bit) as C fields, and runs the
-per-servo steps that the bus (drivers/dynamixel/bus.pyx) calls from C: noting an instruction for the Bus
+(ID, secondary ID, Baud Rate, Return Delay Time, Status Return Level, the latched Hardware Error Status behind
+the alert bit) as C fields, and runs the per-servo steps that the bus (drivers/dynamixel/bus.pyx) calls from C: noting an instruction for the Bus
 Watchdog, executing a Read, and a Write: its checks (write_checks.pyx, through the ControlTable), the torque-on
-by a goal write and what the firmware does because of it (`_apply`; a new goal, the common case, is one kernel
-command). servo.py keeps the rarer steps `_apply` calls (torque, mode switch, kernel parameters), reboot and
+by a goal write and what the firmware does because of it (`apply`; a new goal, the common case, is one kernel
+command). servo.py keeps the rarer steps `apply` calls (torque, mode switch, kernel parameters), reboot and
 hardware errors, and keeps these fields up to date (`_cache`).
 """
 
@@ -61,7 +61,7 @@ cdef class ServoCore:
     """The per-packet core of a servo on `joint` with control table `table` and Present items `units`.
 
     The subclass (servo.py) sets `id`, `secondary_id` (None if unused), `baud_bps`, `identity` (what the bus
-    indexes servos by), `return_delay_s` [s], `status_return_level`, `alert`, the addresses of Bus Watchdog,
+    indexes servos by), `return_delay_s` [s], `status_return_level`, `_hw_error` (latched HW_* bits), the addresses of Bus Watchdog,
     Torque Enable, Drive Mode and the goal items, and provides `housekeeping()`, `_check_watchdog(now_s)`,
     `_hw_shutdown()`, `_cache()`, `_torque(on, keep_goal)`, `_single_turn()`, `_set_goal_from_present()` and
     `_kernel_params()`."""
@@ -71,6 +71,11 @@ cdef class ServoCore:
         self.table = table
         self._units = units
         self.regs = table.data   # the table's bytes: the same bytearray for the servo's life (resets assign into it)
+
+    @property
+    def alert(self):
+        """Bit 7 of every status packet's error byte while a hardware error is latched (notes §1.4)."""
+        return self._hw_error != 0
 
     def note_instruction(self, now_s=None):
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
@@ -131,10 +136,6 @@ cdef class ServoCore:
             if address <= a < end:
                 return True
         return False
-
-    def _apply(self, list changed, bint goal_wakes=False):
-        """What the firmware does because the items `changed` (not empty) changed: the write's error number."""
-        return self.apply(changed, goal_wakes)
 
     cdef int apply(self, list changed, bint goal_wakes) except -1:
         if not _CACHED_ITEMS.isdisjoint(changed):
