@@ -23,8 +23,9 @@ _BIN = Path(sys.executable).parent / "servo-hil"
 SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
 
 # How long a SIGTERMed daemon may take to exit before the teardown calls it hung [s]. Idle, the daemon stops
-# in well under a second; on a loaded 2-core host it took 2-7 s (its threads share a CPU with other work),
-# so the teardown only catches a daemon that does not stop. How fast it stops is the subject of its own
+# in well under a second; on a loaded 2-core host it took 2-7 s while its state publisher spun after the loop's
+# stop (fixed; test_lifecycle.py pins it), and a starved host can still delay it, so the teardown only catches
+# a daemon that does not stop. How fast it stops is the subject of its own
 # tests (tests/hil/daemon/test_lifecycle.py, test_mqtt.py), not of every teardown.
 STOP_TIMEOUT_S = 15.0
 
