@@ -31,7 +31,8 @@ extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec"),
               extension("drivers.dynamixel.bus"), extension("firmware_models.dynamixel.present"),
-              extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks")]
+              extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks"),
+              extension("firmware_models.dynamixel.joint_link")]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,

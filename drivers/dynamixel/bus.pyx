@@ -13,7 +13,13 @@ by codec.pyx without a Python call in between; Python remains only where the fir
 reboot, housekeeping: servo.py).
 """
 
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.math cimport fabs
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)   # what tuple.__new__(subtype, …) allocates with
 
 from operator import attrgetter
 from typing import NamedTuple
@@ -70,9 +76,21 @@ class Transmission(NamedTuple):
     servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
 
 
+cdef PyTypeObject* _TRANSMISSION = <PyTypeObject*> Transmission
+
+
 cdef inline object _tx(bytes data, double offset_s, object servo):
-    """Transmission(data, offset_s, servo) through tuple's own constructor (its Python __new__ costs a call)."""
-    return tuple.__new__(Transmission, (data, offset_s, servo))
+    """Transmission(data, offset_s, servo), built as tuple.__new__(Transmission, …) builds it (a NamedTuple's
+    Python __new__, or a call of tuple.__new__, costs more than the rest of a Sync Read's status packet)."""
+    cdef object t = PyType_GenericAlloc(_TRANSMISSION, 3)
+    cdef object offset = offset_s   # an object: Py_INCREF and the stolen reference are the same float
+    Py_INCREF(data)
+    PyTuple_SET_ITEM(t, 0, data)
+    Py_INCREF(offset)
+    PyTuple_SET_ITEM(t, 1, offset)
+    Py_INCREF(servo)
+    PyTuple_SET_ITEM(t, 2, servo)
+    return t
 
 
 cdef inline bint _due(ServoCore servo, int instruction) noexcept:
@@ -133,7 +151,7 @@ cdef class DynamixelBus:
             targets = listening
         else:
             targets = [i for i in self._addressed.get(pid, ()) if listening is self._all or i in listening]
-        now = (<ServoCore> self.servos[targets[0]]).joint.time_s() if targets else 0.0
+        now = (<ServoCore> self.servos[targets[0]]).link.time_s() if targets else 0.0
         for i in targets:
             (<ServoCore> self.servos[i]).note(now)
         cdef int ins = packet.instruction

@@ -488,7 +488,7 @@ class ControlTable:
     checks themselves are C (`write_checks.WriteChecks`, shared by every table of the model).
     """
 
-    __slots__ = ("_a_torque", "_addr_hi", "_addr_lo", "_addr_ranges", "_checks", "_data_ranges", "_default",
+    __slots__ = ("_a_torque", "_addr_ranges", "_checks", "_data_ranges", "_default",
                  "_fast_end", "_gather", "_ind_addr_items", "_is_slot", "_map", "_owner", "_set_info", "_size", "_zero",
                  "data", "spec")
 
@@ -508,8 +508,6 @@ class ControlTable:
         # indirect slots: _is_slot flags Indirect Data bytes, _map holds each one's target address
         self._data_ranges = tuple((b.data, b.data + b.count) for b in spec.indirect)
         self._addr_ranges = tuple((b.address, b.address + 2 * b.count) for b in spec.indirect)
-        self._addr_lo = min((lo for lo, _ in self._addr_ranges), default=size)
-        self._addr_hi = max((hi for _, hi in self._addr_ranges), default=0)
         self._ind_addr_items = frozenset(it.address for it in spec.items
                                          if self._overlaps(self._addr_ranges, it.address, it.address + it.size))
         self._is_slot = bytearray(size)
@@ -652,22 +650,21 @@ class ControlTable:
         """
         if not isinstance(data, bytes):
             data = bytes(data)
-        n = len(data)
-        end = address + n
-        if address < 0 or address >= self._size or end > self._size:
-            raise ControlTableError(ErrorCode.ACCESS,
-                                    f"write {address}+{n} outside the control table (0..{self._size - 1})")
-        if n == 0:
-            raise ControlTableError(ErrorCode.DATA_LENGTH, f"write of no data at {address}")
-        if end > self._fast_end and self._overlaps(self._data_ranges, address, end):
+        changed = self._checks.write_direct(self.data, address, data)   # the common case, all in C
+        if changed is not None:
+            return changed
+        # the write touches Indirect Data or an Indirect Address
+        if self._overlaps(self._data_ranges, address, address + len(data)):
             return self._write_staged(address, data)
-
         changed = self._checks.write(self.data, address, data)
-        # an Indirect Address changed: re-read the slots (two comparisons spare most writes the scan)
-        if changed and address < self._addr_hi and end > self._addr_lo and \
-                self._overlaps(self._addr_ranges, address, end):
-            self._refresh_map()
+        if changed:
+            self._refresh_map()   # an Indirect Address changed: re-read the slots
         return changed
+
+    @property
+    def checks(self) -> WriteChecks:
+        """The model's write checks in C (`write_checks.pyx`): the servo's C core writes through them."""
+        return self._checks
 
     def _write_staged(self, address: int, data: bytes) -> list[str]:
         """Write path for packets touching Indirect Data: stage into a copy of the table, check, apply."""

@@ -1,6 +1,7 @@
 # PresentItems' fields and its C-level `read`, for firmware_models/dynamixel/servo_core.pyx (the bus's per-servo core).
 from libc.stdint cimport int64_t, uint8_t
 
+from firmware_models.dynamixel.joint_link cimport JointLink
 from hil.kernel.core cimport State
 
 # the items refresh() computes, in the order of present.pyx's ITEMS (indices into the address/size arrays)
@@ -21,7 +22,11 @@ cdef class PresentItems:
 
     cdef double _raw(self, double theta) noexcept nogil
     cdef double _position(self, double theta) noexcept nogil
-    cdef int _refresh(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1
-    cpdef object read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end)
+    cdef double _position_si(self, int64_t register) noexcept nogil
+    cdef double _velocity_si(self, int64_t register) noexcept nogil
+    cdef double _current_si(self, int64_t register) noexcept nogil
+    cdef double _duty_si(self, int64_t register) noexcept nogil
+    cdef int _refresh(self, JointLink link, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1
+    cdef object read(self, JointLink link, bytearray data, Py_ssize_t address, Py_ssize_t end)
     cdef void _compute(self, const State* st, uint8_t* p, const bint* want) noexcept nogil
     cdef double _moving_status(self, const State* st, const uint8_t* p, bint profiling) noexcept nogil

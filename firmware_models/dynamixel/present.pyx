@@ -18,8 +18,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport M_PI, fabs, rint
 from libc.stdint cimport int64_t, uint8_t
 
+from firmware_models.dynamixel.joint_link cimport JointLink
 from hil.kernel.core cimport State
-from hil.loop.rt cimport StateView
 
 # register units (notes §3.2, §3.4)
 cdef enum:
@@ -38,14 +38,6 @@ VELOCITY_UNIT = _VELOCITY_UNIT                        # Present/Goal Velocity, P
 ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
          "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
          "Present Temperature")
-
-
-cdef inline State _state(object st) except *:
-    """The State struct of a `Joint.read_state()` result: a StateView's copy, or a dict with State's keys."""
-    if type(st) is StateView:
-        return (<StateView> st).st
-    cdef State s = dict(st)
-    return s
 
 
 cdef inline double _measured(const State* st) noexcept nogil:
@@ -111,9 +103,10 @@ cdef class PresentItems:
     cdef double _position(self, double theta) noexcept nogil:
         return self._raw(theta) - self.turn_offset + self.homing
 
-    def encoder_pulses(self, state):
-        """The continuous encoder count [pulses] a kernel state (`Joint.read_state()`) reads, reverse mode applied."""
-        cdef State st = _state(state)
+    def encoder_pulses(self, JointLink link):
+        """The continuous encoder count [pulses] the joint's state reads (through `link`), reverse mode applied."""
+        cdef State st
+        link.state(&st)
         return int(self._raw(_measured(&st)))
 
     def position_register(self, double theta):
@@ -122,27 +115,39 @@ cdef class PresentItems:
 
     def position_si(self, int64_t register):
         """The output angle [rad] a Present/Goal Position register value stands for."""
-        return self.sign * (register - self.homing + self.turn_offset - _ZERO_PULSE) * _RAD_PER_PULSE
+        return self._position_si(register)
 
     def velocity_si(self, int64_t register):
         """[rad/s] of a Present/Goal Velocity register value."""
-        return self.sign * register * _VELOCITY_UNIT
+        return self._velocity_si(register)
 
     def current_si(self, int64_t register):
         """[A] of a Present/Goal Current register value."""
-        return self.sign * register * self.current_a
+        return self._current_si(register)
 
     def duty_si(self, int64_t register):
         """The duty [-1, 1] of a Goal PWM register value."""
+        return self._duty_si(register)
+
+    cdef double _position_si(self, int64_t register) noexcept nogil:
+        return self.sign * (register - self.homing + self.turn_offset - _ZERO_PULSE) * _RAD_PER_PULSE
+
+    cdef double _velocity_si(self, int64_t register) noexcept nogil:
+        return self.sign * register * _VELOCITY_UNIT
+
+    cdef double _current_si(self, int64_t register) noexcept nogil:
+        return self.sign * register * self.current_a
+
+    cdef double _duty_si(self, int64_t register) noexcept nogil:
         return self.sign * register / <double> _PWM_FULL * self.max_duty
 
     # ------------------------------------------------------------------ kernel state → registers
-    def refresh(self, joint, bytearray data, Py_ssize_t address=0, Py_ssize_t end=1 << 16):
+    def refresh(self, JointLink link, bytearray data, Py_ssize_t address=0, Py_ssize_t end=1 << 16):
         """Compute into `data` (the control table) the Present items a read of address..end returns (all of them
-        by default), from `joint.read_state()` (and `joint.time_s()` for Realtime Tick)."""
-        self._refresh(joint, data, address, end)
+        by default), from the joint's state (and simulation time, for Realtime Tick) through `link`."""
+        self._refresh(link, data, address, end)
 
-    cdef int _refresh(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1:
+    cdef int _refresh(self, JointLink link, bytearray data, Py_ssize_t address, Py_ssize_t end) except -1:
         if PyByteArray_GET_SIZE(data) < self.table_size:
             raise ValueError(f"control table of {PyByteArray_GET_SIZE(data)} bytes, the model has {self.table_size}")
         if end > self.indirect_lo:
@@ -157,20 +162,21 @@ cdef class PresentItems:
         cdef uint8_t* p = <uint8_t*> PyByteArray_AS_STRING(data)
         cdef double now_s
         if want[TICK]:
-            now_s = joint.time_s()
+            now_s = link.time_s()
             _put(p + self.addr[TICK], self.size[TICK], <double> ((<int64_t> (now_s * 1000.0)) % 32768))
         if want[VOLTAGE]:
             _put(p + self.addr[VOLTAGE], self.size[VOLTAGE], rint(self.vin * 10))
         if not any_state:
             return 0
-        cdef State st = _state(joint.read_state())
+        cdef State st
+        link.state(&st)
         self._compute(&st, p, want)
         return 0
 
-    cpdef object read(self, joint, bytearray data, Py_ssize_t address, Py_ssize_t end):
+    cdef object read(self, JointLink link, bytearray data, Py_ssize_t address, Py_ssize_t end):
         """`refresh()`, then the bytes of the read address..end, when it lies in the table below Indirect Data
         (where a read returns the table's own bytes); None otherwise (the table's `read` decides)."""
-        self._refresh(joint, data, address, end)
+        self._refresh(link, data, address, end)
         if address < 0 or end <= address or end > self.indirect_lo or end > PyByteArray_GET_SIZE(data):
             return None
         return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + address, end - address)

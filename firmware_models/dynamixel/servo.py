@@ -13,7 +13,7 @@ import math
 from firmware_models.dynamixel.control_table import ControlTable, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
-from firmware_models.dynamixel.servo_core import GOAL_ITEMS, POSITION_MODES, Reply, ServoCore
+from firmware_models.dynamixel.servo_core import POSITION_MODES, Reply, ServoCore
 from hil.joint import Joint
 from hil.kernel import FAULT_BITS, LAWS
 
@@ -70,7 +70,6 @@ class DynamixelServo(ServoCore):
         self._a_watchdog = spec.item("Bus Watchdog").address
         self._a_torque = spec.item("Torque Enable").address
         self._a_drive = spec.item("Drive Mode").address
-        self._goal_addresses = tuple(spec.item(n).address for n in GOAL_ITEMS if spec.has(n))
         self._cache()
         self._sense()
         self._power_up()
@@ -177,7 +176,7 @@ class DynamixelServo(ServoCore):
         self._last_instruction_s = self.joint.time_s()
 
     def _single_turn(self) -> None:
-        raw = self._units.encoder_pulses(self.joint.read_state())
+        raw = self._units.encoder_pulses(self.link)
         self._units.turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
 
     # ------------------------------------------------------------------ write side effects
@@ -243,7 +242,7 @@ class DynamixelServo(ServoCore):
     def refresh(self, address: int = 0, length: int = 1 << 16) -> None:
         """Present items, Moving, Moving Status and Realtime Tick from the kernel state: those a read
         of address..address+length returns (all of them by default; Indirect Data may map any)."""
-        self._units.refresh(self.joint, self.table.data, address, address + length)
+        self._units.refresh(self.link, self.table.data, address, address + length)
 
     def decode_state(self, address: int, data: bytes) -> dict:
         """The joint state in SI that register bytes `data` read at `address` carry (e.g. a real servo's

@@ -1,5 +1,7 @@
 # A servo's per-packet fields and instructions at C level, for the bus (drivers/dynamixel/bus.pyx).
+from firmware_models.dynamixel.joint_link cimport JointLink
 from firmware_models.dynamixel.present cimport PresentItems
+from firmware_models.dynamixel.write_checks cimport WriteChecks
 
 
 cdef class Reply:
@@ -12,6 +14,11 @@ cdef Reply reply(int error, bytes params)
 
 cdef class ServoCore:
     cdef public object joint, table
+    cdef readonly JointLink link
+    cdef WriteChecks _checks
+    cdef Py_ssize_t _goal_addr[4]      # Goal PWM, Current, Velocity, Position (GOAL_ITEMS): address, -1 if absent
+    cdef int _goal_size[4]
+    cdef bint _goal_signed[4]
     cdef public PresentItems _units
     cdef public int id, status_return_level, baud_bps
     cdef public object secondary_id, identity

@@ -11,6 +11,10 @@ hardware errors, and keeps these fields up to date (`_cache`).
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
+from libc.stdint cimport int64_t, uint8_t
+
+from firmware_models.dynamixel.joint_link cimport JointLink
+from firmware_models.dynamixel.write_checks cimport register_value
 
 from firmware_models.dynamixel.control_table import ControlTableError
 
@@ -29,6 +33,20 @@ cdef frozenset _PARAM_ITEMS = frozenset({
     "Profile Velocity", "Bus Watchdog"})
 # items whose change moves the kernel goal
 cdef frozenset _GOAL_INPUTS = frozenset({*GOAL_ITEMS, "Homing Offset", "Drive Mode", "Operating Mode"})
+
+# what a change of each item makes `apply` do, as bits: one lookup per changed item instead of a set test per effect
+cdef enum:
+    CACHE = 1
+    TORQUE = 2
+    MODE = 4
+    WATCHDOG = 8
+    PARAMS = 16
+    GOAL = 32
+cdef dict _EFFECTS = {}
+for _bit, _names in ((CACHE, _CACHED_ITEMS), (TORQUE, ("Torque Enable",)), (MODE, ("Operating Mode",)),
+                     (WATCHDOG, ("Bus Watchdog",)), (PARAMS, _PARAM_ITEMS), (GOAL, _GOAL_INPUTS)):
+    for _name in _names:
+        _EFFECTS[_name] = _EFFECTS.get(_name, 0) | _bit
 
 
 cdef class Reply:
@@ -68,9 +86,19 @@ cdef class ServoCore:
 
     def __init__(self, joint, table, PresentItems units):
         self.joint = joint
+        self.link = JointLink(joint)   # the joint's state, time and goal without a Python call (the running loop's)
         self.table = table
+        self._checks = table.checks
         self._units = units
         self.regs = table.data   # the table's bytes: the same bytearray for the servo's life (resets assign into it)
+        spec = table.spec
+        cdef int k
+        for k, name in enumerate(GOAL_ITEMS):
+            it = spec.item(name) if spec.has(name) else None
+            self._goal_addr[k] = it.address if it is not None else -1
+            self._goal_size[k] = it.size if it is not None else 0
+            self._goal_signed[k] = it is not None and it.signed
+        self._goal_addresses = tuple(self._goal_addr[k] for k in range(4) if self._goal_addr[k] >= 0)
 
     @property
     def alert(self):
@@ -80,7 +108,7 @@ cdef class ServoCore:
     def note_instruction(self, now_s=None):
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
         the Bus Watchdog restarts (notes §4.5)."""
-        self.note(self.joint.time_s() if now_s is None else now_s)
+        self.note(self.link.time_s() if now_s is None else now_s)
 
     cdef int note(self, double now_s) except -1:
         if (<unsigned char*> PyByteArray_AS_STRING(self.regs))[self._a_watchdog]:   # Bus Watchdog on (or tripped)
@@ -96,7 +124,7 @@ cdef class ServoCore:
         cdef Py_ssize_t end = address + length
         if address <= 70 and end > 64:
             self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        params = self._units.read(self.joint, self.regs, address, end)   # refresh() and the plain bytes
+        params = self._units.read(self.link, self.regs, address, end)   # refresh() and the plain bytes
         if params is not None:
             return reply(0, params)
         try:
@@ -116,7 +144,10 @@ cdef class ServoCore:
         if wakes:
             self.table.set("Torque Enable", 1)
         try:
-            changed = self.table.write(address, data)
+            # in C unless the write touches Indirect Data or an Indirect Address (the table's own write does those)
+            changed = self._checks.write_direct(self.regs, address, data)
+            if changed is None:
+                changed = self.table.write(address, data)
         except ControlTableError as exc:
             if wakes:
                 self.table.set("Torque Enable", 0)
@@ -138,27 +169,30 @@ cdef class ServoCore:
         return False
 
     cdef int apply(self, list changed, bint goal_wakes) except -1:
-        if not _CACHED_ITEMS.isdisjoint(changed):
+        cdef int effects = 0
+        for name in changed:
+            effects |= <int> _EFFECTS.get(name, 0)
+        if effects & CACHE:
             self._cache()
-        if "Torque Enable" in changed:
+        if effects & TORQUE:
             on = self.table.get("Torque Enable") == 1
             if on and self._hw_shutdown():
                 # Only a reboot allows torque on after a shutdown (notes §3.3); e-manual silent on the reply.
                 self.table.set("Torque Enable", 0)
                 return 1
             self._torque(on, keep_goal=goal_wakes)
-        if "Operating Mode" in changed:
+        if effects & MODE:
             for name, value in self.table.mode_defaults(self._units.mode).items():
                 self.table.set(name, value)
             if self.table.get("Operating Mode") == 3:
                 self._single_turn()
             self._set_goal_from_present()
-        if "Bus Watchdog" in changed and self.table.get("Bus Watchdog") == 0:
-            self._last_instruction_s = self.joint.time_s()
-        if not _PARAM_ITEMS.isdisjoint(changed):
+        if effects & WATCHDOG and self.table.get("Bus Watchdog") == 0:
+            self._last_instruction_s = self.link.time_s()
+        if effects & PARAMS:
             self.joint.command(params=self._kernel_params())
-        if not _GOAL_INPUTS.isdisjoint(changed):
-            self.joint.command(goal=self.kernel_goal())
+        if effects & GOAL:
+            self.link.set_goal(self.kernel_goal())
         return 0
 
     def _kernel_goal(self):
@@ -166,12 +200,18 @@ cdef class ServoCore:
         return self.kernel_goal()
 
     cdef double kernel_goal(self) except? -1.0:
-        u = self._units
+        cdef PresentItems u = self._units
         cdef int mode = u.mode
-        if mode in POSITION_MODES:
-            return u.position_si(self.table.get("Goal Position"))
-        if mode == 1:
-            return u.velocity_si(self.table.get("Goal Velocity"))
-        if mode == 0:
-            return u.current_si(self.table.get("Goal Current"))
-        return u.duty_si(self.table.get("Goal PWM"))
+        # the goal register the mode uses, by its index in GOAL_ITEMS
+        cdef int k = 3 if mode == 3 or mode == 4 or mode == 5 else 2 if mode == 1 else 1 if mode == 0 else 0
+        if self._goal_addr[k] < 0:
+            self.table.get(GOAL_ITEMS[k])   # the model has no such item: the table's KeyError names it
+        cdef int64_t v = register_value((<const uint8_t*> PyByteArray_AS_STRING(self.regs)) + self._goal_addr[k],
+                                        self._goal_size[k], self._goal_signed[k])
+        if k == 3:
+            return u._position_si(v)
+        if k == 2:
+            return u._velocity_si(v)
+        if k == 1:
+            return u._current_si(v)
+        return u._duty_si(v)

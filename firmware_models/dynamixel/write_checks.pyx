@@ -33,48 +33,23 @@ cdef enum:
     DATA_LIMIT = 6
 
 
-cdef struct Rule:         # one item, at its start address
-    int flags
-    int size
-    int64_t lo, hi, tb_hi, mask
-    uint64_t modes        # bit m: the limit applies in Operating Mode m
-    int up_addr, up_size, up_signed, low_addr, low_size, low_signed
-
-
-cdef inline int64_t _value(const uint8_t* p, int size, bint signed) noexcept nogil:
-    """Little-endian `size`-byte register value, two's complement when `signed`."""
-    cdef uint64_t u = 0
-    cdef int k
-    for k in range(size):
-        u |= (<uint64_t> p[k]) << (8 * k)
-    if signed and size < 8 and u >> (8 * size - 1):
-        return <int64_t> u - ((<int64_t> 1) << (8 * size))
-    return <int64_t> u
-
-
 def _error(int code, str message):
     from firmware_models.dynamixel.control_table import ControlTableError   # imports this module: import late
     return ControlTableError(code, message)
 
 
 cdef class WriteChecks:
-    """A model's write rules (a `ModelSpec`), checked against one table's bytes at a time."""
-
-    cdef Rule* rules               # by item start address
-    cdef int* owner                # start address of the item covering each byte, -1 in gaps
-    cdef Py_ssize_t size
-    cdef readonly Py_ssize_t a_torque, a_mode, a_drive, a_watchdog
-    cdef list names                # item name by start address (None elsewhere)
-    cdef dict choices              # start address -> frozenset of accepted values
-    cdef dict limits               # start address -> "Low..Up" or "±Up", for messages
+    """A model's write rules (a `ModelSpec`), checked against one table's bytes at a time (fields: write_checks.pxd)."""
 
     def __cinit__(self):
         self.rules = NULL
         self.owner = NULL
+        self.indirect = NULL
 
     def __dealloc__(self):
         free(self.rules)
         free(self.owner)
+        free(self.indirect)
 
     def __init__(self, spec):
         cdef Py_ssize_t size = spec.size
@@ -82,8 +57,14 @@ cdef class WriteChecks:
         self.size = size
         self.rules = <Rule*> calloc(size, sizeof(Rule))
         self.owner = <int*> calloc(size, sizeof(int))
-        if self.rules == NULL or self.owner == NULL:
+        self.indirect = <uint8_t*> calloc(size, 1)
+        if self.rules == NULL or self.owner == NULL or self.indirect == NULL:
             raise MemoryError()
+        for b in spec.indirect:
+            for a in range(b.data, min(b.data + b.count, size)):
+                self.indirect[a] = 1
+            for a in range(b.address, min(b.address + 2 * b.count, size)):
+                self.indirect[a] = 1
         for a in range(size):
             self.owner[a] = -1
         self.names = [None] * size
@@ -159,8 +140,8 @@ cdef class WriteChecks:
             raise _error(DATA_RANGE, f"{self.names[a]}: the Bus Watchdog has tripped (reads -1)")
         if not limited:
             return None
-        top = _value(data + r.up_addr, r.up_size, r.up_signed)
-        bottom = _value(data + r.low_addr, r.low_size, r.low_signed) if r.flags & LIMIT_LOW else -top
+        top = register_value(data + r.up_addr, r.up_size, r.up_signed)
+        bottom = register_value(data + r.low_addr, r.low_size, r.low_signed) if r.flags & LIMIT_LOW else -top
         if v < bottom or v > top:
             return f"{self.names[a]} = {v} outside {bottom}..{top} ({self.limits[a]})"
         return None
@@ -185,11 +166,30 @@ cdef class WriteChecks:
         return <uint8_t*> PyByteArray_AS_STRING(table)
 
     # ------------------------------------------------------------------ a packet
+    cpdef object write_direct(self, bytearray table, Py_ssize_t address, bytes data):
+        """ControlTable.write of `data` at `address` when the write touches no Indirect Data or Indirect Address
+        byte: checked and applied, all or nothing; the names of the items whose value changed, in address order.
+        None (nothing checked or written) when it touches one: the table's own path does those. Raises
+        ControlTableError with the first error of the highest precedence (Access > Data Length > Data Range >
+        Data Limit), a write outside the table or of no data included."""
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data), end = address + n, a
+        if address < 0 or address >= self.size or end > self.size:
+            raise _error(ACCESS, f"write {address}+{n} outside the control table (0..{self.size - 1})")
+        if n == 0:
+            raise _error(DATA_LENGTH, f"write of no data at {address}")
+        for a in range(address, end):
+            if self.indirect[a]:
+                return None
+        return self._write(table, address, data)
+
     def write(self, bytearray table, Py_ssize_t address, bytes data):
         """Check `data` at `address` (inside the table, touching no Indirect Data) and apply it, all or nothing.
 
         Returns the names of the items whose value changed, in address order; raises ControlTableError with the
         first error of the highest precedence (Access > Data Length > Data Range > Data Limit)."""
+        return self._write(table, address, data)
+
+    cdef list _write(self, bytearray table, Py_ssize_t address, bytes data):
         cdef uint8_t* t = self._table(table)
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data), end = address + n, a, ia, ie
         cdef const uint8_t* d = <const uint8_t*> PyBytes_AS_STRING(data)
@@ -203,7 +203,7 @@ cdef class WriteChecks:
             access = self._access_problem(address, locked)
             if access is not None:
                 raise _error(ACCESS, access)
-            limit_err = self._check(t, address, _value(d, r.size, r.flags & SIGNED))
+            limit_err = self._check(t, address, register_value(d, r.size, r.flags & SIGNED))
             if limit_err is not None:
                 raise _error(DATA_LIMIT, limit_err)
             if memcmp(t + address, d, n) == 0:
@@ -235,7 +235,7 @@ cdef class WriteChecks:
         changed = []
         for ia in items:
             r = &self.rules[ia]
-            err = self._check(t, ia, _value(d + ia - address, r.size, r.flags & SIGNED))   # raises Data Range
+            err = self._check(t, ia, register_value(d + ia - address, r.size, r.flags & SIGNED))   # raises Data Range
             if err is not None and limit_err is None:
                 limit_err = err
             if memcmp(t + ia, d + ia - address, r.size):

@@ -328,6 +328,18 @@ def _judge_paced(st: dict) -> bool:
     return st["p50_us"] - st["bound_us"] <= slack
 
 
+def _read4_floor(paced: dict, peer: dict) -> dict:
+    """Whether any server could meet a paced read4's target on this machine: the echo peer's read4 p50 (no server
+    time, no wire time: the SDK's and the pty's own share of a round trip, in the same run) is a lower bound of
+    p50 − bound for any server that answers no earlier than the wire allows, so a target whose slack is below it
+    cannot be met. (The cycle has no such floor: there the client's own time overlaps the paced wire time.)"""
+    floor = peer["p50_us"]
+    if floor is None:
+        return {"client_floor_us": None, "attainable": None}
+    slack = max(TARGET_RATIO * paced["bound_us"], TARGET_SLACK_US)
+    return {"client_floor_us": floor, "target_slack_us": slack, "attainable": floor <= slack}
+
+
 def _measure(server: str, path: str, baud: int, fast: bool, return_delay: int, reads: int, cycles: int,
              warmup: int, pid: int) -> dict:
     """One configuration: raw samples -> the result row."""
@@ -413,6 +425,8 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
                 ok = _judge_paced(r[what]) and r[what]["samples"] > 0
                 r[what]["within_target"] = ok
                 targets[f"{name}_{what}_p50_within_10pct_or_50us_of_bound"] = ok
+            if p:
+                r["read4"].update(_read4_floor(r["read4"], p["read4"]))
         else:
             for what, key in (("cycle", f"fast_{k}_cycle_ge_2000_per_s"),
                               ("sync_read", f"fast_{k}_sync_read_ge_2000_per_s")):
@@ -448,6 +462,9 @@ def run(reads: int = 500, cycles: int = 300, warmup: int | None = None, quick: b
             "targets": "paced: p50 ≤ bound + max(10 % of bound, 50 µs); fast: cycles/s = 1/mean ≥ 2000, for the "
                        "Sync Read + Sync Write cycle and for the Sync Read alone",
             "excess_over_floor_us": "paced servo-hil rows: p50 − bound − echo-peer p50 (same run, same baud)",
+            "client_floor_us": "paced read4: the echo peer's read4 p50 (same run, same baud), a lower bound of "
+                               "p50 − bound for any server; attainable: whether it is within the target's slack "
+                               "(target_slack_us = max(10 % of the bound, 50 µs))",
             "echo_peer": "separate process answering canned correct status packets at once on a pty: "
                          "the SDK + pty floor on this machine",
             "daemon": "servo-hil run RIG --port PATH --no-mqtt (loop 1000 Hz), one per configuration",

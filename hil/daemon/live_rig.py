@@ -78,7 +78,8 @@ class LiveRig:
                                  rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
         self.stats = LoopStats(self.loop)
         self._push_lock = threading.RLock()
-        self._batching = False
+        # the thread inside atomic() (it holds _push_lock), None outside: its pushes are staged until the batch ends
+        self.batch_thread: int | None = None
         self._thread = threading.Thread(target=self.loop.run, name="servo-hil-loop", daemon=True)
         self.stopping = threading.Event()   # set by stop(): the loop is told to end and produces no more ticks
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
@@ -112,10 +113,10 @@ class LiveRig:
     # ------------------------------------------------------------------ host → loop
     def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None) -> None:
         with self._push_lock:
-            if self.loop.push(COMMANDS[kind], index, a, b, params, not self._batching):
+            if self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None):
                 return
             deadline = time.monotonic() + 1.0   # the ring is full: wait for the loop to drain it
-            while not self.loop.push(COMMANDS[kind], index, a, b, params, not self._batching):
+            while not self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None):
                 if time.monotonic() > deadline or not self.running:
                     raise CommandError("the loop is not taking commands (stopped or stalled)")
                 time.sleep(1e-4)
@@ -404,14 +405,14 @@ class _Batch:
     def __enter__(self) -> None:
         live = self.live
         live._push_lock.acquire()
-        self.outer = live._batching
-        live._batching = True
+        self.outer = live.batch_thread
+        live.batch_thread = threading.get_ident()
 
     def __exit__(self, *exc) -> None:
         live = self.live
         try:
-            live._batching = self.outer
-            if not self.outer:
+            live.batch_thread = self.outer
+            if self.outer is None:
                 live.loop.commit()
         finally:
             live._push_lock.release()

@@ -512,9 +512,13 @@ cdef class RealtimeLoop:
         With commit=False the command is staged: it and every command staged before it reach the loop
         together at the next `commit()`, so the loop applies all of them at the same tick or none.
         """
+        return self._push(kind, index, a, b, params, commit) == 1
+
+    cdef int _push(self, int kind, int64_t index, double a, double b, dict params, bint commit) except -1:
+        """push(): 1 if queued, 0 when the ring is full."""
         cdef int64_t head = self.sh.cmd_head + self.staged
         if head - hil_load(&self.sh.cmd_tail) >= self.cmd_cap:
-            return False
+            return 0
         cdef Command* c = &self.cmds[head % self.cmd_cap]
         c.kind = kind
         c.index = index
@@ -525,7 +529,7 @@ cdef class RealtimeLoop:
         self.staged += 1
         if commit:
             self.commit()
-        return True
+        return 1
 
     def commit(self):
         """Publish every staged command to the loop at once (one release store of the ring head)."""
@@ -635,19 +639,13 @@ cdef class RealtimeLoop:
 
     cdef State _state(self, int64_t j) except *:
         """Actuator j's State from the snapshot, consistent with one tick (seqlock read)."""
-        cdef int64_t s1, s2
+        cdef SnapshotRef ref
         cdef State st
         if not 0 <= j < self.kernel.n:
             raise IndexError(f"actuator index {j} out of range")
-        while True:
-            s1 = hil_load(&self.sh.snap_seq)
-            if s1 & 1:
-                continue
-            st = self.snap_states[j]
-            hil_fence()
-            s2 = hil_load(&self.sh.snap_seq)
-            if s1 == s2:
-                return st
+        snapshot_ref(self, &ref)
+        read_snapshot(&ref, j, &st)
+        return st
 
     def state_of(self, int64_t j):
         """The kernel State (a dict) of actuator j, consistent with one tick (cheaper than snapshot())."""
@@ -681,6 +679,40 @@ cdef class RealtimeLoop:
             "paused": bool(self.sh.paused), "rt_mode": RT_MODES[self.sh.rt_mode],
             "start_ns": self.sh.start_ns, "period_ns": self.period_ns, "histogram_us": hist,
         }
+
+
+# ---------------------------------------------------------------------------------------- C accessors (rt.pxd)
+cdef int snapshot_ref(object loop, SnapshotRef* out) except -1:
+    """Where RealtimeLoop `loop` keeps its snapshot, for `read_snapshot` and `read_tick` (TypeError if it is none)."""
+    cdef RealtimeLoop rl = <RealtimeLoop?> loop
+    out.seq = &rl.sh.snap_seq
+    out.states = rl.snap_states
+    out.tick = &rl.sh.tick
+    out.n = rl.kernel.n
+    return 0
+
+
+cdef void read_snapshot(const SnapshotRef* ref, int64_t j, State* out) noexcept nogil:
+    """Actuator j's State (0 <= j < ref.n) from the snapshot, consistent with one tick (the seqlock's reader)."""
+    cdef int64_t s1
+    while True:
+        s1 = hil_load(ref.seq)
+        if s1 & 1:
+            continue
+        out[0] = ref.states[j]
+        hil_fence()
+        if hil_load(ref.seq) == s1:
+            return
+
+
+cdef int64_t read_tick(const SnapshotRef* ref) noexcept nogil:
+    """Ticks run so far (`RealtimeLoop.tick`)."""
+    return hil_load(ref.tick)
+
+
+cdef int push_command(object loop, int kind, int64_t index, double a, double b, bint commit) except -1:
+    """`loop.push(kind, index, a, b, None, commit)` from C (the caller serialises pushes): 1 if queued, 0 if full."""
+    return (<RealtimeLoop?> loop)._push(kind, index, a, b, None, commit)
 
 
 COMMANDS = {"set_u": CMD_SET_U, "set_enable": CMD_SET_ENABLE, "set_external": CMD_SET_EXTERNAL,

@@ -1,0 +1,75 @@
+# cython: language_level=3
+"""What a servo's firmware reads from and sends to its joint on every packet, in C.
+
+A `JointLink` wraps a `hil.joint.Joint`. For an actuator of the running loop (a `LiveJoint`, the daemon's case) it
+reads the loop's latest State snapshot and tick count straight from the loop's shared memory (`hil/loop/rt.pxd`:
+the same seqlock read as `RealtimeLoop.state_view`) and queues a new goal on the loop's command ring, as
+`LiveJoint.read_state`, `time_s` and `command(goal=…)` do, without a Python call per servo. For any other Joint
+(an offline `KernelJoint`, tests) it calls those methods.
+"""
+
+from hil.kernel.core cimport State
+
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident()   # threading.get_ident()
+from hil.loop.rt cimport StateView, push_command, read_snapshot, read_tick, snapshot_ref
+
+from hil.loop.rt import COMMANDS, RealtimeLoop
+
+cdef int SET_U = COMMANDS["set_u"]
+
+
+cdef class JointLink:
+    """The C-level link of a servo to `joint`."""
+
+    def __init__(self, joint):
+        self.joint = joint
+        live = getattr(joint, "live", None)
+        loop = getattr(live, "loop", None)
+        if isinstance(loop, RealtimeLoop):   # a LiveJoint: actuator joint.j of live.loop
+            self.live, self.loop, self.j, self.period_s = live, loop, joint.j, live.period_s
+            snapshot_ref(loop, &self.ref)
+            if not 0 <= self.j < self.ref.n:
+                raise IndexError(f"actuator index {self.j} out of range")
+
+    cdef int state(self, State* out) except -1:
+        """The joint's kernel State as of the loop's latest snapshot (`Joint.read_state()`)."""
+        if self.loop is not None:
+            read_snapshot(&self.ref, self.j, out)
+            return 0
+        st = self.joint.read_state()
+        if type(st) is StateView:
+            out[0] = (<StateView> st).st
+        else:
+            out[0] = dict(st)
+        return 0
+
+    cdef double time_s(self) except? -1.0:
+        """Simulation time [s] (`Joint.time_s()`: ticks × period, as LiveJoint computes it)."""
+        if self.loop is not None:
+            return read_tick(&self.ref) * self.period_s
+        return self.joint.time_s()
+
+    cdef int set_goal(self, double u) except -1:
+        """`Joint.command(goal=u)`. Inside the rig's batch on this thread (a bus packet: the thread holds the rig's
+        push lock), one command staged on the loop's ring in C; otherwise, or when the ring is full, the rig's own
+        push (LiveRig._push: its lock, commit and wait for room)."""
+        if self.loop is None:
+            self.joint.command(goal=u)
+            return 0
+        batch_thread = self.live.batch_thread
+        if batch_thread is not None and <unsigned long> batch_thread == PyThread_get_thread_ident():
+            if push_command(self.loop, SET_U, self.j, u, 0.0, False):
+                return 0
+        self.live._push("set_u", self.j, u)
+        return 0
+
+    def read_state(self):
+        """The State as a dict (tests: what the C reader sees)."""
+        cdef State st
+        self.state(&st)
+        return st
+
+    def now_s(self):
+        """`time_s()` from Python (tests)."""
+        return self.time_s()
