@@ -13,18 +13,12 @@ by codec.pyx without a Python call in between; Python remains only where the fir
 reboot, housekeeping: servo.py).
 """
 
-from cpython.object cimport PyTypeObject
-from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.math cimport fabs
-
-cdef extern from "Python.h":
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)   # what tuple.__new__(subtype, …) allocates with
 
 from operator import attrgetter
 from typing import NamedTuple
 
-from drivers.dynamixel.codec cimport status_packet
+from drivers.dynamixel.codec cimport named_tuple, status_packet
 from firmware_models.dynamixel.servo_core cimport Reply, ServoCore
 
 from drivers.dynamixel.protocol import (
@@ -76,21 +70,9 @@ class Transmission(NamedTuple):
     servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
 
 
-cdef PyTypeObject* _TRANSMISSION = <PyTypeObject*> Transmission
-
-
 cdef inline object _tx(bytes data, double offset_s, object servo):
-    """Transmission(data, offset_s, servo), built as tuple.__new__(Transmission, …) builds it (a NamedTuple's
-    Python __new__, or a call of tuple.__new__, costs more than the rest of a Sync Read's status packet)."""
-    cdef object t = PyType_GenericAlloc(_TRANSMISSION, 3)
-    cdef object offset = offset_s   # an object: Py_INCREF and the stolen reference are the same float
-    Py_INCREF(data)
-    PyTuple_SET_ITEM(t, 0, data)
-    Py_INCREF(offset)
-    PyTuple_SET_ITEM(t, 1, offset)
-    Py_INCREF(servo)
-    PyTuple_SET_ITEM(t, 2, servo)
-    return t
+    """Transmission(data, offset_s, servo) without a Python call (one per status packet)."""
+    return named_tuple(Transmission, (data, offset_s, servo))
 
 
 cdef inline bint _due(ServoCore servo, int instruction) noexcept:

@@ -10,7 +10,10 @@ give the same results and errors: fuzzed against them).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.stdint cimport uint8_t, uint16_t
 from libc.string cimport memcpy, memset
 
@@ -207,6 +210,39 @@ def encode_fast_status(segments):
 
 class ProtocolError(ValueError):
     """A packet whose parameters do not fit its instruction."""
+
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)   # what tuple.__new__(subtype, …) allocates with
+
+
+cdef object named_tuple(object cls, tuple values):
+    """`cls(*values)` of a NamedTuple class `cls`, built as tuple.__new__(cls, values) builds it: without the Python
+    call of a NamedTuple's __new__ (or of tuple.__new__), which costs more than a status packet's encoding."""
+    cdef Py_ssize_t n = len(values), k
+    cdef object t = PyType_GenericAlloc(<PyTypeObject*> cls, n)
+    cdef object v
+    for k in range(n):
+        v = values[k]
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(t, k, v)
+    return t
+
+
+def whole_packet(bytes data, packet_type):
+    """`packet_type(id, instruction, params, wire_len)` (protocol.Packet) if `data` is exactly one instruction packet
+    with a good CRC and nothing to unstuff (the usual chunk on a quiet bus), else None (the parser's full scan then
+    decides, with the same result for such a chunk)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), k
+    cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(data)
+    if n < 10 or p[0] != 0xFF or p[1] != 0xFF or p[2] != 0xFD or p[3] != 0 or n != 7 + (p[5] | p[6] << 8):
+        return None
+    if p[7] == 0x55 or _crc(p, n - 2, 0) != (p[n - 2] | p[n - 1] << 8):
+        return None                      # a status packet, or a bad CRC
+    for k in range(7, n - 5):
+        if p[k] == 0xFF and p[k + 1] == 0xFF and p[k + 2] == 0xFD and p[k + 3] == 0xFD:
+            return None                  # stuffed
+    return named_tuple(packet_type, (p[4], p[7], PyBytes_FromStringAndSize(<const char*> p + 8, n - 10), n))
 
 
 cdef inline bytes _as_bytes(object params):

@@ -31,6 +31,7 @@ from drivers.dynamixel.codec import (
     encode_fast_status,
     encode_instruction,
     encode_status,
+    whole_packet,
 )
 from firmware_models.dynamixel.control_table import ErrorCode  # the servo and the wire share the error numbers
 
@@ -243,20 +244,10 @@ class Parser:
         else:
             if type(data) is not bytes:
                 data = bytes(data)
-            # Fast path: the chunk is exactly one good instruction packet (the usual case on a quiet bus).
-            # Anything else falls through to the full scan, which would give the same result for this case.
-            n = len(data)
-            if (
-                n >= _PREFIX_LEN + _MIN_LENGTH
-                and data.startswith(HEADER)
-                and n == _PREFIX_LEN + (data[5] | (data[6] << 8))
-                and data[7] != _STATUS
-                and crc16(data[:-2]) == data[-2] | (data[-1] << 8)
-            ):
-                body = data[7:-2]
-                if _STUFFED in body:
-                    body = body.replace(_STUFFED, _STUFF_PATTERN)
-                out.append(Packet(data[4], data[7], body[1:], n))
+            # the chunk is exactly one good instruction packet (the usual case on a quiet bus): in C
+            packet = whole_packet(data, Packet)
+            if packet is not None:
+                out.append(packet)
                 return out
             keep = self._scan(data, out)
             if keep < len(data):

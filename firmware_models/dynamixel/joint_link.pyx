@@ -63,13 +63,3 @@ cdef class JointLink:
                 return 0
         self.live._push("set_u", self.j, u)
         return 0
-
-    def read_state(self):
-        """The State as a dict (tests: what the C reader sees)."""
-        cdef State st
-        self.state(&st)
-        return st
-
-    def now_s(self):
-        """`time_s()` from Python (tests)."""
-        return self.time_s()

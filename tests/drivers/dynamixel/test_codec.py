@@ -61,6 +61,23 @@ def test_fast_status_running_crcs(segments):
     assert k == len(wire)
 
 
+@given(st.integers(0, 0xFF), st.sampled_from([0x02, 0x03, 0x55, 0x82, 0x83, 0xFF]), _params,
+       st.integers(-1, 40), st.integers(0, 0xFF))
+def test_whole_packet_agrees_with_the_full_scan(id, instruction, params, damage, byte):
+    """The parser's C fast path (a chunk that is exactly one clean packet) gives what the full scan gives for it, or
+    declines (None): stuffed bodies, status packets, bad CRCs, truncated or extended chunks."""
+    wire = codec.encode_instruction(id, instruction, params)
+    if damage >= 0:                     # a changed byte, or one byte too many
+        wire = wire[:damage] + bytes((byte,)) + wire[damage + 1:] if damage < len(wire) else wire + bytes((byte,))
+    fast = codec.whole_packet(wire, protocol.Packet)
+    scanned: list = []
+    protocol.Parser()._scan(wire, scanned)
+    if fast is not None:
+        assert type(fast) is protocol.Packet and [fast] == scanned and fast.params == params
+    if damage < 0:                      # an intact packet: taken unless it is a status packet or stuffed
+        assert (fast is not None) == (instruction != 0x55 and b"\xff\xff\xfd" not in bytes((instruction,)) + params)
+
+
 def test_buffer_types_and_errors():
     p = bytes(range(0xF8, 0x100)) + b"\xff\xff\xfd"
     want = codec.encode_status(3, 0x80, p)
