@@ -14,11 +14,23 @@ reboot, housekeeping: servo.py).
 """
 
 from libc.math cimport fabs
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
 
-from operator import attrgetter
 from typing import NamedTuple
 
-from drivers.dynamixel.codec cimport named_tuple, status_packet
+import numpy as np
+
+from drivers.dynamixel.codec cimport (
+    decode_bulk_read,
+    decode_bulk_write,
+    decode_read,
+    decode_sync_read,
+    decode_sync_write,
+    decode_write,
+    named_tuple,
+    status_packet,
+)
 from firmware_models.dynamixel.servo_core cimport Reply, ServoCore
 
 from drivers.dynamixel.protocol import (
@@ -28,16 +40,10 @@ from drivers.dynamixel.protocol import (
     ErrorCode,
     Instruction,
     ProtocolError,
-    decode_bulk_read,
-    decode_bulk_write,
-    decode_read,
-    decode_sync_read,
-    decode_sync_write,
-    decode_write,
     encode_fast_status,
 )
 from drivers.ports import wire_time_s
-from hil.daemon.faults import BusFaults
+from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
 
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
 # the instruction codes and header values as C ints (from protocol.py's enum: one table of them)
@@ -49,9 +55,7 @@ cdef int BULK_READ = Instruction.BULK_READ, FAST_BULK_READ = Instruction.FAST_BU
 cdef int SYNC_WRITE = Instruction.SYNC_WRITE, BULK_WRITE = Instruction.BULK_WRITE, STATUS = Instruction.STATUS
 cdef int BROADCAST = BROADCAST_ID, ALERT_BIT = ALERT
 cdef frozenset _KNOWN = frozenset(int(i) for i in Instruction) - {STATUS}
-# BusFaults fields read for every servo of every packet: any(map(...)) iterates in C
-_WRONG_BAUD = attrgetter("wrong_baud")
-_ACTIVE = attrgetter("active")
+cdef int64_t WRONG_BAUD_BIT = BUS_FLAG_BITS["wrong_baud"]   # in BusFaults.active
 
 
 cdef inline bint _is_read(int ins) noexcept:
@@ -89,16 +93,40 @@ cdef inline int _error_byte(ServoCore servo, int error) noexcept:
 cdef class DynamixelBus:
     """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (daemon issue)."""
 
-    cdef public list servos, faults
+    cdef public list servos
+    cdef readonly list faults
     cdef public dict stats
     cdef double _now           # simulation time of the packet being handled [s]
     cdef list _all, _identity
     cdef dict _ids, _addressed
     cdef long _common_baud
+    cdef list _mirrors         # each fault's `mirror`, kept alive for _flags
+    cdef int64_t** _flags      # per servo: its BusFaults' `active` bits, as the fault keeps them in its mirror
+
+    def __cinit__(self):
+        self._flags = NULL
+
+    def __dealloc__(self):
+        free(self._flags)
 
     def __init__(self, servos, faults=None):
         self.servos = list(servos)
         self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
+        if len(self.faults) != len(self.servos):
+            raise ValueError(f"{len(self.servos)} servos and {len(self.faults)} BusFaults")
+        # a BusFaults writes its `active` bits into its mirror on every change (LiveRig gives each one a view of
+        # bus_flag_bits, for the state publisher): the bus reads them there, in C, on every packet
+        cdef int64_t[::1] view
+        self._mirrors = []
+        self._flags = <int64_t**> malloc(max(1, len(self.faults)) * sizeof(int64_t*))
+        if self._flags == NULL:
+            raise MemoryError()
+        for i, f in enumerate(self.faults):
+            if f.mirror is None:
+                f.mirror = np.zeros(1, dtype=np.int64)
+            view = f.mirror
+            self._mirrors.append(view)
+            self._flags[i] = &view[0]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
         self._now = 0.0
         self._all = list(range(len(self.servos)))
@@ -114,8 +142,11 @@ cdef class DynamixelBus:
         cdef double now
         self.stats["instructions"] += 1
         # a BusFaults' `active` has a bit per injected fault, wrong_baud's too: one pass over them per packet
-        cdef bint faulty = any(map(_ACTIVE, self.faults))
-        if (baud is None or baud == self._common_baud) and not (faulty and any(map(_WRONG_BAUD, self.faults))):
+        cdef int64_t active = 0
+        for i in range(len(self.faults)):
+            active |= self._flags[i][0]
+        cdef bint faulty = active != 0
+        if (baud is None or baud == self._common_baud) and not active & WRONG_BAUD_BIT:
             listening = self._all
         else:
             listening = [i for i, s in enumerate(self.servos)
@@ -234,7 +265,7 @@ cdef class DynamixelBus:
             return   # refused since FW42: a broadcast reset-all would give every servo ID 1 (notes §2)
         for i in targets:
             s = self.servos[i]
-            if not s.supports(ins):
+            if not (<ServoCore> s).supports(ins):
                 continue
             if ins == WRITE:
                 s.write(*decode_write(p))
@@ -333,7 +364,7 @@ cdef class DynamixelBus:
         members = []
         for sid, address, length in wanted:
             i = self._primary(listening, sid)
-            if i < 0 or not self.servos[i].supports(ins):
+            if i < 0 or not (<ServoCore> self.servos[i]).supports(ins):
                 # the devices build one packet between them: a missing link breaks the chain and
                 # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
                 return []

@@ -2,3 +2,11 @@
 # read and its Transmission with them).
 cdef bytes status_packet(int id, int error, object params)
 cdef object named_tuple(object cls, tuple values)
+
+# the instructions' parameter decoders (bus.pyx calls them per packet)
+cpdef object decode_read(params)
+cpdef object decode_write(params)
+cpdef object decode_sync_read(params)
+cpdef object decode_sync_write(params)
+cpdef object decode_bulk_read(params)
+cpdef object decode_bulk_write(params)

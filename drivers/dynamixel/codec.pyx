@@ -253,7 +253,7 @@ cdef inline int _u16(const uint8_t* p, Py_ssize_t i) noexcept:
     return p[i] | (p[i + 1] << 8)
 
 
-def decode_read(params):
+cpdef object decode_read(params):
     """Read / (REG) params: address L/H, length L/H → (address, length in bytes)."""
     cdef bytes b = _as_bytes(params)
     cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(b)
@@ -265,7 +265,7 @@ def decode_read(params):
     return _u16(p, 0), length
 
 
-def decode_write(params):
+cpdef object decode_write(params):
     """Write / Reg Write params: address L/H, data... → (address, data); at least one data byte."""
     cdef bytes b = _as_bytes(params)
     cdef Py_ssize_t n = len(b)
@@ -275,7 +275,7 @@ def decode_write(params):
     return _u16(p, 0), PyBytes_FromStringAndSize(<const char*> p + 2, n - 2)
 
 
-def decode_sync_read(params):
+cpdef object decode_sync_read(params):
     """Sync Read / Fast Sync Read params: address L/H, length L/H, ID... → (address, length in bytes, ids).
 
     The IDs keep their order: the replies must come back in it (notes §2.2).
@@ -290,7 +290,7 @@ def decode_sync_read(params):
     return _u16(p, 0), length, list(b[4:])
 
 
-def decode_sync_write(params):
+cpdef object decode_sync_write(params):
     """Sync Write params: address L/H, length L/H, then per device ID + `length` data bytes.
 
     Returns (address, length in bytes, [(id, data)]).
@@ -313,7 +313,7 @@ def decode_sync_write(params):
     return address, length, items
 
 
-def decode_bulk_read(params):
+cpdef object decode_bulk_read(params):
     """Bulk Read / Fast Bulk Read params: per device ID, address L/H, length L/H → [(id, address, length)].
 
     The same ID twice is a ProtocolError (e-manual: "The same ID cannot be used multiple times").
@@ -338,7 +338,7 @@ def decode_bulk_read(params):
     return out
 
 
-def decode_bulk_write(params):
+cpdef object decode_bulk_write(params):
     """Bulk Write params: per device ID, address L/H, length L/H, data → [(id, address, data)].
 
     The same ID twice is a ProtocolError (e-manual: "it can only write once for each individual device").

@@ -91,9 +91,6 @@ class DynamixelServo(ServoCore):
         u.homing = t.get("Homing Offset")
         u.moving_threshold = t.get("Moving Threshold")
 
-    def supports(self, instruction: int) -> bool:
-        return instruction in self.spec.instructions
-
     # ------------------------------------------------------------------ instructions
     def ping(self) -> Reply:
         return Reply(0, self.table.get("Model Number").to_bytes(2, "little")

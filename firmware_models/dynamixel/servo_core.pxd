@@ -16,6 +16,7 @@ cdef class ServoCore:
     cdef public object joint, table
     cdef readonly JointLink link
     cdef WriteChecks _checks
+    cdef frozenset _instructions       # the instruction codes the model executes
     cdef Py_ssize_t _goal_addr[4]      # Goal PWM, Current, Velocity, Position (GOAL_ITEMS): address, -1 if absent
     cdef int _goal_size[4]
     cdef bint _goal_signed[4]
@@ -28,6 +29,7 @@ cdef class ServoCore:
     cdef public tuple _goal_addresses
     cdef bytearray regs
 
+    cpdef bint supports(self, int instruction)
     cdef int note(self, double now_s) except -1
     cdef Reply read_at(self, Py_ssize_t address, Py_ssize_t length)
     cdef Reply write_at(self, Py_ssize_t address, bytes data)

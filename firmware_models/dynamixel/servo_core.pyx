@@ -89,6 +89,7 @@ cdef class ServoCore:
         self.link = JointLink(joint)   # the joint's state, time and goal without a Python call (the running loop's)
         self.table = table
         self._checks = table.checks
+        self._instructions = table.spec.instructions
         self._units = units
         self.regs = table.data   # the table's bytes: the same bytearray for the servo's life (resets assign into it)
         spec = table.spec
@@ -99,6 +100,10 @@ cdef class ServoCore:
             self._goal_size[k] = it.size if it is not None else 0
             self._goal_signed[k] = it is not None and it.signed
         self._goal_addresses = tuple(self._goal_addr[k] for k in range(4) if self._goal_addr[k] >= 0)
+
+    cpdef bint supports(self, int instruction):
+        """Whether the model executes `instruction` (its control table's instruction list)."""
+        return instruction in self._instructions
 
     @property
     def alert(self):
