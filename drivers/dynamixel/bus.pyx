@@ -99,6 +99,7 @@ cdef class DynamixelBus:
     cdef double _now           # simulation time of the packet being handled [s]
     cdef list _all, _identity
     cdef dict _ids, _addressed
+    cdef Py_ssize_t _first[256]   # _ids[id][0] for every ID byte, -1 if none: _primary when every servo listens
     cdef long _common_baud
     cdef list _mirrors         # each fault's `mirror`, kept alive for _flags
     cdef int64_t** _flags      # per servo: its BusFaults' `active` bits, as the fault keeps them in its mirror
@@ -188,6 +189,8 @@ cdef class DynamixelBus:
         for i, s in enumerate(self.servos):
             ids.setdefault(s.id, []).append(i)   # the same ID may sit at two baud rates
         self._ids = ids
+        for k in range(256):
+            self._first[k] = ids[k][0] if k in ids else -1
         addressed = {}
         for i, s in enumerate(self.servos):
             addressed.setdefault(s.id, []).insert(0, i)
@@ -380,11 +383,11 @@ cdef class DynamixelBus:
     # ------------------------------------------------------------------ helpers
     cdef Py_ssize_t _primary(self, list candidates, int sid) except -2:
         """The index of the servo whose (primary) ID is `sid`, if it is among `candidates`; -1 if none."""
+        if candidates is self._all:   # every servo listens (the usual case): the first one indexed under sid
+            return self._first[sid] if 0 <= sid < 256 else -1
         at = self._ids.get(sid)
         if not at:
             return -1
-        if candidates is self._all:   # every servo listens (the usual case): the first one indexed under sid
-            return at[0]
         for i in at:
             if i in candidates:
                 return i

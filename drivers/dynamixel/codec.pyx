@@ -93,31 +93,35 @@ cdef bytes _packet(int id, const uint8_t* head, Py_ssize_t nh, object params):
     """FF FF FD 00 | id | LEN | stuffed(head + params) | CRC (notes §1.1, §1.3, §1.4)."""
     if not 0 <= id <= 0xFF:
         raise ValueError(f"id must be 0..255, got {id}")
+    if type(params) is bytes:        # every reply the bus builds: no buffer request
+        return _framed(id, head, nh, <const uint8_t*> PyBytes_AS_STRING(params), PyBytes_GET_SIZE(params))
     cdef Py_buffer view
-    if not isinstance(params, (bytes, bytearray, memoryview)):
+    if not isinstance(params, (bytearray, memoryview)):
         params = bytes(params)     # a list of ints, as bytes() takes it
     PyObject_GetBuffer(params, &view, PyBUF_SIMPLE)
-    cdef Py_ssize_t body, length
-    cdef bytes out
-    cdef uint8_t* o
-    cdef uint16_t crc
     try:
-        body = _stuffed_len(head, nh, <const uint8_t*> view.buf, view.len)
-        length = body + 2                # LEN counts the stuffed body and the CRC
-        if length > MAX_LENGTH:
-            raise ValueError(f"packet too long: LEN would be {length} > 65535")
-        out = PyBytes_FromStringAndSize(NULL, PREFIX + length)
-        o = <uint8_t*> PyBytes_AS_STRING(out)
-        o[0] = 0xFF
-        o[1] = 0xFF
-        o[2] = 0xFD
-        o[3] = 0x00
-        o[4] = <uint8_t> id
-        o[5] = length & 0xFF
-        o[6] = length >> 8
-        _stuff_into(o + PREFIX, head, nh, <const uint8_t*> view.buf, view.len)
+        return _framed(id, head, nh, <const uint8_t*> view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef bytes _framed(int id, const uint8_t* head, Py_ssize_t nh, const uint8_t* params, Py_ssize_t n):
+    """_packet of the `n` bytes at `params`."""
+    cdef Py_ssize_t body = _stuffed_len(head, nh, params, n)
+    cdef Py_ssize_t length = body + 2                # LEN counts the stuffed body and the CRC
+    if length > MAX_LENGTH:
+        raise ValueError(f"packet too long: LEN would be {length} > 65535")
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX + length)
+    cdef uint8_t* o = <uint8_t*> PyBytes_AS_STRING(out)
+    cdef uint16_t crc
+    o[0] = 0xFF
+    o[1] = 0xFF
+    o[2] = 0xFD
+    o[3] = 0x00
+    o[4] = <uint8_t> id
+    o[5] = length & 0xFF
+    o[6] = length >> 8
+    _stuff_into(o + PREFIX, head, nh, params, n)
     crc = _crc(o, PREFIX + body, 0)
     o[PREFIX + body] = crc & 0xFF
     o[PREFIX + body + 1] = crc >> 8
