@@ -29,7 +29,9 @@ pty's) own overhead on this machine; fast-mode numbers are also reported as a ra
 peer is a benchmark harness, not an emulator: it knows only the requests this benchmark sends.
 Each servo-hil row also gives its p50 above the peer's (`p50_minus_echo_peer_p50_us`, what our
 server adds) and, paced, the floor-corrected excess `p50 − bound − echo-peer p50`
-(`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost.
+(`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost. Each paced
+read4 also reports that floor against its target (`client_floor_us`, `target_slack_us`, `attainable`): the
+peer's read4 p50 is a lower bound of p50 − bound for any server, so a target whose slack is below it cannot be met.
 
 Where a paced round trip's time goes (server wake, parse, execution, paced writes, the SDK's reads), stamp
 by stamp on one CLOCK_MONOTONIC: `servo-hil bench dynamixel-timeline`.
