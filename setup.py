@@ -25,7 +25,8 @@ def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
     )
 
 
-KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h" for h in ("vmath", "isa", "plan", "select", "args", "motor", "load"))
+KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h"
+                       for h in ("vmath", "isa", "plan", "select", "args", "sense", "law", "motor", "load"))
 
 extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),

@@ -1,5 +1,5 @@
 /* The kernel's plan: a struct-of-arrays copy of the Params fields step_all's lane passes read (args.h,
-   motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
+   sense.h, law.h, motor.h, load.h), so that a pass loads 4 (AVX2) actuators' value of a field with one instruction instead of one
    per actuator from 856-byte Params records.
 
    Blocked like step_all (core.pxd `Plan`): the block of actuators [b·HIL_BLOCK, (b+1)·HIL_BLOCK) owns
@@ -78,6 +78,56 @@ enum {
     PL_INV_LUGRE_WS,        /* 1/ωs [s/rad] */
     PL_INV_DTHETA_STRIBECK, /* 1/θ̇s [s/rad] */
     PL_ALPHA,               /* Stribeck exponent α */
+    /* dcmotor controller layer (pass 3a, law.h) */
+    PL_DC_LAW,              /* flag: LAW_VOLTAGE, LAW_POSITION or LAW_VELOCITY */
+    PL_LAW_POSITION,        /* flag: LAW_POSITION */
+    PL_LAW_VELOCITY,        /* flag: LAW_VELOCITY */
+    PL_KP,                  /* kp, ki, kd */
+    PL_KI,
+    PL_KD,
+    PL_SLEW,                /* [u/s]; 0 = none */
+    PL_IMAX,                /* integral clamp; 0 = none */
+    PL_VMAX,                /* [V]; 0 = none */
+    /* the other laws (pass 3a, law.h) */
+    PL_VMODE,               /* flag: a voltage law (the dcmotor ones, LAW_DXL_PWM, LAW_DXL) */
+    PL_LAW_DXL_PWM,         /* flags: LAW_DXL_PWM, LAW_EROB_PD, LAW_CURRENT, LAW_TORQUE, LAW_DXL */
+    PL_LAW_EROB_PD,
+    PL_LAW_CURRENT,
+    PL_LAW_TORQUE,
+    PL_LAW_DXL,
+    PL_CTRL_LIMITED,        /* flag: clip the command to [ctrl_lo, ctrl_hi] */
+    PL_CTRL_LO,
+    PL_CTRL_HI,
+    PL_DUTY_GAIN,           /* error_gain·fw_kp [duty/rad] */
+    PL_MAX_DUTY,
+    PL_MAX_CURRENT,         /* [A]; 0 = no limiter */
+    PL_PD_KP,               /* [A/rad] */
+    PL_PD_D,                /* pd_damping·√pd_kp [A·s/rad] */
+    PL_MAX_AMPS,            /* [A] */
+    /* sensing and faults (pass 3a, sense.h) */
+    PL_VS,                  /* supply [V]: supply_override if given, else supply_v */
+    PL_STATIC_FLAGS,        /* fault bits set by the parameters alone: encoder noise / stuck, supply override */
+    PL_ENC_STUCK,           /* flag */
+    PL_ENC_SLIP,            /* [rad/s] */
+    PL_ENC_NOISE,           /* std-dev [rad] */
+    PL_ENC_QUANTIZED,       /* flag: encoder_counts > 0 */
+    PL_COUNTS_PER_RAD,
+    PL_RAD_PER_COUNT,
+    PL_RESISTANCE,          /* R0 [ohm] */
+    PL_TEMPCOEF,            /* α [1/K] */
+    PL_REFTEMP,             /* T0 [°C] */
+    PL_TEMP_LIMIT,          /* [°C]; 0 = none */
+    PL_SHUT_OVERHEAT,       /* flags: shutdown_mask holds FAULT_OVERHEAT, FAULT_OVERLOAD */
+    PL_SHUT_OVERLOAD,
+    PL_OC_FRACTION,         /* open fraction of a revolution; 0 = no open-circuit fault */
+    PL_OC_TIME,             /* [s] */
+    PL_OC_CURRENT,          /* [A] */
+    PL_OC_DURATION,         /* [s] */
+    PL_OL_CURRENT,          /* overload_current [A]; 0 = none */
+    PL_OL_TIME,             /* overload_time [s] */
+    /* what step_block runs for a block (core.pyx KIND_* bits, as a double) */
+    PL_KINDS,               /* the actuator's: vector math (pow, the bristle hold's exp) and laws it needs */
+    PL_BLOCK_KINDS,         /* lane 0: the OR over the block's lanes (prepare keeps it) */
     HIL_PLAN_COLUMNS
 };
 
