@@ -165,6 +165,7 @@ cdef enum:
     LAWS_DXL = 8     # the laws besides the dcmotor and torque ones (dxl_firmware, law.h's other passes)
     LAWS_DXL_PWM = 16
     LAWS_CURRENT = 32
+    LANE_DOUBLES = 64 * BLOCK + 8   # room for a Block (up to 64 rows of BLOCK doubles) at a 64-byte boundary
     LANE_PAD = 4     # lanes per vector of isa.h's AVX2 copy (2 of the baseline's): padded()
 
 
@@ -228,6 +229,16 @@ cdef struct Block:
     double T[BLOCK]
     double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
     double derated[BLOCK]
+
+
+# lanes(): a Block and its alignment fit in LANE_DOUBLES
+assert sizeof(Block) + 63 <= LANE_DOUBLES * sizeof(double), "raise LANE_DOUBLES"
+
+
+cdef inline Block* lanes(double* buf) noexcept nogil:
+    # a Block at the first 64-byte boundary of buf (LANE_DOUBLES doubles): its rows' vectors never
+    # straddle a cache line
+    return <Block*>((<size_t>buf + 63) & ~(<size_t>63))
 
 
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
@@ -597,15 +608,16 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
     """Advance n independent actuators by dt, a block of BLOCK actuators at a time: its State fields to
     the lanes, step_block (in the copy compiled for the active path: isa.h), back to the records; `plan`
     is the one prepare() keeps for p."""
-    cdef Block b
+    cdef double lanes_buf[LANE_DOUBLES]
+    cdef Block* b = lanes(lanes_buf)
     cdef Py_ssize_t j0 = 0
     cdef int m, path = math_path(n)
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
-        lanes_load(&b, &s[j0], m)
-        inputs_load(&b, &inp[j0], m)
-        hil_step(&b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
-        lanes_store(&b, &s[j0], m)
+        lanes_load(b, &s[j0], m)
+        inputs_load(b, &inp[j0], m)
+        hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
+        lanes_store(b, &s[j0], m)
         j0 += m
 
 
@@ -953,7 +965,8 @@ cdef class Kernel:
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
         cdef Py_ssize_t k, j, j0
         cdef int m, path = math_path(self.n)
-        cdef Block b
+        cdef double lanes_buf[LANE_DOUBLES]
+        cdef Block* b = lanes(lanes_buf)
         cdef const double* P
         with nogil:
             # A block of actuators at a time through all T steps (they are independent: the same
@@ -963,7 +976,7 @@ cdef class Kernel:
             while j0 < self.n:
                 m = <int>min(BLOCK, self.n - j0)
                 P = plan_block(&self.plan, j0)
-                lanes_load(&b, &self.states[j0], m)
+                lanes_load(b, &self.states[j0], m)
                 for k in range(T):
                     for j in range(m):
                         b.cmd[j] = uu[k, j0 + j]
@@ -972,7 +985,7 @@ cdef class Kernel:
                         if rec:
                             o_th[k, j0 + j] = b.theta[j]
                             o_w[k, j0 + j] = b.omega[j]
-                    hil_step(&b, P, &self.params[j0], &self.states[j0], m, padded(m), self.dt, path)
+                    hil_step(b, P, &self.params[j0], &self.states[j0], m, padded(m), self.dt, path)
                     if not rec:
                         continue
                     for j in range(m):
@@ -983,7 +996,7 @@ cdef class Kernel:
                         o_v[k, j0 + j] = b.v_out[j]
                         o_T[k, j0 + j] = b.temperature[j]
                         o_f[k, j0 + j] = b.flags[j]
-                lanes_store(&b, &self.states[j0], m)
+                lanes_store(b, &self.states[j0], m)
                 if T > 0:
                     for j in range(m):   # the last step's inputs, as step() leaves them
                         self.inputs[j0 + j].u = b.cmd[j]
