@@ -8,8 +8,9 @@ every actuator are bit for bit equal (NaN equal to NaN), and else the largest ab
 The rigs cross tests/hil/test_kernel_plan.py's law and feature variants with its sensing and fault
 variants (every law, both integrators, derating, open circuit, overload, encoder noise / stuck / slip,
 supply override, shutdown latches; NaN commands and torque-off spans), add the Dynamixel firmware in
-each of its modes, and run them interleaved in one rig, as a lone actuator, and stepped one whole-rig
-step at a time (the real-time loop's order).
+each of its modes, and run them interleaved in one rig, each as a lone actuator and in a rig of its own
+kind (where the kernel skips what no actuator of a block uses), and stepped one whole-rig step at a
+time (the real-time loop's order).
 
     .venv/bin/python bench/kernel_bits.py --base ../main
 """
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     mixed = [members[j] for j in order]
     rigs = {f"mixed_{n}": (mixed, list(range(1, n + 1)), False),
             "mixed_37_stepped": (mixed[:37], list(range(1, 38)), True),
-            **{f"lone_{j}": ([mixed[j]], [j + 1], False) for j in range(0, n, 9)}}
+            **{f"lone_{j}": ([mixed[j]], [j + 1], False) for j in range(n)},
+            **{f"uniform_{j}": ([mixed[j]] * 9, list(range(j + 1, j + 10)), False) for j in range(0, n, 3)}}
     res = {"base": str(args.base.resolve()), "steps": args.steps, "actuators": n, "paths": {}}
     for path in cores["this"].SIMD_PATHS:
         try:

@@ -48,6 +48,25 @@ cdef extern from "plan.h" nogil:
         PL_SHUT_OVERLOAD, PL_OC_FRACTION, PL_OC_TIME, PL_OC_CURRENT, PL_OC_DURATION, PL_OL_CURRENT, PL_OL_TIME,
         PL_KINDS, PL_BLOCK_KINDS,
         HIL_PLAN_COLUMNS
+    enum:
+        NEED_POW "HIL_NEED_POW"
+        NEED_LOG "HIL_NEED_LOG"
+        NEED_ZOH "HIL_NEED_ZOH"
+        LAWS_DXL "HIL_LAWS_DXL"
+        LAWS_DXL_PWM "HIL_LAWS_DXL_PWM"
+        LAWS_CURRENT "HIL_LAWS_CURRENT"
+        USES_DC_LAW "HIL_USES_DC_LAW"
+        USES_QS "HIL_USES_QS"
+        USES_DERATE "HIL_USES_DERATE"
+        USES_LUGRE "HIL_USES_LUGRE"
+        USES_NOISE "HIL_USES_NOISE"
+        USES_OC "HIL_USES_OC"
+        USES_OVERLOAD "HIL_USES_OVERLOAD"
+        USES_BUDGET "HIL_USES_BUDGET"
+        USES_BAM "HIL_USES_BAM"
+        USES_COG "HIL_USES_COG"
+        USES_PENDULUM "HIL_USES_PENDULUM"
+        USES_STRIBECK "HIL_USES_STRIBECK"
 
 cdef extern from "select.h" nogil:
     double hil_sel(int c, double a, double b)
@@ -57,23 +76,24 @@ cdef extern from "args.h" nogil:
                        double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
 
 cdef extern from "sense.h" nogil:
+    void hil_gauss_scale_pass(int m, const double* gauss_log, double* gauss_r)
     void hil_sense_pass(const double* P, Py_ssize_t st, int m, double dt, const double* theta, const double* k,
                         const double* gauss_x, const double* gauss_y, const double* gauss_r,
-                        const double* gauss_log, const double* temp_rise, const double* lat_overheat,
+                        const double* temp_rise, const double* lat_overheat,
                         const double* lat_overload, const double* enable, double* theta_meas,
                         double* enc_offset, double* has_spare, double* gauss_spare, double* oc_active,
                         double* shutdown, double* flags, double* overheat, double* open, double* R, double* T,
-                        double* temperature, double* enabled)
+                        double* temperature, double* enabled, int uses)
     void hil_fault_latch_pass(const double* P, Py_ssize_t st, int m, double dt, const double* i_out,
                               const double* derated, const double* overheat, double* oc_active,
                               double* oc_timer, double* ol_timer, double* lat_overheat,
-                              double* lat_overload, double* flags)
+                              double* lat_overload, double* flags, int uses)
 
 cdef extern from "law.h" nogil:
     void hil_law_pass(const double* P, Py_ssize_t st, int m, double dt, const double* u_in, const double* thm,
                       const double* omega, const double* open, const double* enabled, double* slew_u,
                       double* integral, double* u, double* Ld, double* vmode, double* off, double* V,
-                      double* i, double* f, double* torque)
+                      double* i, double* f, double* torque, int uses)
     void hil_dxl_pwm_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
                           const double* Ld, const double* R, double* V)
     void hil_current_law_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
@@ -93,7 +113,7 @@ cdef extern from "motor.h" nogil:
     void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
                         const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
                         double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
-                        double* zoh_ea)
+                        double* zoh_ea, int uses)
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
@@ -102,7 +122,7 @@ cdef extern from "load.h" nogil:
     void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
                        const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_v,
                        const double* ext, const double* torque, double* theta, double* omega,
-                       double* bristle, double* friction)
+                       double* bristle, double* friction, int uses)
 
 # AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
@@ -157,14 +177,6 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
 
 cdef enum:
     BLOCK = HIL_BLOCK   # actuators per block of step_all (plan.h): their Params and State stay in L1
-    # what a block needs besides the sines and exponentials and the passes every block runs: NEED_LOG
-    # per step (a fresh noise pair), the others from its parameters (plan columns PL_KINDS, PL_BLOCK_KINDS)
-    NEED_POW = 1
-    NEED_LOG = 2
-    NEED_ZOH = 4
-    LAWS_DXL = 8     # the laws besides the dcmotor and torque ones (dxl_firmware, law.h's other passes)
-    LAWS_DXL_PWM = 16
-    LAWS_CURRENT = 32
     LANE_DOUBLES = 64 * BLOCK + 8   # room for a Block (up to 64 rows of BLOCK doubles) at a 64-byte boundary
     LANE_PAD = 4     # lanes per vector of isa.h's AVX2 copy (2 of the baseline's): padded()
 
@@ -208,7 +220,7 @@ cdef struct Block:
     double pow_x[BLOCK]         # |ω/θ̇s| → |ω/θ̇s|^α (α not 1 or 2)
     double pow_a[BLOCK]         # α
     int64_t use_pow[BLOCK]      # (as wide as a double: the select below vectorizes)
-    double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn)
+    double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn) → its scale
     double gauss_log[BLOCK]     # → log r
     double gauss_x[BLOCK]
     double gauss_y[BLOCK]
@@ -573,11 +585,29 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_OC_DURATION * st] = p.oc_duration
     c[PL_OL_CURRENT * st] = p.overload_current
     c[PL_OL_TIME * st] = p.overload_time
-    c[PL_KINDS * st] = ((NEED_POW if p.budget != 0 and p.dtheta_stribeck > 0 and p.alpha != 1.0 and p.alpha != 2.0
-                         else 0)
-                        | (NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0)
-                        | (LAWS_DXL if p.law == LAW_DXL else 0) | (LAWS_DXL_PWM if p.law == LAW_DXL_PWM else 0)
-                        | (LAWS_CURRENT if p.law == LAW_EROB_PD or p.law == LAW_CURRENT else 0))
+    c[PL_KINDS * st] = kinds(p)
+
+
+cdef inline int kinds(const Params* p) noexcept nogil:
+    """What actuator p's step computes (plan.h HIL_* kinds; from its prepared Params, as the plan's flags)."""
+    cdef bint voltage_law = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
+    cdef bint stribeck = p.budget != 0 and p.dtheta_stribeck > 0
+    return ((NEED_POW if stribeck and p.alpha != 1.0 and p.alpha != 2.0 else 0)
+            | (NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0)
+            | (LAWS_DXL if p.law == LAW_DXL else 0) | (LAWS_DXL_PWM if p.law == LAW_DXL_PWM else 0)
+            | (LAWS_CURRENT if p.law == LAW_EROB_PD or p.law == LAW_CURRENT else 0)
+            | (USES_DC_LAW if p.law <= LAW_VELOCITY else 0)
+            | (USES_QS if voltage_law and not p.te > 0 else 0)
+            | (USES_DERATE if p.derate_i_rated > 0 else 0)
+            | (USES_LUGRE if p.lugre_s0 > 0 else 0)
+            | (USES_NOISE if p.encoder_noise > 0 else 0)
+            | (USES_OC if p.oc_fraction > 0 else 0)
+            | (USES_OVERLOAD if p.overload_current > 0 else 0)
+            | (USES_BUDGET if p.budget != 0 else 0)
+            | (USES_BAM if p.integrator != INTEGRATOR_EULER else 0)
+            | (USES_COG if p.cog_amplitude != 0 else 0)
+            | (USES_PENDULUM if p._gravity_torque != 0 else 0)
+            | (USES_STRIBECK if stribeck else 0))
 
 
 cdef inline int noise_pair(const double* P, State* s, Block* b, int j) noexcept nogil:
@@ -749,20 +779,26 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
         b.gauss_log[j] = 1.0
     if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
         hil_vlog(b.gauss_log, m, path)
-    hil_vsin(b.sin_x, m, path)
-    hil_vsin(b.sin_x + BLOCK, m, path)
+        hil_gauss_scale_pass(mv, b.gauss_log, b.gauss_r)
+    # a sine or exponential no lane of the block uses is left as its argument (its selects drop it)
+    if need & USES_COG:
+        hil_vsin(b.sin_x, m, path)
+    if need & USES_PENDULUM:
+        hil_vsin(b.sin_x + BLOCK, m, path)
     if need & NEED_POW:
         hil_vpow(b.pow_x, b.pow_a, m, path)
         for j in range(mv):
             b.exp_x[BLOCK + j] = hil_sel(b.use_pow[j], -b.pow_x[j], b.exp_x[BLOCK + j])
-    hil_vexp(b.exp_x, m, path)
-    hil_vexp(b.exp_x + BLOCK, m, path)
-    hil_sense_pass(P, BLOCK, mv, dt, b.theta, b.k, b.gauss_x, b.gauss_y, b.gauss_r, b.gauss_log,
+    if need & USES_LUGRE:
+        hil_vexp(b.exp_x, m, path)
+    if need & USES_STRIBECK:
+        hil_vexp(b.exp_x + BLOCK, m, path)
+    hil_sense_pass(P, BLOCK, mv, dt, b.theta, b.k, b.gauss_x, b.gauss_y, b.gauss_r,
                    b.temp_rise, b.lat_overheat, b.lat_overload, b.enable, b.theta_meas, b.enc_offset,
                    b.has_spare, b.gauss_spare, b.oc_active, b.shutdown, b.flags, b.overheat, b.open,
-                   b.R, b.T, b.temperature, b.enabled)
+                   b.R, b.T, b.temperature, b.enabled, need)
     hil_law_pass(P, BLOCK, mv, dt, b.cmd, b.theta_meas, b.omega, b.open, b.enabled, b.slew_u, b.integral,
-                 b.u, b.Ld, b.vmode, b.off, b.V, b.i, b.f, b.torque)
+                 b.u, b.Ld, b.vmode, b.off, b.V, b.i, b.f, b.torque, need)
     if need & LAWS_DXL_PWM:
         hil_dxl_pwm_pass(P, BLOCK, mv, b.u, b.theta_meas, b.Ld, b.R, b.V)
     if need & LAWS_CURRENT:
@@ -775,13 +811,13 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
                                            P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
-                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
+                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,
-                         b.lat_overheat, b.lat_overload, b.flags)
+                         b.lat_overheat, b.lat_overload, b.flags, need)
     if need & NEED_ZOH:
         hil_vexp(b.zoh_ea, m, path)
     hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea,
-                  b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
+                  b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction, need)
     for j in range(mv):
         b.k[j] += 1.0
 

@@ -28,25 +28,22 @@
    Out: u (the command after the clean-up: the other laws' input), Ld (g·ω [rad/s]), and the motor's
    lanes (motor.h HilLawOut): vmode, off, V [V] (the dcmotor laws'; 0 on LAW_DXL lanes, whose
    dxl_firmware sets it, and on the current and torque laws'), i and f (0: the current laws' pass sets
-   theirs), torque (LAW_TORQUE's output torque [N·m], else 0). */
-static inline void hil_law_pass(const double* restrict P, ptrdiff_t st, int m, double dt,
-                                const double* restrict u_in, const double* restrict thm,
-                                const double* restrict omega, const double* restrict open,
-                                const double* restrict enabled, double* restrict slew_u,
-                                double* restrict integral, double* restrict u_out, double* restrict Ld_out,
-                                double* restrict vmode, double* restrict off, double* restrict V_out,
-                                double* restrict i_out, double* restrict f_out, double* restrict torque) {
+   theirs), torque (LAW_TORQUE's output torque [N·m], else 0). `uses`: the block's kinds (plan.h; the
+   dcmotor layer only for a block that holds such a law). */
+#define HIL_LAW_ARGS                                                                                   \
+    const double* restrict P, ptrdiff_t st, int m, double dt, const double* restrict u_in,            \
+    const double* restrict thm, const double* restrict omega, const double* restrict open,            \
+    const double* restrict enabled, double* restrict slew_u, double* restrict integral,               \
+    double* restrict u_out, double* restrict Ld_out, double* restrict vmode, double* restrict off,    \
+    double* restrict V_out, double* restrict i_out, double* restrict f_out, double* restrict torque
+static inline __attribute__((always_inline)) void hil_law_lanes(HIL_LAW_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double u = u_in[j], Lm = C(PL_GEAR) * thm[j], Ld = C(PL_GEAR) * omega[j], vs = C(PL_VS), su = slew_u[j];
-        double integ = integral[j];
-        double slew = C(PL_SLEW), ki = C(PL_KI), imax = C(PL_IMAX), kp = C(PL_KP), vmax = C(PL_VMAX);
-        double e, V, Vp, Vv, rate_slew, rate_int, integ1, us;
-        int dc = C(PL_DC_LAW) != 0, pos = C(PL_LAW_POSITION) != 0, vel = C(PL_LAW_VELOCITY) != 0;
+        double u = u_in[j], Ld = C(PL_GEAR) * omega[j], su = slew_u[j], integ = integral[j];
+        double slew = C(PL_SLEW), ki = C(PL_KI), imax = C(PL_IMAX), rate_slew = 0.0, rate_int = 0.0, integ1;
         int vm = C(PL_VMODE) != 0, en = enabled[j] != 0;
-        int slewed = dc & (slew > 0);
         u = hil_sel(isnan(u), 0.0, u);
         u = hil_sel(C(PL_CTRL_LIMITED) != 0, hil_clip(u, C(PL_CTRL_LO), C(PL_CTRL_HI)), u);
         u_out[j] = u;
@@ -56,27 +53,40 @@ static inline void hil_law_pass(const double* restrict P, ptrdiff_t st, int m, d
         torque[j] = hil_sel((C(PL_LAW_TORQUE) != 0) & en, u, 0.0);
         i_out[j] = 0.0;
         f_out[j] = 0.0;
-        /* dcmotor controller layer */
-        us = hil_sel(slewed, hil_clip(u, su - slew * dt, su + slew * dt), u);
-        rate_slew = hil_sel(slewed, (us - su) * C(PL_INV_DT), 0.0);
-        /* anti-windup: at the clamp, only an error that leads back inside integrates
-           (Cython's min(e, 0.0) and max(e, 0.0): 0 < e ? 0 : e and 0 > e ? 0 : e) */
-        e = hil_sel(pos, us - Lm, us);
-        e = hil_sel((imax > 0) & (integ >= imax), hil_sel(0.0 < e, 0.0, e),
-                    hil_sel((imax > 0) & (integ <= -imax), hil_sel(0.0 > e, 0.0, e), e));
-        rate_int = hil_sel(dc & (ki > 0), e, 0.0);
-        Vp = kp * (us - Lm) + ki * integ - C(PL_KD) * Ld;
-        Vv = kp * (us - Ld) + ki * (integ - Lm);
-        V = hil_sel(pos, Vp, hil_sel(vel, Vv, us));
-        V = hil_sel(vmax > 0, hil_clip(V, -vmax, vmax), V);
-        V = hil_sel(vs > 0, hil_clip(V, -vs, vs), V);
-        V_out[j] = hil_sel(dc, V, 0.0);
+        V_out[j] = 0.0;
+        if (uses & HIL_USES_DC_LAW) {   /* dcmotor controller layer */
+            double Lm = C(PL_GEAR) * thm[j], vs = C(PL_VS), kp = C(PL_KP), vmax = C(PL_VMAX), e, V, Vp, Vv, us;
+            int dc = C(PL_DC_LAW) != 0, pos = C(PL_LAW_POSITION) != 0, vel = C(PL_LAW_VELOCITY) != 0;
+            int slewed = dc & (slew > 0);
+            us = hil_sel(slewed, hil_clip(u, su - slew * dt, su + slew * dt), u);
+            rate_slew = hil_sel(slewed, (us - su) * C(PL_INV_DT), 0.0);
+            /* anti-windup: at the clamp, only an error that leads back inside integrates
+               (Cython's min(e, 0.0) and max(e, 0.0): 0 < e ? 0 : e and 0 > e ? 0 : e) */
+            e = hil_sel(pos, us - Lm, us);
+            e = hil_sel((imax > 0) & (integ >= imax), hil_sel(0.0 < e, 0.0, e),
+                        hil_sel((imax > 0) & (integ <= -imax), hil_sel(0.0 > e, 0.0, e), e));
+            rate_int = hil_sel(dc & (ki > 0), e, 0.0);
+            Vp = kp * (us - Lm) + ki * integ - C(PL_KD) * Ld;
+            Vv = kp * (us - Ld) + ki * (integ - Lm);
+            V = hil_sel(pos, Vp, hil_sel(vel, Vv, us));
+            V = hil_sel(vmax > 0, hil_clip(V, -vmax, vmax), V);
+            V = hil_sel(vs > 0, hil_clip(V, -vs, vs), V);
+            V_out[j] = hil_sel(dc, V, 0.0);
+        }
+        /* the slew and integral states advance on every voltage law (at rate 0 but the dcmotor's) */
         slew_u[j] = hil_sel((slew > 0) & vm, su + dt * rate_slew, su);
         integ1 = integ + dt * rate_int;
         integ1 = hil_sel(imax > 0, hil_clip(integ1, -imax, imax), integ1);
         integral[j] = hil_sel((ki > 0) & vm, integ1, integ);
     }
 #undef C
+}
+static inline __attribute__((always_inline)) void hil_law_pass(HIL_LAW_ARGS, int uses) {
+#define HIL_LAW(kinds)                                                                                 \
+    hil_law_lanes(P, st, m, dt, u_in, thm, omega, open, enabled, slew_u, integral, u_out, Ld_out, vmode, \
+                  off, V_out, i_out, f_out, torque, (kinds))
+    HIL_VERSIONS1(uses, HIL_USES_DC_LAW, HIL_LAW)
+#undef HIL_LAW
 }
 
 /* bam Dynamixel voltage law on the LAW_DXL_PWM lanes of [0, m): duty from the position error, the

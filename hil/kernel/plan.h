@@ -125,10 +125,58 @@ enum {
     PL_OC_DURATION,         /* [s] */
     PL_OL_CURRENT,          /* overload_current [A]; 0 = none */
     PL_OL_TIME,             /* overload_time [s] */
-    /* what step_block runs for a block (core.pyx KIND_* bits, as a double) */
-    PL_KINDS,               /* the actuator's: vector math (pow, the bristle hold's exp) and laws it needs */
+    /* what step_block runs for a block (HIL_* kinds below, as a double) */
+    PL_KINDS,               /* the actuator's: the vector math, laws and features it uses */
     PL_BLOCK_KINDS,         /* lane 0: the OR over the block's lanes (prepare keeps it) */
     HIL_PLAN_COLUMNS
 };
+
+/* Kinds of work an actuator's step needs (PL_KINDS; core.pyx `plan_row` sets them from its Params).
+   step_block and the lane passes run a feature's code only when some lane of the block uses it
+   (PL_BLOCK_KINDS): a branch on a block-uniform value outside the lane loops, each pass compiled in a
+   version per combination of the kinds it tests (HIL_VERSIONS*). Where no lane uses a feature, every
+   lane's select would discard its value, so skipping it changes no bit. */
+enum {
+    HIL_NEED_POW = 1,           /* bam's Stribeck |ω/θ̇s|^α with α not 1 or 2 */
+    HIL_NEED_LOG = 2,           /* per step, not in the plan: a fresh pair of the noise generator */
+    HIL_NEED_ZOH = 4,           /* the LuGre bristle's hold (σ0 > 0, not LAW_TORQUE) */
+    HIL_LAWS_DXL = 8,           /* the Dynamixel firmware (core.pyx dxl_firmware) */
+    HIL_LAWS_DXL_PWM = 16,      /* law.h hil_dxl_pwm_pass */
+    HIL_LAWS_CURRENT = 32,      /* law.h hil_current_law_pass: LAW_EROB_PD, LAW_CURRENT */
+    HIL_USES_DC_LAW = 64,       /* the dcmotor controller layer */
+    HIL_USES_QS = 128,          /* a voltage law without inductance: the quasi-static current */
+    HIL_USES_DERATE = 256,      /* thermal derating */
+    HIL_USES_LUGRE = 512,       /* LuGre friction in the motor (σ0 > 0) */
+    HIL_USES_NOISE = 1024,      /* encoder noise */
+    HIL_USES_OC = 2048,         /* the open-circuit fault armed (oc_fraction > 0) */
+    HIL_USES_OVERLOAD = 4096,   /* the overload latch (overload_current > 0) */
+    HIL_USES_BUDGET = 8192,     /* bam's friction budget */
+    HIL_USES_BAM = 16384,       /* bam's integrator */
+    HIL_USES_COG = 32768,       /* cogging: a sine */
+    HIL_USES_PENDULUM = 65536,  /* gravity on the load: a sine */
+    HIL_USES_STRIBECK = 131072  /* the budget's Stribeck factor: an exponential */
+};
+
+/* F(k) for the constant k = the bits among a, b (c) that `uses` holds: one version of a lane loop per
+   combination, each compiled with its kinds known (F: a macro calling an always_inline pass) */
+#define HIL_VERSIONS1(uses, a, F) if ((uses) & (a)) { F(a); } else { F(0); }
+#define HIL_VERSIONS2(uses, a, b, F)                                                                   \
+    switch ((uses) & ((a) | (b))) {                                                                    \
+    case 0: F(0); break;                                                                               \
+    case (a): F(a); break;                                                                             \
+    case (b): F(b); break;                                                                             \
+    default: F((a) | (b)); break;                                                                      \
+    }
+#define HIL_VERSIONS3(uses, a, b, c, F)                                                                \
+    switch ((uses) & ((a) | (b) | (c))) {                                                              \
+    case 0: F(0); break;                                                                               \
+    case (a): F(a); break;                                                                             \
+    case (b): F(b); break;                                                                             \
+    case (a) | (b): F((a) | (b)); break;                                                               \
+    case (c): F(c); break;                                                                             \
+    case (a) | (c): F((a) | (c)); break;                                                               \
+    case (b) | (c): F((b) | (c)); break;                                                               \
+    default: F((a) | (b) | (c)); break;                                                                \
+    }
 
 #endif
