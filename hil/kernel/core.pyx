@@ -38,6 +38,7 @@ cdef extern from "plan.h" nogil:
         PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, PL_MOTORCONST, PL_INDUCTIVE, PL_TE, PL_INV_TE, PL_DECAY,
         PL_DIDT_LIMITED, PL_DIDT_MAX, PL_THERMAL, PL_INV_THERMAL_R, PL_INV_THERMAL_C, PL_AMBIENT, PL_ELECTRICAL,
         PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
+        PL_DERATE_INV_SPAN, PL_INV_VS,
         PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
         PL_COG_POLES, PL_COG_PHASE, PL_Q_OFFSET, PL_INV_LUGRE_WS, PL_INV_DTHETA_STRIBECK, PL_ALPHA,
         PL_DC_LAW, PL_LAW_POSITION, PL_LAW_VELOCITY, PL_KP, PL_KI, PL_KD, PL_SLEW, PL_IMAX, PL_VMAX,
@@ -82,8 +83,8 @@ cdef extern from "sense.h" nogil:
                         const double* temp_rise, const double* lat_overheat,
                         const double* lat_overload, const double* enable, double* theta_meas,
                         double* enc_offset, double* has_spare, double* gauss_spare, double* oc_active,
-                        double* shutdown, double* flags, double* overheat, double* open, double* R, double* T,
-                        double* temperature, double* enabled, int uses)
+                        double* shutdown, double* flags, double* overheat, double* open, double* R, double* G,
+                        double* T, double* temperature, double* enabled, int uses)
     void hil_fault_latch_pass(const double* P, Py_ssize_t st, int m, double dt, const double* i_out,
                               const double* derated, const double* overheat, double* oc_active,
                               double* oc_timer, double* ol_timer, double* lat_overheat,
@@ -97,7 +98,8 @@ cdef extern from "law.h" nogil:
     void hil_dxl_pwm_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
                           const double* Ld, const double* R, double* V)
     void hil_current_law_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
-                              const double* omega, const double* Ld, const double* R, const double* open,
+                              const double* omega, const double* Ld, const double* R, const double* G,
+                              const double* open,
                               const double* enabled, double* V, double* i, double* f)
 
 cdef extern from "motor.h" nogil:
@@ -108,19 +110,21 @@ cdef extern from "motor.h" nogil:
         const double* i
         const double* f
         const double* R
+        const double* G
         const double* T
         const double* Ld
     void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
                         const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
                         double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
-                        double* zoh_ea, int uses)
+                        double* zoh_ea, double* zoh_inv_a, int uses)
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
     double hil_budget(const double* P, Py_ssize_t st, Py_ssize_t j, double tau_m, double tau_e, double w,
                       double s)
     void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
-                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_v,
+                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_inv_a,
+                       const double* zoh_v,
                        const double* ext, const double* torque, double* theta, double* omega,
                        double* bristle, double* friction, int uses)
 
@@ -226,6 +230,7 @@ cdef struct Block:
     double gauss_y[BLOCK]
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
+    double zoh_inv_a[BLOCK]     # 1/a
     # … what sensing hands to the laws (sense.h → law.h)
     double overheat[BLOCK]      # 1: latch FAULT_OVERHEAT
     double open[BLOCK]          # the winding is open now
@@ -238,6 +243,7 @@ cdef struct Block:
     double i[BLOCK]
     double f[BLOCK]
     double R[BLOCK]
+    double G[BLOCK]             # 1/R [S]
     double T[BLOCK]
     double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
     double derated[BLOCK]
@@ -525,6 +531,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_DERATE_I_SAFE * st] = p.derate_i_safe
     c[PL_DERATE_T1 * st] = p.derate_t1
     c[PL_DERATE_T2 * st] = p.derate_t2
+    c[PL_DERATE_INV_SPAN * st] = 1.0 / (p.derate_t2 - p.derate_t1) if p.derate_t2 != p.derate_t1 else 0.0
     c[PL_EFFICIENCY * st] = p.efficiency
     c[PL_COG * st] = p.cog_amplitude != 0
     c[PL_COG_AMPLITUDE * st] = p.cog_amplitude
@@ -564,6 +571,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_PD_D * st] = p.pd_damping * sqrt(p.pd_kp)
     c[PL_MAX_AMPS * st] = p.max_amps
     c[PL_VS * st] = p.supply_v if isnan(p.supply_override) else p.supply_override
+    c[PL_INV_VS * st] = 1.0 / c[PL_VS * st]   # ±inf for no supply: dxl_pwm's limiter bounds stay infinite
     c[PL_STATIC_FLAGS * st] = ((FAULT_ENCODER_NOISE if p.encoder_noise > 0 else 0)
                                + (FAULT_ENCODER_STUCK if p.encoder_stuck else 0)
                                + (0 if isnan(p.supply_override) else FAULT_SUPPLY))
@@ -768,7 +776,7 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     cdef int j, need = <int>P[PL_BLOCK_KINDS * BLOCK]
     cdef double vs
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
-    law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
+    law.f, law.R, law.G, law.T, law.Ld = &b.f[0], &b.R[0], &b.G[0], &b.T[0], &b.Ld[0]
     hil_args_pass(P, BLOCK, mv, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
     for j in range(m):
         need |= noise_pair(P, &s[j], b, j)
@@ -796,13 +804,13 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     hil_sense_pass(P, BLOCK, mv, dt, b.theta, b.k, b.gauss_x, b.gauss_y, b.gauss_r,
                    b.temp_rise, b.lat_overheat, b.lat_overload, b.enable, b.theta_meas, b.enc_offset,
                    b.has_spare, b.gauss_spare, b.oc_active, b.shutdown, b.flags, b.overheat, b.open,
-                   b.R, b.T, b.temperature, b.enabled, need)
+                   b.R, b.G, b.T, b.temperature, b.enabled, need)
     hil_law_pass(P, BLOCK, mv, dt, b.cmd, b.theta_meas, b.omega, b.open, b.enabled, b.slew_u, b.integral,
                  b.u, b.Ld, b.vmode, b.off, b.V, b.i, b.f, b.torque, need)
     if need & LAWS_DXL_PWM:
         hil_dxl_pwm_pass(P, BLOCK, mv, b.u, b.theta_meas, b.Ld, b.R, b.V)
     if need & LAWS_CURRENT:
-        hil_current_law_pass(P, BLOCK, mv, b.u, b.theta_meas, b.omega, b.Ld, b.R, b.open, b.enabled, b.V, b.i,
+        hil_current_law_pass(P, BLOCK, mv, b.u, b.theta_meas, b.omega, b.Ld, b.R, b.G, b.open, b.enabled, b.V, b.i,
                              b.f)
     if need & LAWS_DXL:
         for j in range(m):
@@ -811,12 +819,12 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
                                            P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
-                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, need)
+                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,
                          b.lat_overheat, b.lat_overload, b.flags, need)
     if need & NEED_ZOH:
         hil_vexp(b.zoh_ea, m, path)
-    hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea,
+    hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea, b.zoh_inv_a,
                   b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction, need)
     for j in range(mv):
         b.k[j] += 1.0

@@ -39,11 +39,12 @@ static inline double hil_budget(const double* restrict P, ptrdiff_t st, ptrdiff_
 /* Lanes [0, m) of a block; P = the plan's columns at the block's first actuator (stride st); `uses` the
    block's kinds (plan.h: the budget, bam's step and the bristle hold only for a block that uses them).
    In: sin_q = sin(θ + q_offset), stribeck = exp(−|ω/θ̇s|^α), the bristle hold's zoh_a, zoh_ea =
-   exp(a·dt), zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3).
+   exp(a·dt), zoh_inv_a = 1/a, zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3).
    In/out: theta, omega, bristle. Out: friction = the budget's friction torque [N·m]. */
 #define HIL_LOAD_ARGS                                                                                  \
     const double* restrict P, ptrdiff_t st, int m, double dt, const double* restrict sin_q,           \
     const double* restrict stribeck, const double* restrict zoh_a, const double* restrict zoh_ea,     \
+    const double* restrict zoh_inv_a,                                                                  \
     const double* restrict zoh_v, const double* restrict ext, const double* restrict torque,          \
     double* restrict theta, double* restrict omega, double* restrict bristle, double* restrict friction
 static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, const int uses) {
@@ -70,7 +71,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
             tau_net = hil_sel(C(PL_BUDGET) != 0, tau_net + tau_f, tau_net);
         }
         friction[j] = tau_f;
-        acc = tau_net / Meff;
+        acc = tau_net / Meff;   /* a division: where the budget stops the joint, ω + dt·acc is exactly 0 */
         /* MuJoCo's semi-implicit Euler; bam's step, velocity clipped */
         w_euler = w + dt * acc;
         th_euler = theta[j] + dt * w_euler;
@@ -85,7 +86,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
         /* LuGre bristle: the exact zero-order hold, the plain Euler step where a ≈ 0 */
         if (uses & HIL_NEED_ZOH) {
             double a = zoh_a[j], ea = zoh_ea[j], z = bristle[j];
-            z = hil_sel(fabs(a) > 1e-15, ea * z + (ea - 1.0) / a * zoh_v[j], z + dt * zoh_v[j]);
+            z = hil_sel(fabs(a) > 1e-15, ea * z + (ea - 1.0) * zoh_inv_a[j] * zoh_v[j], z + dt * zoh_v[j]);
             bristle[j] = hil_sel(C(PL_BRISTLE) != 0, z, bristle[j]);
         }
     }
@@ -93,7 +94,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
 }
 static inline __attribute__((always_inline)) void hil_load_pass(HIL_LOAD_ARGS, int uses) {
 #define HIL_LOAD(kinds)                                                                                \
-    hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_v, ext, torque, theta, omega, bristle, \
+    hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_inv_a, zoh_v, ext, torque, theta, omega, bristle, \
                    friction, (kinds))
     HIL_VERSIONS3(uses, HIL_USES_BUDGET, HIL_USES_BAM, HIL_NEED_ZOH, HIL_LOAD)
 #undef HIL_LOAD

@@ -16,7 +16,7 @@
    safe one from T2, a smoothstep between */
 static inline double hil_derated_current(const double* restrict P, ptrdiff_t st, ptrdiff_t j, double t) {
 #define C(col) P[(col) * st + j]
-    double x = (t - C(PL_DERATE_T1)) / (C(PL_DERATE_T2) - C(PL_DERATE_T1));
+    double x = (t - C(PL_DERATE_T1)) * C(PL_DERATE_INV_SPAN);
     double mid = C(PL_DERATE_I_SAFE) + (C(PL_DERATE_I_RATED) - C(PL_DERATE_I_SAFE)) * (1.0 - x * x * (3.0 - 2.0 * x));
     return hil_sel(t <= C(PL_DERATE_T1), C(PL_DERATE_I_RATED), hil_sel(t >= C(PL_DERATE_T2), C(PL_DERATE_I_SAFE), mid));
 #undef C
@@ -30,6 +30,7 @@ typedef struct {
     const double* restrict i;        /* current law: its current [A] and motor torque K·i [N·m] */
     const double* restrict f;
     const double* restrict R;        /* winding resistance at its temperature [ohm] */
+    const double* restrict G;        /* its conductance 1/R [S] (one division per lane and step) */
     const double* restrict T;        /* winding temperature above ambient [K] (0 without a thermal state) */
     const double* restrict Ld;       /* motor-side velocity g·ω [rad/s] */
 } HilLawOut;
@@ -38,29 +39,30 @@ typedef struct {
    kinds (plan.h: the quasi-static current, derating and LuGre only for a block that uses them). In: law
    (above), cog_sin = sin(Np·L + φ), lugre_exp = exp(−(L̇/ωs)²), bristle = LuGre z. In/out: current [A],
    temp_rise [K], torque (the law's output torque in, the actuator torque out) [N·m]. Out: i_out, v_out,
-   derated (1: derating limits the current), the bristle hold's zoh_a and zoh_ea = a·dt. */
+   derated (1: derating limits the current), the bristle hold's zoh_a, zoh_ea = a·dt and zoh_inv_a = 1/a
+   (divided here, while the exponential of a·dt is still to come). */
 #define HIL_MOTOR_ARGS                                                                                 \
     const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
     const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
     double* restrict current, double* restrict temp_rise, double* restrict torque,                    \
     double* restrict i_out, double* restrict v_out, double* restrict derated, double* restrict zoh_a, \
-    double* restrict zoh_ea
+    double* restrict zoh_ea, double* restrict zoh_inv_a
 static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double K = C(PL_MOTORCONST), R = law.R[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
+        double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
         int vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
-        di = (V / R - K / R * Ld - i_state) * C(PL_INV_TE);
+        di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
         i_next = i_state + di * C(PL_TE) * C(PL_DECAY);
         i_v = i_state;
         f_v = K * i_next;
         if (uses & HIL_USES_QS) {
-            double i_qs = (V - K * Ld) / R, f_qs = K / R * V - K / R * K * Ld;
+            double i_qs = (V - K * Ld) * G, f_qs = K * G * V - K * G * K * Ld;
             i_v = hil_sel(inductive, i_state, i_qs);
             f_v = hil_sel(inductive, f_v, f_qs);
         }
@@ -94,13 +96,14 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         torque[j] = hil_sel(C(PL_ELECTRICAL) != 0, C(PL_GEAR) * fe, torque[j]);
         zoh_a[j] = a;
         zoh_ea[j] = a * dt;
+        zoh_inv_a[j] = 1.0 / a;
     }
 #undef C
 }
 static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS, int uses) {
 #define HIL_MOTOR(kinds)                                                                               \
     hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, torque, i_out,  \
-                    v_out, derated, zoh_a, zoh_ea, (kinds))
+                    v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
     HIL_VERSIONS3(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_MOTOR)
 #undef HIL_MOTOR
 }

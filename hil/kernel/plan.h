@@ -63,6 +63,7 @@ enum {
     PL_DERATE_I_SAFE,       /* [A] */
     PL_DERATE_T1,           /* [°C] */
     PL_DERATE_T2,           /* [°C] */
+    PL_DERATE_INV_SPAN,     /* 1/(T2 − T1) [1/K] (0 where T2 = T1) */
     PL_EFFICIENCY,          /* η */
     PL_COG,                 /* flag: cog_amplitude != 0 */
     PL_COG_AMPLITUDE,       /* [N·m] */
@@ -106,6 +107,7 @@ enum {
     PL_MAX_AMPS,            /* [A] */
     /* sensing and faults (pass 3a, sense.h) */
     PL_VS,                  /* supply [V]: supply_override if given, else supply_v */
+    PL_INV_VS,              /* 1/vs [1/V] */
     PL_STATIC_FLAGS,        /* fault bits set by the parameters alone: encoder noise / stuck, supply override */
     PL_ENC_STUCK,           /* flag */
     PL_ENC_SLIP,            /* [rad/s] */

@@ -40,7 +40,7 @@ static inline void hil_gauss_scale_pass(int m, const double* restrict gauss_log,
    (slip [rad]), has_spare / gauss_spare (the polar method's second deviate), oc_active (open-circuit
    latch), shutdown (torque off by a latched fault).
    Out: flags (the fault bits known before the motor, latches aside), overheat (1: latch FAULT_OVERHEAT),
-   open (the winding is open now), R [ohm], T (temperature above ambient, 0 without a thermal state)
+   open (the winding is open now), R [ohm] and G = 1/R [S], T (temperature above ambient, 0 without a thermal state)
    [K], temperature [°C] (NaN without), enabled (the law drives: enabled and not shut down).
    always_inline: GCC 12's early inliner left this pass out of isa.h's flattened copies (a call to one
    baseline clone, not vectorized). */
@@ -52,17 +52,18 @@ static inline void hil_gauss_scale_pass(int m, const double* restrict gauss_log,
     const double* restrict enable, double* restrict theta_meas, double* restrict enc_offset,          \
     double* restrict has_spare, double* restrict gauss_spare, double* restrict oc_active,             \
     double* restrict shutdown, double* restrict flags, double* restrict overheat, double* restrict open, \
-    double* restrict R, double* restrict T, double* restrict temperature, double* restrict enabled
+    double* restrict R, double* restrict G, double* restrict T, double* restrict temperature,          \
+    double* restrict enabled
 #define HIL_SENSE_CALL                                                                                 \
     P, st, m, dt, theta, k, gauss_x, gauss_y, gauss_r, temp_rise, lat_overheat, lat_overload, enable,  \
-    theta_meas, enc_offset, has_spare, gauss_spare, oc_active, shutdown, flags, overheat, open, R, T,  \
-    temperature, enabled
+    theta_meas, enc_offset, has_spare, gauss_spare, oc_active, shutdown, flags, overheat, open, R, G,  \
+    T, temperature, enabled
 static inline __attribute__((always_inline)) void hil_sense_lanes(HIL_SENSE_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double q, off, L, frac, Tr, temp;
+        double q, off, L, frac, Tr, temp, res;
         int stuck = (C(PL_ENC_STUCK) != 0) & (k[j] > 0), oc, hot, shut;
         /* the encoder: slip, then noise (Marsaglia's polar method: the spare deviate, or a fresh pair's
            first with its second kept), then quantization to whole counts */
@@ -85,7 +86,7 @@ static inline __attribute__((always_inline)) void hil_sense_lanes(HIL_SENSE_ARGS
         if (uses & HIL_USES_OC) {
             oc = (oc_active[j] != 0) | ((C(PL_OC_FRACTION) > 0) & (k[j] * dt >= C(PL_OC_TIME)));
             L = C(PL_GEAR) * theta[j];
-            frac = L / (2.0 * M_PI);
+            frac = L * (1.0 / (2.0 * M_PI));
             frac = frac - hil_floor(frac);
             open[j] = hil_sel(oc & (frac < C(PL_OC_FRACTION)), 1.0, 0.0);
         } else {
@@ -98,9 +99,11 @@ static inline __attribute__((always_inline)) void hil_sense_lanes(HIL_SENSE_ARGS
         /* the winding at its temperature; overheating latches and, with the latch in shutdown_mask,
            shuts the torque off until the host clears it */
         Tr = hil_sel(C(PL_THERMAL) != 0, temp_rise[j], 0.0);
-        R[j] = hil_sel(C(PL_THERMAL) != 0,
-                       C(PL_RESISTANCE) * (1.0 + C(PL_TEMPCOEF) * (Tr + C(PL_AMBIENT) - C(PL_REFTEMP))),
-                       C(PL_RESISTANCE));
+        res = hil_sel(C(PL_THERMAL) != 0,
+                      C(PL_RESISTANCE) * (1.0 + C(PL_TEMPCOEF) * (Tr + C(PL_AMBIENT) - C(PL_REFTEMP))),
+                      C(PL_RESISTANCE));
+        R[j] = res;
+        G[j] = 1.0 / res;
         T[j] = Tr;
         temp = hil_sel(C(PL_THERMAL) != 0, Tr + C(PL_AMBIENT), NAN);
         temperature[j] = temp;
