@@ -15,6 +15,9 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)   # C11 (Cython's libc.stdlib lacks it)
+
 cdef extern from "vmath.h" nogil:
     int hil_simd                # path of step_all (0 scalar, 1 AVX2, 2 AVX-512): its pass 2's vector math
                                 # and, from AVX2 on, its code compiled for AVX2 (isa.h)
@@ -900,9 +903,13 @@ cdef class Kernel:
         self.params = <Params*> calloc(n, sizeof(Params))
         self.states = <State*> calloc(n, sizeof(State))
         self.inputs = <Input*> calloc(n, sizeof(Input))
-        self.plan.col = <double*> calloc((n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK, sizeof(double))
+        # at a cache line: every column of a block starts one (the lane passes load whole vectors of
+        # them, which calloc's 16-byte alignment split across two lines in one process in two)
+        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double)
+        self.plan.col = <double*> aligned_alloc(64, plan_bytes)
         if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
+        memset(self.plan.col, 0, plan_bytes)
         cdef Py_ssize_t j
         for j in range(n):
             self.params[j] = _zero_params()
