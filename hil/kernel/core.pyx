@@ -31,6 +31,8 @@ cdef extern from "vmath.h" nogil:
 cdef extern from "isa.h" nogil:
     void hil_step(void* b, const double* P, const void* p, void* s, int m, int mv, double dt,
                   int path)   # step_block, per ISA
+    int hil_use_avx512vl        # the AVX2 paths run the copy compiled with AVX-512VL
+    int hil_cpu_avx512vl()      # this CPU and build have it
 
 cdef extern from "plan.h" nogil:
     enum:
@@ -135,7 +137,19 @@ cdef extern from "load.h" nogil:
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
 # core's clock for every thread on it, the daemon's Python bus threads too. `_simd("avx512")` selects it.
 hil_simd = min(hil_simd_max(), 1)
+hil_use_avx512vl = hil_cpu_avx512vl()
 SIMD_PATHS = ("scalar", "avx2", "avx512")
+
+
+def _avx512vl(on=None):
+    """Whether the avx2 and avx512 paths run step_all's copy compiled with AVX-512VL (isa.h; the default
+    where the CPU has it); `on` switches it (tests: the plain AVX2 copy on such a CPU)."""
+    global hil_use_avx512vl
+    if on is not None:
+        if on and not hil_cpu_avx512vl():
+            raise ValueError("AVX-512VL is not available on this CPU or build")
+        hil_use_avx512vl = 1 if on else 0
+    return bool(hil_use_avx512vl)
 
 
 def _simd(path=None):
