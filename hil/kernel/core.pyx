@@ -694,11 +694,11 @@ cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
     free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
     arrays before they read them)."""
     cdef const State* st
-    cdef int j, row
+    cdef int j, row, g = m & ~(LANE_PAD - 1)
     cdef double* rows = <double*>b
-    for row in range(<int>((<char*>&b.sin_x[0] - <char*>b) // (BLOCK * sizeof(double)))):
-        for j in range(m, padded(m)):
-            rows[row * BLOCK + j] = 0.0
+    if g < m:   # the last vector is partial: zeroed whole (one store per row), its actuators' lanes below
+        for row in range(<int>((<char*>&b.sin_x[0] - <char*>b) // (BLOCK * sizeof(double)))):
+            memset(&rows[row * BLOCK + g], 0, LANE_PAD * sizeof(double))
     for j in range(m):
         st = &s[j]
         b.k[j] = <double>st.k
