@@ -23,6 +23,7 @@ cdef extern from "vmath.h" nogil:
                                 # and, from AVX2 on, its code compiled for AVX2 (isa.h)
     int hil_simd_max()          # best path this CPU and build support
     int HIL_SIMD_MIN_N          # smaller rigs use libm's scalar functions
+    int HIL_SIMD_AVX2           # hil_simd from which isa.h runs an AVX2 copy
     void hil_vsin(double* x, int n, int path)
     void hil_vexp(double* x, int n, int path)
     void hil_vlog(double* x, int n, int path)
@@ -682,10 +683,12 @@ cdef inline int math_path(Py_ssize_t n) noexcept nogil:
 
 
 cdef inline int padded(int m) noexcept nogil:
-    """m lanes rounded up to whole vectors (LANE_PAD): the lane passes run their vectorized loop for a
-    partial block too, not GCC's scalar remainder, where each of their selects costs moves between
-    vector and integer registers (callgrind, N = 1: 2491 → 1809 instructions per actuator-step)."""
-    return (m + LANE_PAD - 1) & ~(LANE_PAD - 1)
+    """m lanes rounded up to whole vectors (LANE_PAD) for isa.h's AVX2 copies: the lane passes run their
+    vectorized loop for a partial block too, not GCC's scalar remainder, where each of their selects costs
+    moves between vector and integer registers (callgrind, N = 1: 2491 → 1809 instructions per
+    actuator-step). m itself for the baseline copy, which runs the passes lane by lane (isa.h): padding
+    lanes would only be more lanes to compute."""
+    return (m + LANE_PAD - 1) & ~(LANE_PAD - 1) if hil_simd >= HIL_SIMD_AVX2 else m
 
 
 cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:

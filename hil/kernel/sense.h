@@ -72,7 +72,7 @@ static inline __attribute__((always_inline)) void hil_sense_lanes(HIL_SENSE_ARGS
         if (uses & HIL_USES_NOISE) {
             double r = gauss_r[j], spare = gauss_spare[j], noise = C(PL_ENC_NOISE);
             int noisy = noise > 0, has = has_spare[j] != 0;
-            int use_spare = !stuck & noisy & has, fresh = !stuck & noisy & !has;
+            int use_spare = (!stuck) & noisy & has, fresh = (!stuck) & noisy & (!has);
             q = hil_sel(use_spare, q + noise * spare, hil_sel(fresh, q + noise * (gauss_x[j] * r), q));
             gauss_spare[j] = hil_sel(fresh, gauss_y[j] * r, spare);
             has_spare[j] = hil_sel(use_spare, 0.0, hil_sel(fresh, 1.0, has_spare[j]));
