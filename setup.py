@@ -12,22 +12,27 @@ from setuptools import Extension, setup
 LIBMVEC = sys.platform == "linux" and platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc"
 
 
-def extension(name: str, depends: tuple[str, ...] = ()) -> Extension:
+def extension(name: str, depends: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> Extension:
     return Extension(
         name,
         [name.replace(".", "/") + ".pyx"],
         depends=list(depends),
         include_dirs=[numpy.get_include()],
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"],  # no FMA: round-off as MuJoCo
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off", *flags],  # no FMA: round-off as MuJoCo
         # current libm symbols (the compat ones take a slow path on underflow); libmvec: vmath.h
         libraries=["m", "mvec"] if LIBMVEC else ["m"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 
 
-KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h" for h in ("vmath", "isa", "plan", "select", "args", "motor", "load"))
+KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h"
+                       for h in ("vmath", "isa", "plan", "select", "args", "sense", "law", "motor", "load"))
 
-extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS),
+# the kernel's lane loops stay loops: GCC -O3 turns a loop that zeroes a few padding lanes into a
+# memset call (rep stos, or a call with vzeroupper), dozens of cycles for 3 lanes of a lone actuator
+KERNEL_FLAGS = ("-fno-tree-loop-distribute-patterns",)
+
+extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS, flags=KERNEL_FLAGS),
               extension("hil.loop.rt"), extension("hil.benchmarks.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec"),
               extension("drivers.dynamixel.bus"), extension("firmware_models.dynamixel.present"),

@@ -50,7 +50,7 @@ def compare(cores: dict, n: int, rounds: int, simd: str | None) -> dict:
             k.set_params(j, bench.kernel_params(seed=j + 1))
         kernels[name] = k
     steps = max(10, 100_000 // n)
-    u = bench.goal(3000 + steps * rounds)
+    u = bench.GEAR * bench.goal(3000 + steps * rounds)   # gear·rad: the position law's unit, as bench/kernel.py
     for k in kernels.values():
         k.run(u[:3000], record=False)
     ns = {name: [] for name in kernels}

@@ -1,4 +1,4 @@
-/* Pass 1 of step_all (core.pyx step_blocks), the part without the noise generator: the arguments of a
+/* Pass 1 of step_all (core.pyx step_block), the part without the noise generator: the arguments of a
    block's sines, exponentials and powers from the pre-step state, lane by lane over the plan's columns
    (plan.h), branch-free like motor.h and load.h so GCC vectorizes it; every slot is written, unused
    ones with harmless values. Each lane's values are the same bits as the branchy code it replaced. */
@@ -13,8 +13,8 @@
 #include "select.h"
 
 /* Lanes [0, m); P = the plan's columns at the block's first actuator (stride st). In: theta, omega.
-   Out: sin_x[j] = Np·g·θ + φ (cogging), sin_x[m + j] = θ + q_offset (pendulum); exp_x[j] = −(L̇/ωs)²
-   (LuGre; 0 without), exp_x[m + j] = bam's Stribeck −|ω/θ̇s|^α for α = 1 and 2 (0 without, or for
+   Out: sin_x[j] = Np·g·θ + φ (cogging), sin_x[HIL_BLOCK + j] = θ + q_offset (pendulum); exp_x[j] =
+   −(L̇/ωs)² (LuGre; 0 without), exp_x[HIL_BLOCK + j] = bam's Stribeck −|ω/θ̇s|^α for α = 1 and 2 (0 without, or for
    another α, whose |ω/θ̇s| and α go to pow_x and pow_a with use_pow = 1; else 1, 1 and 0). */
 static inline void hil_args_pass(const double* restrict P, ptrdiff_t st, int m, const double* restrict theta,
                                  const double* restrict omega, double* restrict sin_x, double* restrict exp_x,
@@ -27,11 +27,11 @@ static inline void hil_args_pass(const double* restrict P, ptrdiff_t st, int m, 
         int stribeck = (C(PL_BUDGET) != 0) & (C(PL_STRIBECK) != 0);
         int use = stribeck & (alpha != 1.0) & (alpha != 2.0);
         sin_x[j] = C(PL_COG_POLES) * (C(PL_GEAR) * th) + C(PL_COG_PHASE);
-        sin_x[m + j] = th + C(PL_Q_OFFSET);
+        sin_x[HIL_BLOCK + j] = th + C(PL_Q_OFFSET);
         x = hil_sel(C(PL_LUGRE) != 0, C(PL_GEAR) * w * C(PL_INV_LUGRE_WS), 0.0);
         exp_x[j] = -x * x;
         xs = fabs(w * C(PL_INV_DTHETA_STRIBECK));
-        exp_x[m + j] = hil_sel(stribeck & (alpha == 1.0), -xs, hil_sel(stribeck & (alpha == 2.0), -(xs * xs), 0.0));
+        exp_x[HIL_BLOCK + j] = hil_sel(stribeck & (alpha == 1.0), -xs, hil_sel(stribeck & (alpha == 2.0), -(xs * xs), 0.0));
         pow_x[j] = hil_sel(use, xs, 1.0);
         pow_a[j] = hil_sel(use, alpha, 1.0);
         use_pow[j] = use;

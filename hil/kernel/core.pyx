@@ -5,7 +5,7 @@ Step order and semantics follow MuJoCo 3.11's `dcmotor` (notes/mujoco_dcmotor.md
 `Simulator.step` (notes/bam.md §2.4); the oracle tests hold both to round-off.
 """
 
-from libc.math cimport exp, fabs, sin, sqrt, floor, log, pow, isnan, M_PI, INFINITY, NAN
+from libc.math cimport exp, fabs, sin, sqrt, log, pow, isnan, M_PI, INFINITY, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int64_t, uint64_t
@@ -15,19 +15,25 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)   # C11 (Cython's libc.stdlib lacks it)
+
 cdef extern from "vmath.h" nogil:
     int hil_simd                # path of step_all (0 scalar, 1 AVX2, 2 AVX-512): its pass 2's vector math
                                 # and, from AVX2 on, its code compiled for AVX2 (isa.h)
     int hil_simd_max()          # best path this CPU and build support
     int HIL_SIMD_MIN_N          # smaller rigs use libm's scalar functions
+    int HIL_SIMD_AVX2           # hil_simd from which isa.h runs an AVX2 copy
     void hil_vsin(double* x, int n, int path)
     void hil_vexp(double* x, int n, int path)
     void hil_vlog(double* x, int n, int path)
     void hil_vpow(double* x, const double* y, int n, int path)
 
 cdef extern from "isa.h" nogil:
-    void hil_step(const void* p, const void* plan, void* s, const void* inp, Py_ssize_t n, double dt,
-                  int path)   # step_blocks, per ISA
+    void hil_step(void* b, const double* P, const void* p, void* s, int m, int mv, double dt,
+                  int path)   # step_block, per ISA
+    int hil_use_avx512vl        # the AVX2 paths run the copy compiled with AVX-512VL
+    int hil_cpu_avx512vl()      # this CPU and build have it
 
 cdef extern from "plan.h" nogil:
     enum:
@@ -38,13 +44,69 @@ cdef extern from "plan.h" nogil:
         PL_KMS, PL_KES, PL_KMQ, PL_KEQ, PL_BRISTLE, PL_MOTORCONST, PL_INDUCTIVE, PL_TE, PL_INV_TE, PL_DECAY,
         PL_DIDT_LIMITED, PL_DIDT_MAX, PL_THERMAL, PL_INV_THERMAL_R, PL_INV_THERMAL_C, PL_AMBIENT, PL_ELECTRICAL,
         PL_TAU_LIMITED, PL_TAU_MAX, PL_DERATE, PL_DERATE_I_RATED, PL_DERATE_I_SAFE, PL_DERATE_T1, PL_DERATE_T2,
+        PL_DERATE_INV_SPAN, PL_INV_VS,
         PL_EFFICIENCY, PL_COG, PL_COG_AMPLITUDE, PL_LUGRE, PL_LUGRE_S0, PL_LUGRE_S1, PL_LUGRE_TC, PL_LUGRE_TS,
         PL_COG_POLES, PL_COG_PHASE, PL_Q_OFFSET, PL_INV_LUGRE_WS, PL_INV_DTHETA_STRIBECK, PL_ALPHA,
+        PL_DC_LAW, PL_LAW_POSITION, PL_LAW_VELOCITY, PL_KP, PL_KI, PL_KD, PL_SLEW, PL_IMAX, PL_VMAX,
+        PL_VMODE, PL_LAW_DXL_PWM, PL_LAW_EROB_PD, PL_LAW_CURRENT, PL_LAW_TORQUE, PL_LAW_DXL, PL_CTRL_LIMITED,
+        PL_CTRL_LO, PL_CTRL_HI, PL_DUTY_GAIN, PL_MAX_DUTY, PL_MAX_CURRENT, PL_PD_KP, PL_PD_D, PL_MAX_AMPS,
+        PL_VS, PL_STATIC_FLAGS, PL_ENC_STUCK, PL_ENC_SLIP, PL_ENC_NOISE, PL_ENC_QUANTIZED, PL_COUNTS_PER_RAD,
+        PL_RAD_PER_COUNT, PL_RESISTANCE, PL_TEMPCOEF, PL_REFTEMP, PL_TEMP_LIMIT, PL_SHUT_OVERHEAT,
+        PL_SHUT_OVERLOAD, PL_OC_FRACTION, PL_OC_TIME, PL_OC_CURRENT, PL_OC_DURATION, PL_OL_CURRENT, PL_OL_TIME,
+        PL_KINDS, PL_BLOCK_KINDS,
         HIL_PLAN_COLUMNS
+    enum:
+        NEED_POW "HIL_NEED_POW"
+        NEED_LOG "HIL_NEED_LOG"
+        NEED_ZOH "HIL_NEED_ZOH"
+        LAWS_DXL "HIL_LAWS_DXL"
+        LAWS_DXL_PWM "HIL_LAWS_DXL_PWM"
+        LAWS_CURRENT "HIL_LAWS_CURRENT"
+        USES_DC_LAW "HIL_USES_DC_LAW"
+        USES_QS "HIL_USES_QS"
+        USES_DERATE "HIL_USES_DERATE"
+        USES_LUGRE "HIL_USES_LUGRE"
+        USES_NOISE "HIL_USES_NOISE"
+        USES_OC "HIL_USES_OC"
+        USES_OVERLOAD "HIL_USES_OVERLOAD"
+        USES_BUDGET "HIL_USES_BUDGET"
+        USES_BAM "HIL_USES_BAM"
+        USES_COG "HIL_USES_COG"
+        USES_PENDULUM "HIL_USES_PENDULUM"
+        USES_STRIBECK "HIL_USES_STRIBECK"
+
+cdef extern from "select.h" nogil:
+    double hil_sel(int c, double a, double b)
 
 cdef extern from "args.h" nogil:
     void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
                        double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
+
+cdef extern from "sense.h" nogil:
+    void hil_gauss_scale_pass(int m, const double* gauss_log, double* gauss_r)
+    void hil_sense_pass(const double* P, Py_ssize_t st, int m, double dt, const double* theta, const double* k,
+                        const double* gauss_x, const double* gauss_y, const double* gauss_r,
+                        const double* temp_rise, const double* lat_overheat,
+                        const double* lat_overload, const double* enable, double* theta_meas,
+                        double* enc_offset, double* has_spare, double* gauss_spare, double* oc_active,
+                        double* shutdown, double* flags, double* overheat, double* open, double* R, double* G,
+                        double* T, double* temperature, double* enabled, int uses)
+    void hil_fault_latch_pass(const double* P, Py_ssize_t st, int m, double dt, const double* i_out,
+                              const double* derated, const double* overheat, double* oc_active,
+                              double* oc_timer, double* ol_timer, double* lat_overheat,
+                              double* lat_overload, double* flags, int uses)
+
+cdef extern from "law.h" nogil:
+    void hil_law_pass(const double* P, Py_ssize_t st, int m, double dt, const double* u_in, const double* thm,
+                      const double* omega, const double* open, const double* enabled, double* slew_u,
+                      double* integral, double* u, double* Ld, double* vmode, double* off, double* V,
+                      double* i, double* f, double* torque, int uses)
+    void hil_dxl_pwm_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
+                          const double* Ld, const double* R, double* V)
+    void hil_current_law_pass(const double* P, Py_ssize_t st, int m, const double* u, const double* thm,
+                              const double* omega, const double* Ld, const double* R, const double* G,
+                              const double* open,
+                              const double* enabled, double* V, double* i, double* f)
 
 cdef extern from "motor.h" nogil:
     ctypedef struct HilLawOut:
@@ -54,27 +116,41 @@ cdef extern from "motor.h" nogil:
         const double* i
         const double* f
         const double* R
+        const double* G
         const double* T
         const double* Ld
     void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
                         const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
                         double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
-                        double* zoh_ea)
+                        double* zoh_ea, double* zoh_inv_a, int uses)
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
     double hil_budget(const double* P, Py_ssize_t st, Py_ssize_t j, double tau_m, double tau_e, double w,
                       double s)
     void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
-                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_v,
+                       const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_inv_a,
+                       const double* zoh_v,
                        const double* ext, const double* torque, double* theta, double* omega,
-                       double* bristle, double* friction)
+                       double* bristle, double* friction, int uses)
 
 # AVX2 by default even where AVX-512 exists: AVX-512 gained nothing measurable here (bench/kernel.py,
 # N = 1024: 166 ns per actuator-step on both paths), and on Intel Xeons AVX-512 arithmetic may lower the
 # core's clock for every thread on it, the daemon's Python bus threads too. `_simd("avx512")` selects it.
 hil_simd = min(hil_simd_max(), 1)
+hil_use_avx512vl = hil_cpu_avx512vl()
 SIMD_PATHS = ("scalar", "avx2", "avx512")
+
+
+def _avx512vl(on=None):
+    """Whether the avx2 and avx512 paths run step_all's copy compiled with AVX-512VL (isa.h; the default
+    where the CPU has it); `on` switches it (tests: the plain AVX2 copy on such a CPU)."""
+    global hil_use_avx512vl
+    if on is not None:
+        if on and not hil_cpu_avx512vl():
+            raise ValueError("AVX-512VL is not available on this CPU or build")
+        hil_use_avx512vl = 1 if on else 0
+    return bool(hil_use_avx512vl)
 
 
 def _simd(path=None):
@@ -123,49 +199,82 @@ FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encod
 
 cdef enum:
     BLOCK = HIL_BLOCK   # actuators per block of step_all (plan.h): their Params and State stay in L1
-    NEED_POW = 1     # what a block needs besides the sines and exponentials
-    NEED_LOG = 2
-    NEED_ZOH = 4
+    LANE_DOUBLES = 64 * BLOCK + 8   # room for a Block (up to 64 rows of BLOCK doubles) at a 64-byte boundary
+    LANE_PAD = 4     # lanes per vector of isa.h's AVX2 copy (2 of the baseline's): padded()
 
 
 cdef struct Block:
-    # step_all's per-block arrays: the transcendentals of BLOCK actuators, evaluated together (pass 2)
-    double sin_x[2 * BLOCK]     # [0, m): cogging Np·L + phase, [m, 2m): pendulum θ + q_offset → sines
-    double exp_x[2 * BLOCK]     # [0, m): LuGre −(Ld/ωs)², [m, 2m): Stribeck −|ω/θ̇s|^α → exponentials
+    # A block of BLOCK actuators as step_block's lanes (struct-of-arrays, the passes vectorize across
+    # them). The State fields the passes read and write live here from `lanes_load` to `lanes_store`:
+    # around every step in step_all, around all T steps in Kernel.run; integers as doubles (exact).
+    # The rest of State (the Dynamixel firmware's, the noise generator's rng) stays in the records.
+    double k[BLOCK]             # steps taken
+    double theta[BLOCK]         # θ, ω: pre-step (passes 1–3), then pass 4's results
+    double omega[BLOCK]
+    double bristle[BLOCK]
+    double current[BLOCK]
+    double temp_rise[BLOCK]
+    double slew_u[BLOCK]
+    double integral[BLOCK]
+    double theta_meas[BLOCK]
+    double enc_offset[BLOCK]
+    double has_spare[BLOCK]
+    double gauss_spare[BLOCK]
+    double oc_active[BLOCK]
+    double oc_timer[BLOCK]
+    double ol_timer[BLOCK]
+    double shutdown[BLOCK]
+    double lat_overheat[BLOCK]  # 1: FAULT_OVERHEAT / FAULT_OVERLOAD latched (State.latched)
+    double lat_overload[BLOCK]
+    double flags[BLOCK]         # State.fault_flags, as the sum of its bits (sense.h)
+    double temperature[BLOCK]   # what the step produced (State.temperature, torque, friction_torque, i_out,
+    double torque[BLOCK]        # v_out): torque is the law's output torque, then the actuator's [N·m]
+    double friction[BLOCK]
+    double i_out[BLOCK]
+    double v_out[BLOCK]
+    # the step's Input (the rows up to here: lanes_load zeroes their padding lanes)
+    double cmd[BLOCK]           # u
+    double enable[BLOCK]
+    double ext[BLOCK]           # external torque [N·m]
+    # the step's scratch: the transcendentals, evaluated together (pass 2)
+    double sin_x[2 * BLOCK]     # [0, BLOCK): cogging Np·L + phase, [BLOCK, 2·BLOCK): pendulum θ + q_offset → sines
+    double exp_x[2 * BLOCK]     # [0, BLOCK): LuGre −(Ld/ωs)², [BLOCK, 2·BLOCK): Stribeck −|ω/θ̇s|^α → exponentials
     double pow_x[BLOCK]         # |ω/θ̇s| → |ω/θ̇s|^α (α not 1 or 2)
     double pow_a[BLOCK]         # α
     int64_t use_pow[BLOCK]      # (as wide as a double: the select below vectorizes)
-    double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn)
+    double gauss_r[BLOCK]       # polar method: r = x² + y² of a fresh pair (1 if none was drawn) → its scale
     double gauss_log[BLOCK]     # → log r
     double gauss_x[BLOCK]
     double gauss_y[BLOCK]
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
-    # the lanes of passes 3b and 4 (motor.h, load.h): the firmware law's request (pass 3a) and the
-    # State / Input fields they read and write (gathered from and scattered back to the records)
-    double vmode[BLOCK]         # HilLawOut (motor.h)
+    double zoh_inv_a[BLOCK]     # 1/a
+    # … what sensing hands to the laws (sense.h → law.h)
+    double overheat[BLOCK]      # 1: latch FAULT_OVERHEAT
+    double open[BLOCK]          # the winding is open now
+    double enabled[BLOCK]       # the law drives (enabled and not shut down)
+    double u[BLOCK]             # the command after NaN and ctrlrange clean-up (LAW_DXL's input)
+    # … and the law's request to the motor (motor.h HilLawOut)
+    double vmode[BLOCK]
     double off[BLOCK]
     double V[BLOCK]
     double i[BLOCK]
     double f[BLOCK]
     double R[BLOCK]
+    double G[BLOCK]             # 1/R [S]
     double T[BLOCK]
     double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
-    double current[BLOCK]
-    double temp_rise[BLOCK]
-    double torque[BLOCK]        # the law's output torque, then the actuator torque [N·m]
-    double i_out[BLOCK]
-    double v_out[BLOCK]
     double derated[BLOCK]
-    double ext[BLOCK]           # external torque [N·m]
-    double theta[BLOCK]         # pre-step θ and ω (pass 1 on), then pass 4's results
-    double omega[BLOCK]
-    double bristle[BLOCK]
-    double friction[BLOCK]      # budget friction torque [N·m]
 
 
+# lanes(): a Block and its alignment fit in LANE_DOUBLES
+assert sizeof(Block) + 63 <= LANE_DOUBLES * sizeof(double), "raise LANE_DOUBLES"
 
 
+cdef inline Block* lanes(double* buf) noexcept nogil:
+    # a Block at the first 64-byte boundary of buf (LANE_DOUBLES doubles): its rows' vectors never
+    # straddle a cache line
+    return <Block*>((<size_t>buf + 63) & ~(<size_t>63))
 
 
 cdef inline double clip(double x, double lo, double hi) noexcept nogil:
@@ -182,30 +291,6 @@ cdef inline double uniform(uint64_t* state) noexcept nogil:
     x ^= x >> 27
     state[0] = x
     return ((x * <uint64_t>2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300
-
-
-cdef inline double measure(const Params* p, State* s, double dt, const Block* b, int j) noexcept nogil:
-    """Position the firmware reads from its encoder: slip, noise, then quantization to whole counts.
-
-    Noise is Marsaglia's polar method: pass 1 drew the pair (x, y) with r = x² + y², pass 2
-    took log r; the spare deviate is kept in the state, so the stream stays a pure function of (seed, k)."""
-    cdef double q, r
-    if p.encoder_stuck and s.k > 0:
-        return s.theta_meas
-    s.enc_offset += p.encoder_slip * dt
-    q = s.theta + s.enc_offset
-    if p.encoder_noise > 0:
-        if s.has_spare:
-            s.has_spare = 0
-            q += p.encoder_noise * s.gauss_spare
-        else:
-            r = sqrt(-2.0 * b.gauss_log[j] / b.gauss_r[j])
-            s.gauss_spare = b.gauss_y[j] * r
-            s.has_spare = 1
-            q += p.encoder_noise * (b.gauss_x[j] * r)
-    if p.encoder_counts > 0:
-        q = floor(q * p._counts_per_rad + 0.5) * p._rad_per_count
-    return q
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -321,8 +406,8 @@ cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
     s.traj_acc = s.prof_dir * acc
 
 
-cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double vs, double R,
-                                double emf, bint enabled, double dt) noexcept nogil:
+cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double omega, double vs,
+                                double R, double emf, bint enabled, double dt) noexcept nogil:
     """Dynamixel firmware (e-manual control block diagrams, notes/dynamixel.md §4.1): the duty cycle
     [-1, 1] the inverter applies. Current loops are modelled as ideal with voltage feed-forward
     (V = R·i* + back-EMF), clamped by Goal PWM like the real current controller's output."""
@@ -362,7 +447,7 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
         s.traj_vel += s.traj_acc * dt
         s.prof_active = s.traj_vel != u
         s.traj_pos = thm
-        ev = s.traj_vel - s.omega
+        ev = s.traj_vel - omega
         duty = p.dxl_kvp * ev + p.dxl_kvi * s.vel_integral
         if p.dxl_kvi > 0 and (fabs(duty) < clamp or duty * ev < 0):
             s.vel_integral += ev * dt    # anti-windup: integrate only while unsaturated
@@ -372,7 +457,7 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
             dxl_plan(p, s, u)
         dxl_profile(s, dt)
         e = s.traj_pos - thm
-        duty = (p.dxl_kpp * e + p.dxl_kpi * s.pos_integral + p.dxl_kpd * (s.traj_vel - s.omega)
+        duty = (p.dxl_kpp * e + p.dxl_kpi * s.pos_integral + p.dxl_kpd * (s.traj_vel - omega)
                 + p.dxl_kff1 * s.traj_vel + p.dxl_kff2 * s.traj_acc)
         if p.dxl_kpi > 0 and (fabs(duty) < clamp or duty * e < 0):
             s.pos_integral += e * dt
@@ -390,170 +475,12 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
     return duty
 
 
-cdef inline void firmware_step(const Params* p, State* s, const Input* inp, double dt, Block* b, int j) noexcept nogil:
-    """Pass 3a of step_all, actuator j of the block (its transcendentals already in b): sensing, faults
-    and the firmware law, whose request (voltage, or current, or output torque) goes to the block's
-    lanes for the motor (pass 3b, motor.h); the controller's states advance."""
-    cdef double g = p.gear
-    cdef double t = s.k * dt
-    cdef double L = g * s.theta            # actuator length (motor side), MuJoCo's L
-    cdef double Ld = g * s.omega           # its velocity
-    cdef double K = p.motorconst
-    cdef double u = inp.u
-    cdef bint enabled = inp.enable != 0
-    cdef double thm, Lm, vs, R, T, i, V, f, tau_act, e
-    cdef double slew_rate = 0.0, int_rate = 0.0
-    cdef bint voltage_mode = 0, open_now = 0
-    cdef double frac
-
-    # -- sensing (pre-step state) and faults
-    thm = measure(p, s, dt, b, j)
-    s.theta_meas = thm
-    Lm = g * thm
-    s.fault_flags = 0
-    if p.encoder_noise > 0:
-        s.fault_flags |= FAULT_ENCODER_NOISE
-    if p.encoder_stuck:
-        s.fault_flags |= FAULT_ENCODER_STUCK
-    if s.enc_offset != 0:
-        s.fault_flags |= FAULT_ENCODER_SLIP
-    vs = p.supply_v
-    if not isnan(p.supply_override):
-        vs = p.supply_override
-        s.fault_flags |= FAULT_SUPPLY
-    if p.oc_fraction > 0 and not s.oc_active and t >= p.oc_time:
-        s.oc_active = 1
-    if s.oc_active:
-        s.fault_flags |= FAULT_OPEN_CIRCUIT
-        # Simscape: the source sees an open circuit for `oc_fraction` of each motor revolution.
-        frac = L / (2.0 * M_PI)
-        frac = frac - floor(frac)
-        open_now = frac < p.oc_fraction
-
-    R = p.resistance
-    T = 0.0
-    if p.thermal_r > 0:
-        T = s.temp_rise
-        R = p.resistance * (1.0 + p.tempcoef * (T + p.ambient - p.reftemp))
-    s.temperature = T + p.ambient if p.thermal_r > 0 else NAN
-    if p.temp_limit > 0 and s.temperature > p.temp_limit:
-        s.latched |= FAULT_OVERHEAT
-    if s.latched & p.shutdown_mask:
-        s.shutdown = 1
-    s.fault_flags |= s.latched
-    if s.shutdown:
-        # Overheating / overload protection: torque off until the host clears the latch (firmware behaviour).
-        enabled = 0
-
-    # -- firmware control law
-    if isnan(u):
-        u = 0.0
-    if p.ctrl_limited:
-        u = clip(u, p.ctrl_lo, p.ctrl_hi)
-    V = 0.0
-    i = 0.0
-    f = 0.0
-    tau_act = 0.0
-    if p.law <= LAW_VELOCITY:
-        voltage_mode = 1
-        if p.slew > 0:
-            u = clip(u, s.slew_u - p.slew * dt, s.slew_u + p.slew * dt)
-            slew_rate = (u - s.slew_u) * p._inv_dt
-        if p.ki > 0:
-            e = u - Lm if p.law == LAW_POSITION else u
-            if p.imax > 0:
-                if s.integral >= p.imax:
-                    e = min(e, 0.0)
-                elif s.integral <= -p.imax:
-                    e = max(e, 0.0)
-            int_rate = e
-        if p.law == LAW_POSITION:
-            V = p.kp * (u - Lm) + p.ki * s.integral - p.kd * Ld
-        elif p.law == LAW_VELOCITY:
-            V = p.kp * (u - Ld) + p.ki * (s.integral - Lm)
-        else:
-            V = u
-        if p.vmax > 0:
-            V = clip(V, -p.vmax, p.vmax)
-        if vs > 0:
-            V = clip(V, -vs, vs)
-    elif p.law == LAW_DXL_PWM:
-        voltage_mode = 1
-        e = p.error_gain * p.fw_kp * (u - thm)
-        if p.max_current > 0:
-            e = clip(e, (K * Ld - R * p.max_current) / vs, (K * Ld + R * p.max_current) / vs)
-        V = vs * clip(e, -p.max_duty, p.max_duty)
-    elif p.law == LAW_DXL:
-        voltage_mode = 1
-        V = vs * dxl_firmware(p, s, u, thm, vs, R, K * Ld, enabled, dt)
-    elif p.law == LAW_EROB_PD or p.law == LAW_CURRENT:
-        if p.law == LAW_EROB_PD:
-            i = p.pd_kp * (u - thm) - p.pd_damping * sqrt(p.pd_kp) * s.omega if enabled else 0.0
-            i = clip(i, -p.max_amps, p.max_amps)
-        else:
-            i = u if enabled else 0.0
-        f = K * i
-        if vs > 0:
-            # Supply feasibility band of a current-controlled drive (bam ErobActuator, 48 V).
-            f = clip(f, -K / R * vs - K * K / R * Ld, K / R * vs - K * K / R * Ld)
-            i = f / K
-        if open_now:
-            i = 0.0
-            f = 0.0
-        V = R * i + K * Ld
-    else:  # LAW_TORQUE: an ideal torque source at the output
-        tau_act = u if enabled else 0.0
-
-    # -- the motor's lanes (pass 3b)
-    b.vmode[j] = voltage_mode
-    b.off[j] = not enabled or open_now
-    b.V[j] = V
-    b.i[j] = i
-    b.f[j] = f
-    b.R[j] = R
-    b.T[j] = T
-    b.Ld[j] = Ld
-    b.torque[j] = tau_act
-    b.current[j] = s.current
-    b.temp_rise[j] = s.temp_rise
-    b.bristle[j] = s.bristle
-
-    # -- advance the controller states (mj_nextActivation; the integration does not read them)
-    if p.slew > 0 and voltage_mode:
-        s.slew_u = s.slew_u + dt * slew_rate
-    if p.ki > 0 and voltage_mode:
-        s.integral = s.integral + dt * int_rate
-        if p.imax > 0:
-            s.integral = clip(s.integral, -p.imax, p.imax)
-    s.k += 1
-
-
-cdef inline void fault_timers(const Params* p, State* s, double dt) noexcept nogil:
-    """After the motor (pass 3b): the latches that watch the current s.i_out."""
-    # -- behavioural open-circuit trigger: |i| above the limit for longer than the duration
-    if p.oc_fraction > 0 and not s.oc_active:
-        if fabs(s.i_out) > p.oc_current:
-            s.oc_timer += 1.0   # in steps: summing dt drifts (100 × 1e-4 < 0.01)
-            if s.oc_timer * dt >= p.oc_duration * (1.0 - 1e-12):
-                s.oc_active = 1
-        else:
-            s.oc_timer = 0.0
-
-    # -- overload: |i| above the limit for longer than the duration (Dynamixel Hardware Error bit 5)
-    if p.overload_current > 0:
-        if fabs(s.i_out) > p.overload_current:
-            s.ol_timer += 1.0
-            if s.ol_timer * dt >= p.overload_time * (1.0 - 1e-12):
-                s.latched |= FAULT_OVERLOAD
-                s.fault_flags |= FAULT_OVERLOAD
-        else:
-            s.ol_timer = 0.0
-
-
 cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil:
-    """Fill the derived fields of actuator j's P[j] for step size dt and its row of the plan (call after
-    any change of P[j])."""
+    """Fill the derived fields of actuator j's P[j] for step size dt and its row of the plan, and its
+    block's PL_BLOCK_KINDS (call after any change of P[j])."""
     cdef Params* p = &P[j]
+    cdef double* blk = plan_block(plan, j)
+    cdef int kinds = 0, i
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
@@ -567,7 +494,10 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
-    plan_row(p, plan_block(plan, j) + j % BLOCK, BLOCK)
+    plan_row(p, blk + j % BLOCK, BLOCK)
+    for i in range(BLOCK):
+        kinds |= <int>blk[PL_KINDS * BLOCK + i]
+    blk[PL_BLOCK_KINDS * BLOCK] = kinds
 
 
 cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
@@ -619,6 +549,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_DERATE_I_SAFE * st] = p.derate_i_safe
     c[PL_DERATE_T1 * st] = p.derate_t1
     c[PL_DERATE_T2 * st] = p.derate_t2
+    c[PL_DERATE_INV_SPAN * st] = 1.0 / (p.derate_t2 - p.derate_t1) if p.derate_t2 != p.derate_t1 else 0.0
     c[PL_EFFICIENCY * st] = p.efficiency
     c[PL_COG * st] = p.cog_amplitude != 0
     c[PL_COG_AMPLITUDE * st] = p.cog_amplitude
@@ -633,34 +564,117 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_INV_LUGRE_WS * st] = p._inv_lugre_ws
     c[PL_INV_DTHETA_STRIBECK * st] = p._inv_dtheta_stribeck
     c[PL_ALPHA * st] = p.alpha
+    c[PL_DC_LAW * st] = p.law <= LAW_VELOCITY
+    c[PL_LAW_POSITION * st] = p.law == LAW_POSITION
+    c[PL_LAW_VELOCITY * st] = p.law == LAW_VELOCITY
+    c[PL_KP * st] = p.kp
+    c[PL_KI * st] = p.ki
+    c[PL_KD * st] = p.kd
+    c[PL_SLEW * st] = p.slew
+    c[PL_IMAX * st] = p.imax
+    c[PL_VMAX * st] = p.vmax
+    c[PL_VMODE * st] = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
+    c[PL_LAW_DXL_PWM * st] = p.law == LAW_DXL_PWM
+    c[PL_LAW_EROB_PD * st] = p.law == LAW_EROB_PD
+    c[PL_LAW_CURRENT * st] = p.law == LAW_CURRENT
+    c[PL_LAW_TORQUE * st] = p.law == LAW_TORQUE
+    c[PL_LAW_DXL * st] = p.law == LAW_DXL
+    c[PL_CTRL_LIMITED * st] = p.ctrl_limited != 0
+    c[PL_CTRL_LO * st] = p.ctrl_lo
+    c[PL_CTRL_HI * st] = p.ctrl_hi
+    c[PL_DUTY_GAIN * st] = p.error_gain * p.fw_kp
+    c[PL_MAX_DUTY * st] = p.max_duty
+    c[PL_MAX_CURRENT * st] = p.max_current
+    c[PL_PD_KP * st] = p.pd_kp
+    c[PL_PD_D * st] = p.pd_damping * sqrt(p.pd_kp)
+    c[PL_MAX_AMPS * st] = p.max_amps
+    c[PL_VS * st] = p.supply_v if isnan(p.supply_override) else p.supply_override
+    c[PL_INV_VS * st] = 1.0 / c[PL_VS * st]   # ±inf for no supply: dxl_pwm's limiter bounds stay infinite
+    c[PL_STATIC_FLAGS * st] = ((FAULT_ENCODER_NOISE if p.encoder_noise > 0 else 0)
+                               + (FAULT_ENCODER_STUCK if p.encoder_stuck else 0)
+                               + (0 if isnan(p.supply_override) else FAULT_SUPPLY))
+    c[PL_ENC_STUCK * st] = p.encoder_stuck != 0
+    c[PL_ENC_SLIP * st] = p.encoder_slip
+    c[PL_ENC_NOISE * st] = p.encoder_noise
+    c[PL_ENC_QUANTIZED * st] = p.encoder_counts > 0
+    c[PL_COUNTS_PER_RAD * st] = p._counts_per_rad
+    c[PL_RAD_PER_COUNT * st] = p._rad_per_count
+    c[PL_RESISTANCE * st] = p.resistance
+    c[PL_TEMPCOEF * st] = p.tempcoef
+    c[PL_REFTEMP * st] = p.reftemp
+    c[PL_TEMP_LIMIT * st] = p.temp_limit
+    c[PL_SHUT_OVERHEAT * st] = (p.shutdown_mask & FAULT_OVERHEAT) != 0
+    c[PL_SHUT_OVERLOAD * st] = (p.shutdown_mask & FAULT_OVERLOAD) != 0
+    c[PL_OC_FRACTION * st] = p.oc_fraction
+    c[PL_OC_TIME * st] = p.oc_time
+    c[PL_OC_CURRENT * st] = p.oc_current
+    c[PL_OC_DURATION * st] = p.oc_duration
+    c[PL_OL_CURRENT * st] = p.overload_current
+    c[PL_OL_TIME * st] = p.overload_time
+    c[PL_KINDS * st] = kinds(p)
 
 
-cdef inline int noise_pair(const Params* p, State* s, Block* b, int j) noexcept nogil:
-    """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of the polar
-    method for actuator j when its measurement needs one. Returns NEED_LOG if it drew one."""
-    cdef double x, y, r
+cdef inline int kinds(const Params* p) noexcept nogil:
+    """What actuator p's step computes (plan.h HIL_* kinds; from its prepared Params, as the plan's flags)."""
+    cdef bint voltage_law = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
+    cdef bint stribeck = p.budget != 0 and p.dtheta_stribeck > 0
+    return ((NEED_POW if stribeck and p.alpha != 1.0 and p.alpha != 2.0 else 0)
+            | (NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0)
+            | (LAWS_DXL if p.law == LAW_DXL else 0) | (LAWS_DXL_PWM if p.law == LAW_DXL_PWM else 0)
+            | (LAWS_CURRENT if p.law == LAW_EROB_PD or p.law == LAW_CURRENT else 0)
+            | (USES_DC_LAW if p.law <= LAW_VELOCITY else 0)
+            | (USES_QS if voltage_law and not p.te > 0 else 0)
+            | (USES_DERATE if p.derate_i_rated > 0 else 0)
+            | (USES_LUGRE if p.lugre_s0 > 0 else 0)
+            | (USES_NOISE if p.encoder_noise > 0 else 0)
+            | (USES_OC if p.oc_fraction > 0 else 0)
+            | (USES_OVERLOAD if p.overload_current > 0 else 0)
+            | (USES_BUDGET if p.budget != 0 else 0)
+            | (USES_BAM if p.integrator != INTEGRATOR_EULER else 0)
+            | (USES_COG if p.cog_amplitude != 0 else 0)
+            | (USES_PENDULUM if p._gravity_torque != 0 else 0)
+            | (USES_STRIBECK if stribeck else 0))
+
+
+cdef inline int noise_pair(const double* P, State* s, Block* b, int j) noexcept nogil:
+    """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of Marsaglia's
+    polar method for actuator j when its measurement needs one (sense.h finishes the deviates: the spare
+    one is kept in the state, so the stream stays a pure function of (seed, k)). Returns NEED_LOG if it
+    drew one. P: the block's plan (b.k and b.has_spare on the lanes)."""
+    cdef double x = 0.0, y = 0.0, r = 1.0
     cdef int need = 0
-    b.gauss_r[j] = 1.0
-    if p.encoder_noise > 0 and not (p.encoder_stuck and s.k > 0) and not s.has_spare:
-        while True:   # the polar method's rejection loop (measure() finishes the deviates)
+    if (P[PL_ENC_NOISE * BLOCK + j] > 0 and b.has_spare[j] == 0
+            and not (P[PL_ENC_STUCK * BLOCK + j] != 0 and b.k[j] > 0)):
+        while True:   # the polar method's rejection loop
             x = 2.0 * uniform(&s.rng) - 1.0
             y = 2.0 * uniform(&s.rng) - 1.0
             r = x * x + y * y
             if 0.0 < r < 1.0:
                 break
-        b.gauss_x[j] = x
-        b.gauss_y[j] = y
-        b.gauss_r[j] = r
-        need |= NEED_LOG
-    b.gauss_log[j] = b.gauss_r[j]
+        need = NEED_LOG
+    b.gauss_x[j] = x
+    b.gauss_y[j] = y
+    b.gauss_r[j] = r
+    b.gauss_log[j] = r
     return need
 
 
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
                    double dt) noexcept nogil:
-    """Advance n independent actuators by dt (`step_blocks`, in the copy compiled for the active path:
-    isa.h); `plan` is the one prepare() keeps for p."""
-    hil_step(p, plan, s, inp, n, dt, math_path(n))
+    """Advance n independent actuators by dt, a block of BLOCK actuators at a time: its State fields to
+    the lanes, step_block (in the copy compiled for the active path: isa.h), back to the records; `plan`
+    is the one prepare() keeps for p."""
+    cdef double lanes_buf[LANE_DOUBLES]
+    cdef Block* b = lanes(lanes_buf)
+    cdef Py_ssize_t j0 = 0
+    cdef int m, path = math_path(n)
+    while j0 < n:
+        m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
+        lanes_load(b, &s[j0], m)
+        inputs_load(b, &inp[j0], m)
+        hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
+        lanes_store(b, &s[j0], m)
+        j0 += m
 
 
 cdef inline int math_path(Py_ssize_t n) noexcept nogil:
@@ -668,89 +682,172 @@ cdef inline int math_path(Py_ssize_t n) noexcept nogil:
     return hil_simd if n >= HIL_SIMD_MIN_N else 0
 
 
-cdef inline void step_range(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t j0,
-                            Py_ssize_t j1, Py_ssize_t n, double dt) noexcept nogil:
-    """step_all for actuators [j0, j1) of a rig of n (j0 a multiple of BLOCK): the same results, the
-    rig's vector-math path."""
-    cdef Plan sub
-    sub.col = plan_block(plan, j0)
-    hil_step(&p[j0], &sub, &s[j0], &inp[j0], j1 - j0, dt, math_path(n))
+cdef inline int padded(int m) noexcept nogil:
+    """m lanes rounded up to whole vectors (LANE_PAD) for isa.h's AVX2 copies: the lane passes run their
+    vectorized loop for a partial block too, not GCC's scalar remainder, where each of their selects costs
+    moves between vector and integer registers (callgrind, N = 1: 2491 → 1809 instructions per
+    actuator-step). m itself for the baseline copy, which runs the passes lane by lane (isa.h): padding
+    lanes would only be more lanes to compute."""
+    return (m + LANE_PAD - 1) & ~(LANE_PAD - 1) if hil_simd >= HIL_SIMD_AVX2 else m
 
 
-cdef inline void step_blocks(const void* params, const void* plan_, void* states, const void* inputs,
-                             Py_ssize_t n, double dt, int path) noexcept nogil:
-    """Advance n independent actuators by dt, in blocks of BLOCK actuators and four passes over each:
+cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
+    """The State fields step_block's lanes hold, from the records of m actuators; the padding lanes
+    [m, padded(m)) of those and of the inputs zeroed (their results are never stored: zeros keep them
+    free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
+    arrays before they read them)."""
+    cdef const State* st
+    cdef int j, row, g = m & ~(LANE_PAD - 1)
+    cdef double* rows = <double*>b
+    if g < m:   # the last vector is partial: zeroed whole (one store per row), its actuators' lanes below
+        for row in range(<int>((<char*>&b.sin_x[0] - <char*>b) // (BLOCK * sizeof(double)))):
+            memset(&rows[row * BLOCK + g], 0, LANE_PAD * sizeof(double))
+    for j in range(m):
+        st = &s[j]
+        b.k[j] = <double>st.k
+        b.theta[j] = st.theta
+        b.omega[j] = st.omega
+        b.bristle[j] = st.bristle
+        b.current[j] = st.current
+        b.temp_rise[j] = st.temp_rise
+        b.slew_u[j] = st.slew_u
+        b.integral[j] = st.integral
+        b.theta_meas[j] = st.theta_meas
+        b.enc_offset[j] = st.enc_offset
+        b.has_spare[j] = <double>st.has_spare
+        b.gauss_spare[j] = st.gauss_spare
+        b.oc_active[j] = <double>st.oc_active
+        b.oc_timer[j] = st.oc_timer
+        b.ol_timer[j] = st.ol_timer
+        b.shutdown[j] = <double>st.shutdown
+        b.lat_overheat[j] = (st.latched & FAULT_OVERHEAT) != 0
+        b.lat_overload[j] = (st.latched & FAULT_OVERLOAD) != 0
+        b.flags[j] = <double>st.fault_flags
+        b.temperature[j] = st.temperature
+        b.torque[j] = st.torque
+        b.friction[j] = st.friction_torque
+        b.i_out[j] = st.i_out
+        b.v_out[j] = st.v_out
+
+
+cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
+    """The lanes back to the records of m actuators (lanes_load's fields)."""
+    cdef State* st
+    cdef int j
+    for j in range(m):
+        st = &s[j]
+        st.k = <int64_t>b.k[j]
+        st.theta = b.theta[j]
+        st.omega = b.omega[j]
+        st.bristle = b.bristle[j]
+        st.current = b.current[j]
+        st.temp_rise = b.temp_rise[j]
+        st.slew_u = b.slew_u[j]
+        st.integral = b.integral[j]
+        st.theta_meas = b.theta_meas[j]
+        st.enc_offset = b.enc_offset[j]
+        st.has_spare = <int64_t>b.has_spare[j]
+        st.gauss_spare = b.gauss_spare[j]
+        st.oc_active = <int64_t>b.oc_active[j]
+        st.oc_timer = b.oc_timer[j]
+        st.ol_timer = b.ol_timer[j]
+        st.shutdown = <int64_t>b.shutdown[j]
+        st.latched = (<int64_t>b.lat_overheat[j]) * FAULT_OVERHEAT | (<int64_t>b.lat_overload[j]) * FAULT_OVERLOAD
+        st.fault_flags = <int64_t>b.flags[j]
+        st.temperature = b.temperature[j]
+        st.torque = b.torque[j]
+        st.friction_torque = b.friction[j]
+        st.i_out = b.i_out[j]
+        st.v_out = b.v_out[j]
+
+
+cdef inline void inputs_load(Block* b, const Input* inp, int m) noexcept nogil:
+    cdef int j
+    for j in range(m):
+        b.cmd[j] = inp[j].u
+        b.enable[j] = inp[j].enable
+        b.ext[j] = inp[j].external_torque
+
+
+cdef inline void step_block(void* lanes, const double* P, const void* params, void* states, int m, int mv,
+                            double dt, int path) noexcept nogil:
+    """Advance the m ≤ BLOCK actuators of a block by dt on their lanes (lanes_load), with the step's
+    inputs in them (cmd, enable, ext); the lane passes run mv = padded(m) lanes (an argument: where GCC
+    saw it computed, a multiple of 4, it stopped vectorizing the baseline copy's passes); P = the block's plan (plan.h), params and states its records (the
+    Dynamixel firmware's and the noise generator's fields). Four passes:
     1. the arguments of every transcendental, from the pre-step state (args.h `hil_args_pass`,
        vectorized across actuators; the noise generator's pairs per actuator: `noise_pair`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
-    3. sensing, faults and firmware law, per actuator (`firmware_step`), then the motor, vectorized
-       across actuators (motor.h `hil_motor_pass`), then the bristle hold's exp(a·dt);
+    3. sensing and faults (sense.h `hil_sense_pass`), the firmware laws (law.h: `hil_law_pass`, and
+       `hil_dxl_pwm_pass`, `hil_current_law_pass` for a block that holds such laws), all vectorized across
+       actuators, but the Dynamixel firmware's (LAW_DXL: `dxl_firmware`, per actuator); then the motor, vectorized too (motor.h `hil_motor_pass`), the latches watching its
+       current and the step's fault bits (sense.h `hil_fault_latch_pass`), the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
        the plan's columns and the block's arrays: vectorized across actuators).
     Each actuator's result depends only on its own parameters, state and input; `path` is the vector
     math's (math_path of the rig). (Untyped pointers: isa.h declares this function before Cython
     defines the structs.)"""
+    cdef Block* b = <Block*>lanes
     cdef const Params* p = <const Params*>params
-    cdef const Plan* plan = <const Plan*>plan_
     cdef State* s = <State*>states
-    cdef const Input* inp = <const Input*>inputs
-    cdef Block b
-    cdef State* st
     cdef HilLawOut law
-    cdef const double* P
-    cdef int j, m, need
-    cdef Py_ssize_t j0 = 0
+    cdef int j, need = <int>P[PL_BLOCK_KINDS * BLOCK]
+    cdef double vs
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
-    law.f, law.R, law.T, law.Ld = &b.f[0], &b.R[0], &b.T[0], &b.Ld[0]
-    while j0 < n:
-        m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
-        P = plan_block(plan, j0)
+    law.f, law.R, law.G, law.T, law.Ld = &b.f[0], &b.R[0], &b.G[0], &b.T[0], &b.Ld[0]
+    hil_args_pass(P, BLOCK, mv, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
+    for j in range(m):
+        need |= noise_pair(P, &s[j], b, j)
+    for j in range(m, mv):              # the padding lanes: no pair (r = 1, as noise_pair leaves it)
+        b.gauss_x[j] = 0.0
+        b.gauss_y[j] = 0.0
+        b.gauss_r[j] = 1.0
+        b.gauss_log[j] = 1.0
+    if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
+        hil_vlog(b.gauss_log, m, path)
+        hil_gauss_scale_pass(mv, b.gauss_log, b.gauss_r)
+    # a sine or exponential no lane of the block uses is left as its argument (its selects drop it)
+    if need & USES_COG:
+        hil_vsin(b.sin_x, m, path)
+    if need & USES_PENDULUM:
+        hil_vsin(b.sin_x + BLOCK, m, path)
+    if need & NEED_POW:
+        hil_vpow(b.pow_x, b.pow_a, m, path)
+        for j in range(mv):
+            b.exp_x[BLOCK + j] = hil_sel(b.use_pow[j], -b.pow_x[j], b.exp_x[BLOCK + j])
+    if need & USES_LUGRE:
+        hil_vexp(b.exp_x, m, path)
+    if need & USES_STRIBECK:
+        hil_vexp(b.exp_x + BLOCK, m, path)
+    hil_sense_pass(P, BLOCK, mv, dt, b.theta, b.k, b.gauss_x, b.gauss_y, b.gauss_r,
+                   b.temp_rise, b.lat_overheat, b.lat_overload, b.enable, b.theta_meas, b.enc_offset,
+                   b.has_spare, b.gauss_spare, b.oc_active, b.shutdown, b.flags, b.overheat, b.open,
+                   b.R, b.G, b.T, b.temperature, b.enabled, need)
+    hil_law_pass(P, BLOCK, mv, dt, b.cmd, b.theta_meas, b.omega, b.open, b.enabled, b.slew_u, b.integral,
+                 b.u, b.Ld, b.vmode, b.off, b.V, b.i, b.f, b.torque, need)
+    if need & LAWS_DXL_PWM:
+        hil_dxl_pwm_pass(P, BLOCK, mv, b.u, b.theta_meas, b.Ld, b.R, b.V)
+    if need & LAWS_CURRENT:
+        hil_current_law_pass(P, BLOCK, mv, b.u, b.theta_meas, b.omega, b.Ld, b.R, b.G, b.open, b.enabled, b.V, b.i,
+                             b.f)
+    if need & LAWS_DXL:
         for j in range(m):
-            b.theta[j] = s[j0 + j].theta
-            b.omega[j] = s[j0 + j].omega
-        hil_args_pass(P, BLOCK, m, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
-        need = 0
-        for j in range(m):
-            need |= noise_pair(&p[j0 + j], &s[j0 + j], &b, j)
-            if b.use_pow[j]:
-                need |= NEED_POW
-            if P[PL_BRISTLE * BLOCK + j] != 0:
-                need |= NEED_ZOH
-        if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
-            hil_vlog(b.gauss_log, m, path)
-        hil_vsin(b.sin_x, 2 * m, path)
-        if need & NEED_POW:
-            hil_vpow(b.pow_x, b.pow_a, m, path)
-            for j in range(m):
-                b.exp_x[m + j] = -b.pow_x[j] if b.use_pow[j] else b.exp_x[m + j]
-        hil_vexp(b.exp_x, 2 * m, path)
-        for j in range(m):
-            firmware_step(&p[j0 + j], &s[j0 + j], &inp[j0 + j], dt, &b, j)
-        hil_motor_pass(P, BLOCK, m, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
-                       b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea)
-        if need & NEED_ZOH:
-            hil_vexp(b.zoh_ea, m, path)
-        for j in range(m):
-            b.ext[j] = inp[j0 + j].external_torque
-        hil_load_pass(P, BLOCK, m, dt, b.sin_x + m, b.exp_x + m, b.zoh_a, b.zoh_ea,
-                      b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction)
-        for j in range(m):
-            st = &s[j0 + j]
-            st.theta = b.theta[j]
-            st.omega = b.omega[j]
-            st.bristle = b.bristle[j]
-            st.friction_torque = b.friction[j]
-            st.torque = b.torque[j]
-            st.i_out = b.i_out[j]
-            st.v_out = b.v_out[j]
-            st.current = b.current[j]
-            st.temp_rise = b.temp_rise[j]
-            if b.derated[j] != 0:
-                st.fault_flags |= FAULT_DERATED
-            fault_timers(&p[j0 + j], st, dt)
-        j0 += m
+            if P[PL_LAW_DXL * BLOCK + j] != 0:
+                vs = P[PL_VS * BLOCK + j]
+                b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
+                                           P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
+    hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
+                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, need)
+    hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,
+                         b.lat_overheat, b.lat_overload, b.flags, need)
+    if need & NEED_ZOH:
+        hil_vexp(b.zoh_ea, m, path)
+    hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea, b.zoh_inv_a,
+                  b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction, need)
+    for j in range(mv):
+        b.k[j] += 1.0
 
 
 cdef Params _zero_params() noexcept:
@@ -787,6 +884,7 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     cdef Params p = params
     cdef double block[HIL_PLAN_COLUMNS * BLOCK]
     cdef Plan plan
+    memset(block, 0, sizeof(block))
     plan.col = block
     prepare(&p, &plan, 0, 1.0)
     tm = np.asarray(tau_m, dtype=np.float64)
@@ -822,9 +920,13 @@ cdef class Kernel:
         self.params = <Params*> calloc(n, sizeof(Params))
         self.states = <State*> calloc(n, sizeof(State))
         self.inputs = <Input*> calloc(n, sizeof(Input))
-        self.plan.col = <double*> calloc((n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK, sizeof(double))
+        # at a cache line: every column of a block starts one (the lane passes load whole vectors of
+        # them, which calloc's 16-byte alignment split across two lines in one process in two)
+        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double)
+        self.plan.col = <double*> aligned_alloc(64, plan_bytes)
         if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
+        memset(self.plan.col, 0, plan_bytes)
         cdef Py_ssize_t j
         for j in range(n):
             self.params[j] = _zero_params()
@@ -929,34 +1031,44 @@ cdef class Kernel:
         cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
-        cdef Py_ssize_t k, j, j0, j1
-        cdef State* s
+        cdef Py_ssize_t k, j, j0
+        cdef int m, path = math_path(self.n)
+        cdef double lanes_buf[LANE_DOUBLES]
+        cdef Block* b = lanes(lanes_buf)
+        cdef const double* P
         with nogil:
             # A block of actuators at a time through all T steps (they are independent: the same
-            # results as whole-rig steps), so its records stay in L1/L2 instead of a rig larger than L2
-            # being streamed from L3 on every step.
+            # results as whole-rig steps), on its lanes: its records to the lanes once, back once, its
+            # plan and lanes in L1 throughout instead of a rig larger than L2 streamed from L3 every step.
             j0 = 0
             while j0 < self.n:
-                j1 = min(j0 + BLOCK, self.n)
+                m = <int>min(BLOCK, self.n - j0)
+                P = plan_block(&self.plan, j0)
+                lanes_load(b, &self.states[j0], m)
                 for k in range(T):
-                    for j in range(j0, j1):
-                        self.inputs[j].u = uu[k, j]
-                        self.inputs[j].enable = ee[k, j]
-                        self.inputs[j].external_torque = xx[k, j]
+                    for j in range(m):
+                        b.cmd[j] = uu[k, j0 + j]
+                        b.enable[j] = ee[k, j0 + j]
+                        b.ext[j] = xx[k, j0 + j]
                         if rec:
-                            o_th[k, j] = self.states[j].theta
-                            o_w[k, j] = self.states[j].omega
-                    step_range(self.params, &self.plan, self.states, self.inputs, j0, j1, self.n, self.dt)
+                            o_th[k, j0 + j] = b.theta[j]
+                            o_w[k, j0 + j] = b.omega[j]
+                    hil_step(b, P, &self.params[j0], &self.states[j0], m, padded(m), self.dt, path)
                     if not rec:
                         continue
-                    for j in range(j0, j1):
-                        s = &self.states[j]
-                        o_thm[k, j] = s.theta_meas
-                        o_tq[k, j] = s.torque
-                        o_tf[k, j] = s.friction_torque
-                        o_i[k, j] = s.i_out
-                        o_v[k, j] = s.v_out
-                        o_T[k, j] = s.temperature
-                        o_f[k, j] = s.fault_flags
-                j0 = j1
+                    for j in range(m):
+                        o_thm[k, j0 + j] = b.theta_meas[j]
+                        o_tq[k, j0 + j] = b.torque[j]
+                        o_tf[k, j0 + j] = b.friction[j]
+                        o_i[k, j0 + j] = b.i_out[j]
+                        o_v[k, j0 + j] = b.v_out[j]
+                        o_T[k, j0 + j] = b.temperature[j]
+                        o_f[k, j0 + j] = b.flags[j]
+                lanes_store(b, &self.states[j0], m)
+                if T > 0:
+                    for j in range(m):   # the last step's inputs, as step() leaves them
+                        self.inputs[j0 + j].u = b.cmd[j]
+                        self.inputs[j0 + j].enable = b.enable[j]
+                        self.inputs[j0 + j].external_torque = b.ext[j]
+                j0 += m
         return out

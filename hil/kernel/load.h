@@ -1,4 +1,4 @@
-/* Pass 4 of step_all (core.pyx step_blocks): load, bam's friction budget, integration and the LuGre
+/* Pass 4 of step_all (core.pyx step_block): load, bam's friction budget, integration and the LuGre
    bristle update of a block of actuators, lane by lane over struct-of-arrays data (the plan's columns,
    plan.h, and the block's arrays), written branch-free: every lane computes each feature's value and
    a select keeps it or the neutral one, so GCC vectorizes the loop (AVX2: 4 actuators per instruction
@@ -36,23 +36,24 @@ static inline double hil_budget(const double* restrict P, ptrdiff_t st, ptrdiff_
 #undef C
 }
 
-/* Lanes [0, m) of a block; P = the plan's columns at the block's first actuator (stride st).
+/* Lanes [0, m) of a block; P = the plan's columns at the block's first actuator (stride st); `uses` the
+   block's kinds (plan.h: the budget, bam's step and the bristle hold only for a block that uses them).
    In: sin_q = sin(θ + q_offset), stribeck = exp(−|ω/θ̇s|^α), the bristle hold's zoh_a, zoh_ea =
-   exp(a·dt), zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3).
+   exp(a·dt), zoh_inv_a = 1/a, zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3).
    In/out: theta, omega, bristle. Out: friction = the budget's friction torque [N·m]. */
-static inline void hil_load_pass(const double* restrict P, ptrdiff_t st, int m, double dt,
-                                 const double* restrict sin_q, const double* restrict stribeck,
-                                 const double* restrict zoh_a, const double* restrict zoh_ea,
-                                 const double* restrict zoh_v, const double* restrict ext,
-                                 const double* restrict torque, double* restrict theta,
-                                 double* restrict omega, double* restrict bristle,
-                                 double* restrict friction) {
+#define HIL_LOAD_ARGS                                                                                  \
+    const double* restrict P, ptrdiff_t st, int m, double dt, const double* restrict sin_q,           \
+    const double* restrict stribeck, const double* restrict zoh_a, const double* restrict zoh_ea,     \
+    const double* restrict zoh_inv_a,                                                                  \
+    const double* restrict zoh_v, const double* restrict ext, const double* restrict torque,          \
+    double* restrict theta, double* restrict omega, double* restrict bristle, double* restrict friction
+static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double g = C(PL_GEAR), w = omega[j], tau_act = torque[j], M = C(PL_INERTIA);
-        double tau_e, tau_net, Meff, tau_stop, tau_f, acc, wabs, a, ea, z;
+        double tau_e, tau_net, Meff, tau_stop, tau_f = 0.0, acc, wabs, w_euler, th_euler;
         int euler = C(PL_EULER) != 0;
         tau_e = C(PL_GRAVITY_TORQUE) * sin_q[j] + ext[j];
         wabs = fabs(w);
@@ -60,32 +61,43 @@ static inline void hil_load_pass(const double* restrict P, ptrdiff_t st, int m, 
         Meff = hil_sel(euler, M + dt * (C(PL_DAMPING_B1) + 2.0 * C(PL_DAMPING_B2) * wabs + 3.0 * C(PL_DAMPING_B3) * w * w) * g * g,
                        M);
         /* bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4) */
-        tau_stop = Meff * C(PL_INV_DT) * w + tau_net;
-        {
+        if (uses & HIL_USES_BUDGET) {
             double bud = hil_budget(P, st, j, tau_act, tau_e, w, hil_sel(C(PL_STRIBECK) != 0, stribeck[j], 0.0));
-            double stop = fabs(tau_stop);
+            double stop;
+            tau_stop = Meff * C(PL_INV_DT) * w + tau_net;
+            stop = fabs(tau_stop);
             tau_f = -hil_sign(tau_stop) * hil_sel(bud < stop, bud, stop);
+            tau_f = hil_sel(C(PL_BUDGET) != 0, tau_f, 0.0);
+            tau_net = hil_sel(C(PL_BUDGET) != 0, tau_net + tau_f, tau_net);
         }
-        tau_f = hil_sel(C(PL_BUDGET) != 0, tau_f, 0.0);
-        tau_net = hil_sel(C(PL_BUDGET) != 0, tau_net + tau_f, tau_net);
         friction[j] = tau_f;
-        acc = tau_net / Meff;
-        {   /* MuJoCo's semi-implicit Euler; bam's step, velocity clipped */
-            double w_euler = w + dt * acc, th_euler = theta[j] + dt * w_euler;
-            double w_bam = w + acc * dt, th_bam;
-            w_bam = hil_clip(w_bam, -HIL_BAM_MAX_VELOCITY, HIL_BAM_MAX_VELOCITY);
-            th_bam = theta[j] + w_bam * dt + 0.5 * acc * dt * dt;
-            theta[j] = hil_sel(euler, th_euler, th_bam);
-            omega[j] = hil_sel(euler, w_euler, w_bam);
+        acc = tau_net / Meff;   /* a division: where the budget stops the joint, ω + dt·acc is exactly 0 */
+        /* MuJoCo's semi-implicit Euler; bam's step, velocity clipped */
+        w_euler = w + dt * acc;
+        th_euler = theta[j] + dt * w_euler;
+        if (uses & HIL_USES_BAM) {
+            double w_bam = hil_clip(w + acc * dt, -HIL_BAM_MAX_VELOCITY, HIL_BAM_MAX_VELOCITY);
+            double th_bam = theta[j] + w_bam * dt + 0.5 * acc * dt * dt;
+            w_euler = hil_sel(euler, w_euler, w_bam);
+            th_euler = hil_sel(euler, th_euler, th_bam);
         }
+        theta[j] = th_euler;
+        omega[j] = w_euler;
         /* LuGre bristle: the exact zero-order hold, the plain Euler step where a ≈ 0 */
-        a = zoh_a[j];
-        ea = zoh_ea[j];
-        z = bristle[j];
-        z = hil_sel(fabs(a) > 1e-15, ea * z + (ea - 1.0) / a * zoh_v[j], z + dt * zoh_v[j]);
-        bristle[j] = hil_sel(C(PL_BRISTLE) != 0, z, bristle[j]);
+        if (uses & HIL_NEED_ZOH) {
+            double a = zoh_a[j], ea = zoh_ea[j], z = bristle[j];
+            z = hil_sel(fabs(a) > 1e-15, ea * z + (ea - 1.0) * zoh_inv_a[j] * zoh_v[j], z + dt * zoh_v[j]);
+            bristle[j] = hil_sel(C(PL_BRISTLE) != 0, z, bristle[j]);
+        }
     }
 #undef C
+}
+static inline __attribute__((always_inline)) void hil_load_pass(HIL_LOAD_ARGS, int uses) {
+#define HIL_LOAD(kinds)                                                                                \
+    hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_inv_a, zoh_v, ext, torque, theta, omega, bristle, \
+                   friction, (kinds))
+    HIL_VERSIONS3(uses, HIL_USES_BUDGET, HIL_USES_BAM, HIL_NEED_ZOH, HIL_LOAD)
+#undef HIL_LOAD
 }
 
 #endif

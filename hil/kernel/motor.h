@@ -1,9 +1,8 @@
-/* Pass 3b of step_all (core.pyx step_blocks): the motor of a block of actuators — armature current,
+/* Pass 3b of step_all (core.pyx step_block): the motor of a block of actuators — armature current,
    heating, torque saturation, thermal derating, gearbox efficiency, cogging and LuGre friction — lane
    by lane over the plan's columns (plan.h) and the block's arrays, branch-free like load.h, so GCC
-   vectorizes it. Pass 3a (core.pyx `firmware_step`, per actuator: sensing, faults, the firmware law)
-   hands over what the law asked for; each lane's result is the same bits as the branchy code it
-   replaced. */
+   vectorizes it. Pass 3a (sense.h, law.h, and core.pyx `dxl_firmware` for LAW_DXL) hands over what
+   the law asked for; each lane's result is the same bits as the branchy code it replaced. */
 
 #ifndef HIL_MOTOR_H
 #define HIL_MOTOR_H
@@ -17,7 +16,7 @@
    safe one from T2, a smoothstep between */
 static inline double hil_derated_current(const double* restrict P, ptrdiff_t st, ptrdiff_t j, double t) {
 #define C(col) P[(col) * st + j]
-    double x = (t - C(PL_DERATE_T1)) / (C(PL_DERATE_T2) - C(PL_DERATE_T1));
+    double x = (t - C(PL_DERATE_T1)) * C(PL_DERATE_INV_SPAN);
     double mid = C(PL_DERATE_I_SAFE) + (C(PL_DERATE_I_RATED) - C(PL_DERATE_I_SAFE)) * (1.0 - x * x * (3.0 - 2.0 * x));
     return hil_sel(t <= C(PL_DERATE_T1), C(PL_DERATE_I_RATED), hil_sel(t >= C(PL_DERATE_T2), C(PL_DERATE_I_SAFE), mid));
 #undef C
@@ -31,36 +30,45 @@ typedef struct {
     const double* restrict i;        /* current law: its current [A] and motor torque K·i [N·m] */
     const double* restrict f;
     const double* restrict R;        /* winding resistance at its temperature [ohm] */
+    const double* restrict G;        /* its conductance 1/R [S] (one division per lane and step) */
     const double* restrict T;        /* winding temperature above ambient [K] (0 without a thermal state) */
     const double* restrict Ld;       /* motor-side velocity g·ω [rad/s] */
 } HilLawOut;
 
-/* Lanes [0, m); P = the plan's columns at the block's first actuator (stride st). In: law (above),
-   cog_sin = sin(Np·L + φ), lugre_exp = exp(−(L̇/ωs)²), bristle = LuGre z. In/out: current [A],
+/* Lanes [0, m); P = the plan's columns at the block's first actuator (stride st); `uses` the block's
+   kinds (plan.h: the quasi-static current, derating and LuGre only for a block that uses them). In: law
+   (above), cog_sin = sin(Np·L + φ), lugre_exp = exp(−(L̇/ωs)²), bristle = LuGre z. In/out: current [A],
    temp_rise [K], torque (the law's output torque in, the actuator torque out) [N·m]. Out: i_out, v_out,
-   derated (1: derating limits the current), the bristle hold's zoh_a and zoh_ea = a·dt. */
-static inline void hil_motor_pass(const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,
-                                  const double* restrict cog_sin, const double* restrict lugre_exp,
-                                  const double* restrict bristle, double* restrict current,
-                                  double* restrict temp_rise, double* restrict torque,
-                                  double* restrict i_out, double* restrict v_out, double* restrict derated,
-                                  double* restrict zoh_a, double* restrict zoh_ea) {
+   derated (1: derating limits the current), the bristle hold's zoh_a, zoh_ea = a·dt and zoh_inv_a = 1/a
+   (divided here, while the exponential of a·dt is still to come). */
+#define HIL_MOTOR_ARGS                                                                                 \
+    const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
+    const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
+    double* restrict current, double* restrict temp_rise, double* restrict torque,                    \
+    double* restrict i_out, double* restrict v_out, double* restrict derated, double* restrict zoh_a, \
+    double* restrict zoh_ea, double* restrict zoh_inv_a
+static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double K = C(PL_MOTORCONST), R = law.R[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
+        double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
         int vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
-        double i_state = current[j], di, i_next, i_qs, f_qs, i, f, imax_t, gs, a, z, z_rate, fe;
+        double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
-        di = (V / R - K / R * Ld - i_state) * C(PL_INV_TE);
+        di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
         i_next = i_state + di * C(PL_TE) * C(PL_DECAY);
-        i_qs = (V - K * Ld) / R;
-        f_qs = K / R * V - K / R * K * Ld;
+        i_v = i_state;
+        f_v = K * i_next;
+        if (uses & HIL_USES_QS) {
+            double i_qs = (V - K * Ld) * G, f_qs = K * G * V - K * G * K * Ld;
+            i_v = hil_sel(inductive, i_state, i_qs);
+            f_v = hil_sel(inductive, f_v, f_qs);
+        }
         /* torque off / open winding: no current can flow, so neither torque nor back-EMF braking */
-        i = hil_sel(vmode, hil_sel(off, 0.0, hil_sel(inductive, i_state, i_qs)), law.i[j]);
-        f = hil_sel(vmode, hil_sel(off, 0.0, hil_sel(inductive, K * i_next, f_qs)), law.f[j]);
+        i = hil_sel(vmode, hil_sel(off, 0.0, i_v), law.i[j]);
+        f = hil_sel(vmode, hil_sel(off, 0.0, f_v), law.f[j]);
         i_next = hil_sel(vmode & !off & inductive, i_next, 0.0);
         v_out[j] = hil_sel(vmode & off, K * Ld, V);
         i_out[j] = hil_sel(vmode & inductive, i_next, i);
@@ -70,22 +78,34 @@ static inline void hil_motor_pass(const double* restrict P, ptrdiff_t st, int m,
                                temp_rise[j]);
         /* electrical torque: saturation, derating, efficiency, cogging, LuGre */
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);
-        imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
-        derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
-        fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
+        derated[j] = 0.0;
+        if (uses & HIL_USES_DERATE) {
+            double imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
+            derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
+            fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
+        }
         fe = fe * C(PL_EFFICIENCY);
         fe = hil_sel(C(PL_COG) != 0, fe + C(PL_COG_AMPLITUDE) * cog_sin[j], fe);
-        gs = C(PL_LUGRE_TC) + (C(PL_LUGRE_TS) - C(PL_LUGRE_TC)) * lugre_exp[j];
-        a = hil_sel(gs > 0, -C(PL_LUGRE_S0) * fabs(Ld) / gs, 0.0);
-        z = bristle[j];
-        z_rate = a * z + Ld;
-        fe = hil_sel(C(PL_LUGRE) != 0, fe - (C(PL_LUGRE_S0) * z + C(PL_LUGRE_S1) * z_rate), fe);
-        a = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_LUGRE) != 0), a, 0.0);
+        if (uses & HIL_USES_LUGRE) {
+            double gs = C(PL_LUGRE_TC) + (C(PL_LUGRE_TS) - C(PL_LUGRE_TC)) * lugre_exp[j], z = bristle[j], z_rate;
+            a = hil_sel(gs > 0, -C(PL_LUGRE_S0) * fabs(Ld) / gs, 0.0);
+            z_rate = a * z + Ld;
+            fe = hil_sel(C(PL_LUGRE) != 0, fe - (C(PL_LUGRE_S0) * z + C(PL_LUGRE_S1) * z_rate), fe);
+            a = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_LUGRE) != 0), a, 0.0);
+        }
         torque[j] = hil_sel(C(PL_ELECTRICAL) != 0, C(PL_GEAR) * fe, torque[j]);
         zoh_a[j] = a;
         zoh_ea[j] = a * dt;
+        zoh_inv_a[j] = 1.0 / a;
     }
 #undef C
+}
+static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS, int uses) {
+#define HIL_MOTOR(kinds)                                                                               \
+    hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, torque, i_out,  \
+                    v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
+    HIL_VERSIONS3(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_MOTOR)
+#undef HIL_MOTOR
 }
 
 #endif

@@ -1,16 +1,18 @@
-"""step_all's lane passes (hil/kernel/motor.h, load.h) over the plan (plan.h), and Kernel.run's order.
+"""step_all's lane passes (hil/kernel/args.h, sense.h, law.h, motor.h, load.h) over the plan (plan.h), and
+Kernel.run's order.
 
-The motor and load passes compute every feature for every actuator of a block and keep each one's own
-by selects over its plan columns; Kernel.run advances a block of actuators through all its steps
-before the next. Neither may change any actuator's result by a bit: mixed laws, integrators and
-features in one block, parameters changed mid-run, any step order.
+The lane passes compute every feature for every actuator of a block and keep each one's own by selects
+over its plan columns, on whole vectors (a partial block's padding lanes computed and dropped);
+Kernel.run advances a block of actuators through all its steps on its lanes before the next. None may
+change any actuator's result by a bit: mixed laws, integrators, sensing and fault settings in one
+block, parameters changed mid-run, any step order, a lone actuator.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hil.kernel import INTEGRATORS, LAWS, Kernel
+from hil.kernel import FAULT_BITS, INTEGRATORS, LAWS, Kernel, core
 from tests.hil.kernel_helpers import params as make_params
 
 DT = 1e-3
@@ -24,7 +26,8 @@ MOTOR = dict(resistance=2.0, motorconst=0.0125, gear=200.0, armature=3e-7, te=5e
              load_friction_motor_stribeck=0.19, load_friction_external_stribeck=0.014,
              load_friction_motor_quad=0.0069, load_friction_external_quad=0.01, dtheta_stribeck=2.6,
              alpha=0.84, friction_viscous=0.025, mass=0.5, arm_mass=0.1, length=0.15, gravity=9.80665)
-# what the lane passes select per actuator: law (voltage / current / torque), integrator, budget,
+# what the lane passes select per actuator: law (dcmotor position / velocity / voltage with slew, integral
+# clamp and Vmax; voltage / current / torque request), integrator, budget,
 # Stribeck, LuGre, inductance, thermal state, derating, saturation, cogging
 VARIANTS = [
     {"law": LAWS["position"]},
@@ -38,20 +41,35 @@ VARIANTS = [
      "damping_b3": 0.0},
 ]
 GAIN = {LAWS["position"]: 160.0, LAWS["velocity"]: 300.0, LAWS["voltage"]: 6.0, LAWS["current"]: 1.0,
-        LAWS["erob_pd"]: 0.8, LAWS["torque"]: 2.0}
+        LAWS["erob_pd"]: 0.8, LAWS["torque"]: 2.0, LAWS["dxl_pwm"]: 0.8}
 
 
-def rig(variants: list[int], seeds: list[int]) -> Kernel:
+# what sensing and faults select per actuator (sense.h) and the laws of law.h's other passes
+SENSING = [
+    {"encoder_noise": 2e-3, "encoder_counts": 4096.0},
+    {"encoder_stuck": 1, "law": LAWS["dxl_pwm"], "fw_kp": 800.0, "error_gain": 0.16, "max_duty": 0.9,
+     "max_current": 1.5},
+    {"encoder_slip": 0.3, "encoder_noise": 1e-3, "oc_fraction": 0.3, "oc_time": 0.05},
+    {"oc_fraction": 0.5, "oc_current": 0.05, "oc_duration": 0.003, "law": LAWS["erob_pd"], "pd_kp": 5.0,
+     "pd_damping": 0.1, "max_amps": 3.0},
+    {"supply_override": 6.0, "ctrl_limited": 1, "ctrl_lo": -40.0, "ctrl_hi": 30.0},
+    {"temp_limit": 44.0, "law": LAWS["current"]},
+    {"overload_current": 0.05, "overload_time": 0.004, "law": LAWS["voltage"]},
+    {"overload_current": 0.05, "overload_time": 0.004, "shutdown_mask": 0, "encoder_counts": 100.0},
+]
+
+
+def rig(variants: list[int], seeds: list[int], table: list[dict] = VARIANTS) -> Kernel:
     k = Kernel(len(variants), DT)
     for j, (v, seed) in enumerate(zip(variants, seeds, strict=True)):
-        k.set_params(j, make_params(**(MOTOR | VARIANTS[v]), seed=seed))
+        k.set_params(j, make_params(**(MOTOR | table[v]), seed=seed))
         k.set_state(j, temperature=45.0)     # inside the derating ramp
     return k
 
 
-def goals(variants: list[int], steps: int) -> np.ndarray:
+def goals(variants: list[int], steps: int, table: list[dict] = VARIANTS) -> np.ndarray:
     t = np.arange(steps) * DT
-    gain = np.array([GAIN[VARIANTS[v].get("law", 1)] for v in variants])
+    gain = np.array([GAIN[table[v].get("law", 1)] for v in variants])
     return np.sin(2 * np.pi * 0.7 * t)[:, None] * gain[None, :]
 
 
@@ -69,6 +87,48 @@ def test_mixed_block_equals_uniform_blocks():
         for name in mixed:
             np.testing.assert_array_equal(mixed[name][:, cols], uniform[name][:, :len(cols)],
                                           err_msg=f"variant {v}: {name}")
+
+
+def test_sensing_and_faults_mixed_block_equals_uniform_blocks():
+    """Encoder settings, open circuit, supply override, overheat and overload latches (with and without
+    shutdown) and the bam / current laws, interleaved in one block with NaN commands and torque-off
+    spans, give bit for bit what each setting gives among its own kind."""
+    n, steps = 40, 600
+    variants = [j % len(SENSING) for j in range(n)]
+    u = goals(variants, steps, SENSING)
+    u[100:110, ::3] = np.nan
+    enable = np.ones_like(u)
+    enable[300:350, ::2] = 0.0
+    mixed = rig(variants, list(range(1, n + 1)), SENSING).run(u, enable=enable, external_torque=0.2)
+    flags = np.bitwise_or.reduce(mixed["fault_flags"].astype(np.int64), axis=0)
+    for name in ("encoder_noise", "encoder_stuck", "encoder_slip", "open_circuit", "supply", "overheat",
+                 "overload"):
+        assert np.any(flags & FAULT_BITS[name]), name     # every setting took effect somewhere
+    for v in range(len(SENSING)):
+        cols = [j for j in range(n) if variants[j] == v]
+        seeds = [j + 1 for j in cols] * 2
+        uu, ee = np.tile(u[:, cols], 2), np.tile(enable[:, cols], 2)
+        uniform = rig([v] * len(seeds), seeds, SENSING).run(uu, enable=ee, external_torque=0.2)
+        for name in mixed:
+            np.testing.assert_array_equal(mixed[name][:, cols], uniform[name][:, :len(cols)],
+                                          err_msg=f"sensing variant {v}: {name}")
+
+
+def test_lone_actuator_equals_its_place_in_a_rig():
+    """A rig of 1 or 3 actuators (lanes padded to a whole vector) against the same actuators in a rig
+    of 9, bit for bit, on the scalar vector-math path (the one both sizes share)."""
+    active = core._simd()
+    try:
+        core._simd("scalar")
+        variants = [0, 2, 3, 5, 6, 7, 1, 4, 0]
+        big = rig(variants, list(range(1, 10))).run(goals(variants, 300), external_torque=0.2)
+        for size in (1, 3):
+            small = rig(variants[:size], list(range(1, size + 1))).run(goals(variants[:size], 300),
+                                                                         external_torque=0.2)
+            for name in small:
+                np.testing.assert_array_equal(small[name], big[name][:, :size], err_msg=f"{size}: {name}")
+    finally:
+        core._simd(active)
 
 
 def test_run_equals_whole_rig_steps():

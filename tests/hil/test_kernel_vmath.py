@@ -178,16 +178,37 @@ def test_an_actuator_does_not_depend_on_its_block(path, restore_path):
 
 
 def test_instruction_set_copies_agree_bit_for_bit(restore_path):
-    """isa.h compiles step_all for AVX2 and for the x86-64 baseline. Below HIL_SIMD_MIN_N actuators every
-    path takes libm's functions, so the paths differ only by the copy of the code: the same bits."""
-    runs = {}
-    for path in PATHS:
-        core._simd(path)
-        runs[path] = full_feature_run(45, which=[0, 1, 2, 31, 44])
-    assert np.ptp(runs["scalar"]["theta"], axis=0).min() > 0.1
-    for path, out in runs.items():
+    """isa.h compiles step_all for AVX2, for AVX2 with AVX-512VL and for the x86-64 baseline. Below
+    HIL_SIMD_MIN_N actuators every path takes libm's functions, so the paths differ only by the copy of
+    the code: the same bits. With HIL_SIMD_MIN_N or more, the two AVX2 copies on one path: the same bits."""
+    vl = core._avx512vl()
+    copies = [False, True] if vl else [False]
+    runs, large = {}, {}
+    try:
+        for path in PATHS:
+            core._simd(path)
+            for on in copies if path != "scalar" else [False]:
+                core._avx512vl(on)
+                runs[path, on] = full_feature_run(45, which=[0, 1, 2, 31, 44])
+                large[path, on] = full_feature_run(45)
+    finally:
+        core._avx512vl(vl)
+    assert np.ptp(runs["scalar", False]["theta"], axis=0).min() > 0.1
+    for (path, on), out in runs.items():
         for name in out:
-            np.testing.assert_array_equal(out[name], runs["scalar"][name], err_msg=f"{path}: {name}")
+            np.testing.assert_array_equal(out[name], runs["scalar", False][name], err_msg=f"{path} {on}: {name}")
+            np.testing.assert_array_equal(large[path, on][name], large[path, False][name],
+                                          err_msg=f"{path} {on}, 45 actuators: {name}")
+
+
+def test_avx512vl_copy_only_where_the_cpu_has_it(restore_path):
+    if not core._avx512vl():
+        with pytest.raises(ValueError):
+            core._avx512vl(True)
+    vl = core._avx512vl()
+    core._avx512vl(False)
+    assert not core._avx512vl()
+    core._avx512vl(vl)
 
 
 def test_paths_agree_to_round_off(restore_path):
