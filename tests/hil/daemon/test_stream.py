@@ -94,7 +94,9 @@ def test_publish_every_decimates(make_rig, start_daemon, every):
     with Stream(rig.pub) as stream:
         stream.first()
         samples = stream.samples("arm", 0.5)
-    assert 60 <= len(samples) <= 120, len(samples)
+    # 100 expected in 0.5 s at 1 kHz / 5; undecimated would be ~500. The lower bound only asks for enough to
+    # check (host steal makes the loop skip ticks: once 59); the tick steps below are the decimation check
+    assert 30 <= len(samples) <= 120, len(samples)
     seqs = [p["seq"] for p in samples]
     assert all(b == a + 1 for a, b in itertools.pairwise(seqs))
     ticks = [round(p["t"] / DT) for p in samples]
