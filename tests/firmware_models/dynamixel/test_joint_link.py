@@ -11,8 +11,8 @@ import pytest
 
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
-from hil.daemon.live_rig import LiveJoint, LiveRig
-from hil.daemon.rig import load_rig
+from hil.daemon.live_rig import LiveJoint
+from tests.hil.daemon import running_rig
 
 RIG = """name = "joint_link"
 [loop]
@@ -29,12 +29,8 @@ PRESENT_POSITION, REALTIME_TICK, GOAL_POSITION = (132, 4), (120, 2), 116
 
 @pytest.fixture
 def live(tmp_path):
-    (tmp_path / "rig.toml").write_text(RIG)
-    rig, specs, kernel = load_rig(tmp_path / "rig.toml")
-    live = LiveRig(rig, specs, kernel)
-    live.start()
-    yield live
-    live.stop()
+    with running_rig(tmp_path / "rig.toml", RIG) as live:
+        yield live
 
 
 def _steps(live, n):

@@ -40,6 +40,21 @@ FLAG = {"open_circuit": 1, "supply_sag": 2, "encoder_noise": 4, "derated": 8, "o
 _ids = itertools.count()
 
 
+@contextlib.contextmanager
+def running_rig(path, text: str):
+    """A LiveRig of the rig file `text` (written to `path`), started; stopped on exit."""
+    from hil.daemon.live_rig import LiveRig
+    from hil.daemon.rig import load_rig
+
+    path.write_text(text)
+    live = LiveRig(*load_rig(path))
+    live.start()
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (bind port 0, read it, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from hil.daemon.live_rig import LiveJoint, LiveRig
-from hil.daemon.rig import load_rig
+from hil.daemon.live_rig import LiveJoint
+
+from . import running_rig
 
 RIG = """name = "live_joint"
 [loop]
@@ -24,12 +25,8 @@ load = { mass = 0.3, length = 0.1 }
 
 @pytest.fixture
 def live(tmp_path):
-    (tmp_path / "rig.toml").write_text(RIG)
-    rig, specs, kernel = load_rig(tmp_path / "rig.toml")
-    live = LiveRig(rig, specs, kernel)
-    live.start()
-    yield live
-    live.stop()
+    with running_rig(tmp_path / "rig.toml", RIG) as live:
+        yield live
 
 
 def _wait(cond, timeout=2.0):
