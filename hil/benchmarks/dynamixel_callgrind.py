@@ -1,6 +1,6 @@
 """Instructions per Dynamixel packet, for valgrind: the bus server's per-packet work in one process.
 
-`python -m hil.benchmarks.dynamixel_callgrind KIND N` builds the rig of `servo-hil bench dynamixel` (12 ×
+`servo-hil bench dynamixel-packets KIND N` builds the rig of `servo-hil bench dynamixel` (12 ×
 XM430-W350, fast, on a running 1 kHz loop), then feeds N packets of KIND through what the bus thread does
 for each (drivers/dynamixel/server.py: `Parser.feed`, the LiveRig batch, `DynamixelBus.handle`) in the main
 thread. KIND: `sync_read` (Present Position of the 12), `sync_write` (Goal Position of the 12, every goal
@@ -9,19 +9,20 @@ changed: a control loop), `sync_write_same` (the same goals each time), `read4` 
 Run it twice under callgrind and subtract, so that start-up cancels out:
 
     valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cg.%p \\
-        python -m hil.benchmarks.dynamixel_callgrind sync_read 600     # and 100
+        .venv/bin/servo-hil bench dynamixel-packets sync_read 600     # and 100
 
 (600-packet main thread total − 100-packet total) / 500 = instructions per packet.
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from hil.benchmarks.dynamixel import IDS, _read_packets, _sync_read_request, _sync_write, rig_text
+
+KINDS = ("sync_read", "sync_write", "sync_write_same", "read4")
 
 
 def packets(kind: str, n: int) -> list[bytes]:
@@ -34,15 +35,16 @@ def packets(kind: str, n: int) -> list[bytes]:
         return [_sync_write({i: 2048 for i in IDS})] * n
     if kind == "read4":
         return [_read_packets(1, 0)[0]] * n
-    raise SystemExit(f"unknown kind {kind!r} (sync_read, sync_write, sync_write_same, read4)")
+    raise ValueError(f"unknown kind {kind!r} ({', '.join(KINDS)})")
 
 
-def main(argv: list[str]) -> int:
+def run(kind: str, n: int) -> int:
+    """Feed n packets of `kind` through the bus as its thread would; the number of replies sent."""
     from drivers.dynamixel.attach import open_dynamixel_bus
     from hil.daemon.live_rig import LiveRig
     from hil.daemon.rig import load_rig
 
-    kind, n = argv[0], int(argv[1])
+    data_in = packets(kind, n)
     with tempfile.TemporaryDirectory() as tmp:
         rig_path = Path(tmp) / "rig.toml"
         rig_path.write_text(rig_text(1_000_000, True, 0, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"))
@@ -53,16 +55,11 @@ def main(argv: list[str]) -> int:
             server = open_dynamixel_bus(rig.buses[0], live, port=str(Path(tmp) / "tty"))
             bus, parser, lock, batch = server.bus, server.parser, server.lock, server.batch
             replies = 0
-            for data in packets(kind, n):
+            for data in data_in:
                 for packet in parser.feed(data, time.monotonic()):
                     with lock, batch():
                         replies += len(bus.handle(packet, None))
-            print(f"{kind}: {n} packets, {replies} replies", file=sys.stderr)
             server.port.close()
         finally:
             live.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return replies

@@ -357,6 +357,20 @@ def bench_dynamixel_timeline(
     _print_json(timeline(baud, rdt, n), out)
 
 
+@bench_app.command("dynamixel-packets")
+def bench_dynamixel_packets(
+    kind: Annotated[str, typer.Argument(help="sync_read, sync_write (every goal changed), sync_write_same or read4")],
+    n: Annotated[int, typer.Argument(min=1, help="packets to feed")],
+) -> None:
+    """Feed N packets of KIND through the bus of `bench dynamixel`'s rig in this process, as its thread does
+    (for valgrind: instructions per packet = the difference of two N over their difference)."""
+    from hil.benchmarks.dynamixel_callgrind import KINDS, run
+
+    if kind not in KINDS:
+        raise typer.BadParameter(f"{kind!r} is not one of {', '.join(KINDS)}", param_hint="KIND")
+    print(f"{kind}: {n} packets, {run(kind, n)} replies")
+
+
 @bench_app.command("erob")
 def bench_erob(
     cycles: Annotated[int, typer.Option(min=1, help="timed 1 kHz cycles per phase")] = 5000,
