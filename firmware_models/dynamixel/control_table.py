@@ -651,9 +651,11 @@ class ControlTable:
         if not isinstance(data, bytes):
             data = bytes(data)
         changed = self._checks.write_direct(self.data, address, data)   # the common case, all in C
-        if changed is not None:
-            return changed
-        # the write touches Indirect Data or an Indirect Address
+        return changed if changed is not None else self.write_indirect(address, data)
+
+    def write_indirect(self, address: int, data: bytes) -> list[str]:
+        """The rest of `write` for a write `WriteChecks.write_direct` left to the table (it returned None: inside
+        the table, some data, touching Indirect Data or an Indirect Address)."""
         if self._overlaps(self._data_ranges, address, address + len(data)):
             return self._write_staged(address, data)
         changed = self._checks.write(self.data, address, data)

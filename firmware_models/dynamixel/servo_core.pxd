@@ -26,7 +26,6 @@ cdef class ServoCore:
     cdef public double return_delay_s, _last_instruction_s
     cdef public int _hw_error
     cdef public Py_ssize_t _a_watchdog, _a_torque, _a_drive
-    cdef public tuple _goal_addresses
     cdef bytearray regs
 
     cpdef bint supports(self, int instruction)

@@ -99,7 +99,6 @@ cdef class ServoCore:
             self._goal_addr[k] = it.address if it is not None else -1
             self._goal_size[k] = it.size if it is not None else 0
             self._goal_signed[k] = it is not None and it.signed
-        self._goal_addresses = tuple(self._goal_addr[k] for k in range(4) if self._goal_addr[k] >= 0)
 
     cpdef bint supports(self, int instruction):
         """Whether the model executes `instruction` (its control table's instruction list)."""
@@ -149,10 +148,10 @@ cdef class ServoCore:
         if wakes:
             self.table.set("Torque Enable", 1)
         try:
-            # in C unless the write touches Indirect Data or an Indirect Address (the table's own write does those)
+            # in C unless the write touches Indirect Data or an Indirect Address (the table does those)
             changed = self._checks.write_direct(self.regs, address, data)
             if changed is None:
-                changed = self.table.write(address, data)
+                changed = self.table.write_indirect(address, data)
         except ControlTableError as exc:
             if wakes:
                 self.table.set("Torque Enable", 0)
@@ -168,8 +167,9 @@ cdef class ServoCore:
         cdef const unsigned char* regs = <const unsigned char*> PyByteArray_AS_STRING(self.regs)
         if regs[self._a_torque] or not regs[self._a_drive] & 0x08 or self._hw_shutdown():
             return False
-        for a in self._goal_addresses:
-            if address <= a < end:
+        cdef int k
+        for k in range(4):
+            if self._goal_addr[k] >= 0 and address <= self._goal_addr[k] < end:
                 return True
         return False
 
