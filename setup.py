@@ -25,8 +25,8 @@ def extension(name: str, depends: tuple[str, ...] = (), flags: tuple[str, ...] =
     )
 
 
-KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h"
-                       for h in ("vmath", "isa", "plan", "select", "args", "sense", "law", "motor", "load"))
+KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h" for h in ("vmath", "vexp", "noise", "isa", "plan", "select", "args", "sense",
+                                                     "law", "motor", "load"))
 
 # the kernel's lane loops stay loops: GCC -O3 turns a loop that zeroes a few padding lanes into a
 # memset call (rep stos, or a call with vzeroupper), dozens of cycles for 3 lanes of a lone actuator

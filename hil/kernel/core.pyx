@@ -82,6 +82,16 @@ cdef extern from "args.h" nogil:
     void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
                        double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
 
+cdef extern from "noise.h" nogil:
+    enum:
+        HIL_NOISE_RETRY
+        HIL_NOISE_DREW
+    double hil_uniform(uint64_t* state)
+    int hil_noise_draws(const double* P, Py_ssize_t st, int j, const double* k, const double* has_spare)
+    int hil_noise_pass(const double* P, Py_ssize_t st, int m, const double* k, const double* has_spare,
+                       uint64_t* rng, double* gauss_x, double* gauss_y, double* gauss_r, double* gauss_log,
+                       int64_t* retry)
+
 cdef extern from "sense.h" nogil:
     void hil_gauss_scale_pass(int m, const double* gauss_log, double* gauss_r)
     void hil_sense_pass(const double* P, Py_ssize_t st, int m, double dt, const double* theta, const double* k,
@@ -207,7 +217,7 @@ cdef struct Block:
     # A block of BLOCK actuators as step_block's lanes (struct-of-arrays, the passes vectorize across
     # them). The State fields the passes read and write live here from `lanes_load` to `lanes_store`:
     # around every step in step_all, around all T steps in Kernel.run; integers as doubles (exact).
-    # The rest of State (the Dynamixel firmware's, the noise generator's rng) stays in the records.
+    # The rest of State (the Dynamixel firmware's) stays in the records.
     double k[BLOCK]             # steps taken
     double theta[BLOCK]         # θ, ω: pre-step (passes 1–3), then pass 4's results
     double omega[BLOCK]
@@ -220,6 +230,7 @@ cdef struct Block:
     double enc_offset[BLOCK]
     double has_spare[BLOCK]
     double gauss_spare[BLOCK]
+    uint64_t rng[BLOCK]         # the noise generator's stream (noise.h)
     double oc_active[BLOCK]
     double oc_timer[BLOCK]
     double ol_timer[BLOCK]
@@ -246,6 +257,7 @@ cdef struct Block:
     double gauss_log[BLOCK]     # → log r
     double gauss_x[BLOCK]
     double gauss_y[BLOCK]
+    int64_t gauss_retry[BLOCK]  # 1: the first pair was rejected (noise.h)
     double zoh_a[BLOCK]         # LuGre a of the bristle zero-order hold (pass 4)
     double zoh_ea[BLOCK]        # a·dt → exp(a·dt)
     double zoh_inv_a[BLOCK]     # 1/a
@@ -281,16 +293,6 @@ cdef inline double clip(double x, double lo, double hi) noexcept nogil:
     # the per-actuator code's clip: branches (predicted) cost less there than select.h's blend `hil_clip`,
     # which the lane passes need to vectorize; both return the same value
     return lo if x < lo else (hi if x > hi else x)
-
-
-cdef inline double uniform(uint64_t* state) noexcept nogil:
-    # xorshift64*: a seeded, allocation-free generator usable without the GIL; (0, 1].
-    cdef uint64_t x = state[0]
-    x ^= x >> 12
-    x ^= x << 25
-    x ^= x >> 27
-    state[0] = x
-    return ((x * <uint64_t>2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -636,27 +638,21 @@ cdef inline int kinds(const Params* p) noexcept nogil:
             | (USES_STRIBECK if stribeck else 0))
 
 
-cdef inline int noise_pair(const double* P, State* s, Block* b, int j) noexcept nogil:
-    """Pass 1 of step_all, the noise generator's part (the rest: args.h): a fresh pair of Marsaglia's
-    polar method for actuator j when its measurement needs one (sense.h finishes the deviates: the spare
-    one is kept in the state, so the stream stays a pure function of (seed, k)). Returns NEED_LOG if it
-    drew one. P: the block's plan (b.k and b.has_spare on the lanes)."""
-    cdef double x = 0.0, y = 0.0, r = 1.0
-    cdef int need = 0
-    if (P[PL_ENC_NOISE * BLOCK + j] > 0 and b.has_spare[j] == 0
-            and not (P[PL_ENC_STUCK * BLOCK + j] != 0 and b.k[j] > 0)):
-        while True:   # the polar method's rejection loop
-            x = 2.0 * uniform(&s.rng) - 1.0
-            y = 2.0 * uniform(&s.rng) - 1.0
-            r = x * x + y * y
-            if 0.0 < r < 1.0:
-                break
-        need = NEED_LOG
+cdef inline void noise_polar(Block* b, int j) noexcept nogil:
+    """Marsaglia's polar method for lane j from its stream's current state: pairs until one falls inside
+    the unit circle (noise.h `hil_noise_pass` draws a whole vector's first pairs; this, a rejected lane's
+    next ones and a partial vector's lanes)."""
+    cdef double x, y, r
+    while True:
+        x = 2.0 * hil_uniform(&b.rng[j]) - 1.0
+        y = 2.0 * hil_uniform(&b.rng[j]) - 1.0
+        r = x * x + y * y
+        if 0.0 < r < 1.0:
+            break
     b.gauss_x[j] = x
     b.gauss_y[j] = y
     b.gauss_r[j] = r
     b.gauss_log[j] = r
-    return need
 
 
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
@@ -716,6 +712,7 @@ cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
         b.enc_offset[j] = st.enc_offset
         b.has_spare[j] = <double>st.has_spare
         b.gauss_spare[j] = st.gauss_spare
+        b.rng[j] = st.rng
         b.oc_active[j] = <double>st.oc_active
         b.oc_timer[j] = st.oc_timer
         b.ol_timer[j] = st.ol_timer
@@ -748,6 +745,7 @@ cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
         st.enc_offset = b.enc_offset[j]
         st.has_spare = <int64_t>b.has_spare[j]
         st.gauss_spare = b.gauss_spare[j]
+        st.rng = b.rng[j]
         st.oc_active = <int64_t>b.oc_active[j]
         st.oc_timer = b.oc_timer[j]
         st.ol_timer = b.ol_timer[j]
@@ -776,7 +774,8 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     saw it computed, a multiple of 4, it stopped vectorizing the baseline copy's passes); P = the block's plan (plan.h), params and states its records (the
     Dynamixel firmware's and the noise generator's fields). Four passes:
     1. the arguments of every transcendental, from the pre-step state (args.h `hil_args_pass`,
-       vectorized across actuators; the noise generator's pairs per actuator: `noise_pair`);
+       vectorized across actuators; the noise generator's first pairs: noise.h `hil_noise_pass`, vectorized
+       too, its rejected ones and a partial vector's per actuator: `noise_polar`);
     2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
        libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
        libm; within round-off of each other);
@@ -793,18 +792,33 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     cdef const Params* p = <const Params*>params
     cdef State* s = <State*>states
     cdef HilLawOut law
-    cdef int j, need = <int>P[PL_BLOCK_KINDS * BLOCK]
+    cdef int j, g, noise, need = <int>P[PL_BLOCK_KINDS * BLOCK]
     cdef double vs
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
     law.f, law.R, law.G, law.T, law.Ld = &b.f[0], &b.R[0], &b.G[0], &b.T[0], &b.Ld[0]
     hil_args_pass(P, BLOCK, mv, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
-    for j in range(m):
-        need |= noise_pair(P, &s[j], b, j)
-    for j in range(m, mv):              # the padding lanes: no pair (r = 1, as noise_pair leaves it)
-        b.gauss_x[j] = 0.0
-        b.gauss_y[j] = 0.0
-        b.gauss_r[j] = 1.0
-        b.gauss_log[j] = 1.0
+    if need & USES_NOISE:
+        # the first pairs of whole vectors in one vectorized pass; a partial vector's lanes per actuator
+        # (a lone actuator's step would wait on four lanes of emulated 64-bit multiplies)
+        g = m & ~(LANE_PAD - 1)
+        noise = 0
+        if g:
+            noise = hil_noise_pass(P, BLOCK, g, b.k, b.has_spare, b.rng, b.gauss_x, b.gauss_y, b.gauss_r,
+                                   b.gauss_log, b.gauss_retry)
+        if noise & HIL_NOISE_RETRY:
+            for j in range(g):
+                if b.gauss_retry[j]:
+                    noise_polar(b, j)
+        for j in range(g, mv):      # no pair unless drawn (r = 1: no denormals in the scale pass)
+            b.gauss_x[j] = 0.0
+            b.gauss_y[j] = 0.0
+            b.gauss_r[j] = 1.0
+            b.gauss_log[j] = 1.0
+            if j < m and hil_noise_draws(P, BLOCK, j, b.k, b.has_spare):
+                noise_polar(b, j)
+                noise |= HIL_NOISE_DREW
+        if noise & HIL_NOISE_DREW:
+            need |= NEED_LOG
     if need & NEED_LOG:             # first: the measured position, pass 3's first need, waits on it
         hil_vlog(b.gauss_log, m, path)
         hil_gauss_scale_pass(mv, b.gauss_log, b.gauss_r)

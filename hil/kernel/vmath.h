@@ -1,16 +1,19 @@
 /* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
 
-   The vector paths call glibc's libmvec (the x86-64 vector ABI: _ZGVdN4v_* for AVX2, _ZGVeN8v_* for
-   AVX-512; ≤ 4 ulp, the same functions gcc emits for `omp simd` loops under -ffast-math), picked at run
-   time (hil_simd, from __builtin_cpu_supports; core.pyx defaults to AVX2, see there). Each lane's result depends only on its argument, and
-   the lanes that do not fill a whole vector go through libm, so an actuator's step depends on its
-   position in a block only by that round-off (tests/hil/test_kernel_vmath.py). Without glibc on x86-64,
-   or when forced (hil_simd = 0), every call is libm's. */
+   The vector paths call glibc's libmvec for sin and log (the x86-64 vector ABI: _ZGVdN4v_* for AVX2,
+   _ZGVeN8v_* for AVX-512; ≤ 4 ulp, the functions gcc emits for `omp simd` loops under -ffast-math) and
+   compute exp, and pow as exp(y·log x), with vexp.h's exp, which GCC vectorizes inline; the path is
+   picked at run time (hil_simd, from __builtin_cpu_supports; core.pyx defaults to AVX2, see there).
+   Each lane's result depends only on its argument (libmvec's padded last vector, GCC's scalar remainder
+   of the same operations), so an actuator's step does not depend on its position in a block
+   (tests/hil/test_kernel_vmath.py). Without glibc on x86-64, without FMA, or when forced
+   (hil_simd = 0), every call is libm's. */
 
 #ifndef HIL_VMATH_H
 #define HIL_VMATH_H
 
 #include <math.h>
+#include "vexp.h"
 
 #define HIL_SIMD_SCALAR 0
 #define HIL_SIMD_AVX2 1
@@ -24,13 +27,10 @@ static int hil_simd = HIL_SIMD_SCALAR;   /* the path step_all uses for rigs of H
 
 /* the tail (and the scalar path): libm */
 static void hil_sin_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = sin(x[i]); }
-/* At and below HIL_EXP_LOW exp(x) is at the bottom of the normal range or below, and libmvec computes
-   such a lane by calling libm's exp for it after the whole vector (LuGre's −(L̇/ωs)² is far below at
-   speed): the vector paths send exactly those lanes to libm themselves (hil_exp_lanes), and below
-   HIL_EXP_ZERO, where libm returns +0 after an underflow path of its own, return +0 directly. The same
-   bits as libmvec's, at a fraction of the cost. HIL_EXP_LOW is glibc 2.36's bound (found by bisection,
-   AVX2 and AVX-512 alike); were another glibc's different, the lanes in between would differ by
-   libmvec's ≤ 4 ulp, no more. */
+/* At and below HIL_EXP_LOW exp(x) is at the bottom of the normal range or below, where libm rounds a
+   subnormal result once and vexp.h's two scalings would round it twice: the vector paths take libm's exp
+   for exactly those lanes (as libmvec itself did), and below HIL_EXP_ZERO, where libm returns +0 after an
+   underflow path of its own, +0 directly. HIL_EXP_LOW is glibc 2.36's libmvec bound (found by bisection). */
 #define HIL_EXP_LOW (-708.39599609375)
 #define HIL_EXP_ZERO (-746.0)
 static inline double hil_exp1(double x) { return x < HIL_EXP_ZERO ? 0.0 : exp(x); }
@@ -43,13 +43,41 @@ static void hil_pow_libm(double* x, const double* y, int i, int n) { for (; i < 
 
 /* libmvec's entry points (glibc ≥ 2.22; declared by <math.h> only under -ffast-math) */
 __m256d _ZGVdN4v_sin(__m256d);
-__m256d _ZGVdN4v_exp(__m256d);
 __m256d _ZGVdN4v_log(__m256d);
-__m256d _ZGVdN4vv_pow(__m256d, __m256d);
 __m512d _ZGVeN8v_sin(__m512d);
-__m512d _ZGVeN8v_exp(__m512d);
 __m512d _ZGVeN8v_log(__m512d);
-__m512d _ZGVeN8vv_pow(__m512d, __m512d);
+
+/* exp of an array on a vector path: hil_exp_lane (vexp.h), which GCC vectorizes in each instruction-set
+   copy, ≤ 1 ulp from libm (libmvec's exp cost as much, plus a call and a round trip per vector). The
+   lanes whose result is below the normal range, (HIL_EXP_ZERO, HIL_EXP_LOW], keep their (negative)
+   argument in the loop and take libm's exp after it: the same bits as the libm path there. */
+#define HIL_EXP_ARRAY(sfx, attr)                                                                      \
+    attr static void hil_exp_##sfx(double* x, const double* y, int n) {                               \
+        int i, low = 0;                                                                                \
+        (void)y;                                                                                       \
+        for (i = 0; i < n; i++) {                                                                      \
+            double v = x[i];                                                                           \
+            int t = (v <= HIL_EXP_LOW) & (v >= HIL_EXP_ZERO);                                          \
+            low |= t;                                                                                  \
+            x[i] = hil_sel(t, v, hil_exp_lane(v));                                                     \
+        }                                                                                              \
+        if (low)                                                                                       \
+            for (i = 0; i < n; i++)                                                                    \
+                if (x[i] < 0.0) x[i] = exp(x[i]);                                                      \
+    }
+
+/* pow of an array of x ≥ 0 (−0 taken as +0) on a vector path, as exp(y·log x): libmvec's log, then
+   hil_exp_lane (libmvec's pow costs twice as much). The relative error grows with |y·log x|: ≤ 3 +
+   |y·log x| ulp (tests/hil/test_kernel_vmath.py). The kernel's one power is bam's Stribeck factor
+   exp(−|ω/θ̇s|^α): where the factor matters (|ω/θ̇s|^α of order 1) that is a few ulp, the factor itself
+   within 2^−52 of libm's, and where |y·log x| is large the factor is 1 or 0 to far below round-off.
+   x = +0 (an actuator held still by stiction): +0 for y > 0, +inf for y < 0; y = 0 gives 1 for every x. */
+#define HIL_POW_ARRAY(sfx, attr)                                                                      \
+    attr static void hil_pow_##sfx(double* x, const double* y, int n) {                               \
+        int i;                                                                                         \
+        hil_log_##sfx(x, y, n);                                                                        \
+        for (i = 0; i < n; i++) x[i] = hil_sel(y[i] == 0.0, 1.0, hil_exp_lane(y[i] * x[i]));           \
+    }
 
 /* A path's function of an array: whole vectors, then the remaining lanes padded into one more vector
    (a lane's result never depends on where in the array it sits). */
@@ -66,55 +94,16 @@ __m512d _ZGVeN8vv_pow(__m512d, __m512d);
     }
 #define HIL_PATH(sfx, attr, w, V, load, store, isa)                                                   \
     HIL_VECTOR(sin, sfx, attr, w, V, load, store, _ZGV##isa##v_sin(a))                               \
-    HIL_VECTOR(exp, sfx, attr, w, V, load, store, hil_exp_lanes_##sfx(a))                            \
+    HIL_EXP_ARRAY(sfx, attr)                                                                         \
     HIL_VECTOR(log, sfx, attr, w, V, load, store, _ZGV##isa##v_log(a))                               \
-    HIL_VECTOR(pow, sfx, attr, w, V, load, store, hil_pow_lanes_##sfx(a, b))
+    HIL_POW_ARRAY(sfx, attr)
 
-/* exp of one vector with its lanes at or below HIL_EXP_LOW (if any: one compare per vector) through libm */
-#define HIL_EXP_LANES(sfx, attr, w, V, load, store, isa, tiny_mask)                                  \
-    attr static inline V hil_exp_lanes_##sfx(V a) {                                                   \
-        double in[w], out[w];                                                                          \
-        int k;                                                                                         \
-        if (!(tiny_mask)) return _ZGV##isa##v_exp(a);                                                 \
-        store(in, a);                                                                                  \
-        for (k = 0; k < w; k++) out[k] = in[k] <= HIL_EXP_LOW ? 0.0 : in[k];                           \
-        store(out, _ZGV##isa##v_exp(load(out)));                                                       \
-        for (k = 0; k < w; k++) if (in[k] <= HIL_EXP_LOW) out[k] = hil_exp1(in[k]);                    \
-        return load(out);                                                                              \
-    }
-/* pow of one vector whose lanes with x = +0 and y > 0 are +0 (C99 F.9.4.4, what libm's pow returns):
-   libmvec computes each such lane by calling libm's pow for it after the whole vector, and bam's
-   Stribeck |ω/θ̇s|^α has them whenever an actuator stands still (stiction holds ω at exactly 0). One
-   compare per vector; a vector of only such lanes skips the call. */
-#define HIL_POW_ZERO(x, y) ((x) == 0.0 && !signbit(x) && (y) > 0.0)
-#define HIL_POW_LANES(sfx, attr, w, V, load, store, isa, zero_mask, zero)                            \
-    attr static inline V hil_pow_lanes_##sfx(V a, V b) {                                              \
-        double x[w], y[w], r[w];                                                                       \
-        int k, all = 1;                                                                                \
-        if (!(zero_mask)) return _ZGV##isa##vv_pow(a, b);                                             \
-        store(x, a);                                                                                   \
-        store(y, b);                                                                                   \
-        for (k = 0; k < w; k++) { all &= HIL_POW_ZERO(x[k], y[k]); r[k] = HIL_POW_ZERO(x[k], y[k]) ? 1.0 : x[k]; } \
-        if (all) return zero;                                                                          \
-        store(r, _ZGV##isa##vv_pow(load(r), b));                                                       \
-        for (k = 0; k < w; k++) if (HIL_POW_ZERO(x[k], y[k])) r[k] = 0.0;                              \
-        return load(r);                                                                                \
-    }
-HIL_POW_LANES(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4,
-              _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_setzero_pd(), _CMP_EQ_OQ)), _mm256_setzero_pd())
-HIL_POW_LANES(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8,
-              _mm512_cmp_pd_mask(a, _mm512_setzero_pd(), _CMP_EQ_OQ), _mm512_setzero_pd())
-
-HIL_EXP_LANES(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4,
-              _mm256_movemask_pd(_mm256_cmp_pd(a, _mm256_set1_pd(HIL_EXP_LOW), _CMP_LE_OQ)))
-HIL_EXP_LANES(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8,
-              _mm512_cmp_pd_mask(a, _mm512_set1_pd(HIL_EXP_LOW), _CMP_LE_OQ))
-
-HIL_PATH(avx2, __attribute__((target("avx2"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4)
-HIL_PATH(avx512, __attribute__((target("avx512f"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8)
+HIL_PATH(avx2, __attribute__((target("avx2,fma"))), 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, dN4)
+HIL_PATH(avx512, __attribute__((target("avx512f,fma"))), 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, eN8)
 
 static int hil_simd_max(void) {
     __builtin_cpu_init();
+    if (!__builtin_cpu_supports("fma")) return HIL_SIMD_SCALAR;   /* vexp.h: every AVX2 CPU has it */
     if (__builtin_cpu_supports("avx512f")) return HIL_SIMD_AVX512;
     if (__builtin_cpu_supports("avx2")) return HIL_SIMD_AVX2;
     return HIL_SIMD_SCALAR;
