@@ -55,15 +55,23 @@ static inline int hil_noise_draws(const double* restrict P, ptrdiff_t st, int j,
 }
 
 /* Lanes [0, m) (whole vectors: core.pyx draws a partial one's lanes per actuator); P as above. Out: a
-   drawing lane's
-   first attempt (gauss_x, gauss_y in (−1, 1], gauss_r = gauss_log = x² + y²; 0, 0, 1, 1 for a lane that
-   does not draw), rng advanced past it, retry = 1 where 0 < r < 1 failed. Returns HIL_NOISE_DREW and
-   HIL_NOISE_RETRY as they apply to some lane. */
+   drawing lane's first attempt (gauss_x, gauss_y in (−1, 1], gauss_r = gauss_log = x² + y²; 0, 0, 1, 1
+   for a lane that does not draw), rng advanced past it, retry = 1 where 0 < r < 1 failed. Returns HIL_NOISE_DREW and
+   HIL_NOISE_RETRY as they apply to some lane; without a drawing lane only the neutral values (and no
+   retry: the caller reads it only with HIL_NOISE_RETRY). */
 static inline int hil_noise_pass(const double* restrict P, ptrdiff_t st, int m, const double* restrict k,
                                  const double* restrict has_spare, uint64_t* restrict rng,
                                  double* restrict gauss_x, double* restrict gauss_y, double* restrict gauss_r,
                                  double* restrict gauss_log, int64_t* restrict retry) {
     int j, drew = 0, again = 0;
+    for (j = 0; j < m; j++) drew |= hil_noise_draws(P, st, j, k, has_spare);
+    if (!drew) {   /* a step that uses the spares (every other one, for actuators that started together) */
+        for (j = 0; j < m; j++) {
+            gauss_x[j] = gauss_y[j] = 0.0;
+            gauss_r[j] = gauss_log[j] = 1.0;
+        }
+        return 0;
+    }
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         int draw = hil_noise_draws(P, st, j, k, has_spare);
@@ -75,10 +83,9 @@ static inline int hil_noise_pass(const double* restrict P, ptrdiff_t st, int m, 
         gauss_y[j] = hil_sel(draw, y, 0.0);
         gauss_r[j] = gauss_log[j] = hil_sel(draw, r, 1.0);
         retry[j] = rejected;
-        drew |= draw;
         again |= rejected;
     }
-    return (drew ? HIL_NOISE_DREW : 0) | (again ? HIL_NOISE_RETRY : 0);
+    return HIL_NOISE_DREW | (again ? HIL_NOISE_RETRY : 0);
 }
 
 #endif
