@@ -772,13 +772,13 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     """Advance the m ≤ BLOCK actuators of a block by dt on their lanes (lanes_load), with the step's
     inputs in them (cmd, enable, ext); the lane passes run mv = padded(m) lanes (an argument: where GCC
     saw it computed, a multiple of 4, it stopped vectorizing the baseline copy's passes); P = the block's plan (plan.h), params and states its records (the
-    Dynamixel firmware's and the noise generator's fields). Four passes:
+    Dynamixel firmware's fields). Four passes:
     1. the arguments of every transcendental, from the pre-step state (args.h `hil_args_pass`,
        vectorized across actuators; the noise generator's first pairs: noise.h `hil_noise_pass`, vectorized
        too, its rejected ones and a partial vector's per actuator: `noise_polar`);
-    2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: glibc's
-       libmvec where the CPU has AVX2 / AVX-512 and the rig has HIL_SIMD_MIN_N actuators or more, else
-       libm; within round-off of each other);
+    2. their sines, exponentials, logarithms and powers, a whole block per call (vmath.h: libmvec's sin
+       and log and vexp.h's exp where the CPU has AVX2 and FMA and the rig has HIL_SIMD_MIN_N actuators
+       or more, else libm; within round-off of each other);
     3. sensing and faults (sense.h `hil_sense_pass`), the firmware laws (law.h: `hil_law_pass`, and
        `hil_dxl_pwm_pass`, `hil_current_law_pass` for a block that holds such laws), all vectorized across
        actuators, but the Dynamixel firmware's (LAW_DXL: `dxl_firmware`, per actuator); then the motor, vectorized too (motor.h `hil_motor_pass`), the latches watching its
