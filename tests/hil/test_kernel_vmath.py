@@ -69,9 +69,11 @@ REF = {"sin": _libm(math.sin), "exp": _libm(math.exp), "log": _libm(math.log)}
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("fn", ["sin", "exp", "log"])
 def test_functions_within_4_ulp_of_libm(fn, path, restore_path):
+    """libmvec's sin and log within its documented 4 ulp; vexp.h's exp within 1."""
     core._simd(path)
     x = ARGS[fn]
-    assert np.max(ulps(core._vmath(fn, x), REF[fn](x))) <= (0.0 if path == "scalar" else 4.0)
+    bound = 0.0 if path == "scalar" else (1.0 if fn == "exp" else 4.0)
+    assert np.max(ulps(core._vmath(fn, x), REF[fn](x))) <= bound
 
 
 @pytest.mark.parametrize("path", PATHS)
