@@ -178,6 +178,11 @@ class MqttPlane(threading.Thread):
     async def _commands_task(self, client: aiomqtt.Client) -> None:
         base = f"{self.prefix}/cmd/"
         async for message in client.messages:
+            # only what the subscription asks for: amqtt 0.12 sends a connecting client the retained
+            # messages of every client's subscriptions (another rig's status, a dashboard's), not a command
+            if not message.topic.matches(base + "#"):
+                log.debug("MQTT message on %s ignored: not under %s", message.topic, base)
+                continue
             name = str(message.topic)[len(base):]
             await self._execute(name, bytes(message.payload or b""))
 

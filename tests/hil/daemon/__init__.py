@@ -275,10 +275,11 @@ class MqttClient:
             payload = m.payload if isinstance(m.payload, bytes | bytearray) else str(m.payload).encode()
             self._queue.put(MqttMessage(str(m.topic), bytes(payload), bool(m.retain)))
 
-    def publish(self, topic: str, payload: bytes | str, timeout: float = 5.0) -> None:
+    def publish(self, topic: str, payload: bytes | str, timeout: float = 5.0, retain: bool = False) -> None:
         if isinstance(payload, str):
             payload = payload.encode()
-        fut = asyncio.run_coroutine_threadsafe(self._client.publish(topic, payload, qos=1), self._loop)
+        fut = asyncio.run_coroutine_threadsafe(self._client.publish(topic, payload, qos=1, retain=retain),
+                                               self._loop)
         fut.result(timeout)
 
     def publish_json(self, topic: str, obj) -> None:

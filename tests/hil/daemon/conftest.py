@@ -167,10 +167,11 @@ def _start_amqtt(port: int) -> Broker:
     return Broker("amqtt", port, stop)
 
 
-def start_broker(port: int, log_dir: Path, in_process: bool = True) -> Broker:
+def start_broker(port: int, log_dir: Path, in_process: bool = True, kind: str = "") -> Broker:
     """mosquitto when installed (or SERVO_HIL_TEST_BROKER=mosquitto), else amqtt: in-process, or in a
-    subprocess when `in_process` is false (outage tests: stopping it must close every connection)."""
-    choice = os.environ.get("SERVO_HIL_TEST_BROKER", "")
+    subprocess when `in_process` is false (outage tests: stopping it must close every connection);
+    `kind` ("mosquitto", "amqtt") overrides both."""
+    choice = kind or os.environ.get("SERVO_HIL_TEST_BROKER", "")
     log = log_dir / f"broker-{port}-{time.monotonic_ns()}.log"
     if choice == "mosquitto" or (choice != "amqtt" and shutil.which("mosquitto")):
         return _start_mosquitto(port, log)

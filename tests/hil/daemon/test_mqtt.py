@@ -9,7 +9,7 @@ import time
 import pytest
 
 from . import FLAG, MqttClient, Stream, free_port, ok
-from .conftest import ARM_GEAR
+from .conftest import ARM_GEAR, start_broker
 
 
 @pytest.fixture
@@ -177,6 +177,28 @@ def test_mqtt_unhashable_actuator_is_a_command_error(shared_mq, shared_mqtt_daem
     ev = mq.event(lambda e: e.get("type") in ("command_error", "command"), 2.0, "a reply event", start)
     assert ev["type"] == "command_error" and "unknown actuator" in ev["error"]
     assert d.alive
+
+
+def test_retained_messages_of_other_subscriptions_are_not_commands(make_rig, start_daemon, tmp_path):
+    """amqtt 0.12, the daemon's embedded broker, sends a connecting client the retained messages of every
+    client's subscriptions, not only its own: another rig's retained status reached the daemon, which
+    took it for a command with an empty name and published a command_error. The first event is now the
+    first command's."""
+    broker = start_broker(free_port(), tmp_path, kind="amqtt")
+    try:
+        rig = make_rig(mqtt_port=broker.port)
+        with MqttClient(broker.port, ["servo-hil/other-rig/#", f"servo-hil/{rig.name}/#"]) as client:
+            client.publish("servo-hil/other-rig/status", b'{"rig": "other-rig"}', retain=True)
+            client.wait(lambda m: m.topic == "servo-hil/other-rig/status", 5.0, "the retained status")
+            d = start_daemon(rig)
+            client.wait(lambda m: m.topic == f"servo-hil/{rig.name}/online" and m.payload == b"online", 10.0,
+                        "online")
+            client.publish_json(f"servo-hil/{rig.name}/cmd/set_goal", {"actuator": "mx", "value": 0.2, "id": "first"})
+            ev = client.event(lambda e: e.get("type") in ("command_error", "command"), 2.0, "the first command event")
+            assert ev.get("id") == "first" and ev["ok"] is True, ev
+        assert d.alive
+    finally:
+        broker.stop()
 
 
 def test_mqtt_unhashable_parameter_name_is_a_command_error(make_rig, start_daemon, mqtt_broker):
