@@ -137,7 +137,10 @@ def test_encoder_slip(daemon, stream):
     ok(ep, "clear_fault", actuator="arm", fault="encoder_slip")
     stream.wait_for("arm", flag_off(FLAG["encoder_slip"]), 1.0, "slip cleared")
     p = stream.latest("arm")
-    assert abs(p["position_measured"] - p["position"]) < 0.01, "the slip offset survived clear_fault"
+    # no offset left: the measured position is the step's pre-step angle, one step behind the published
+    # one (as in test_encoder_stuck); a fixed 0.01 rad failed once with the arm swinging at 10 rad/s
+    assert abs(p["position_measured"] - p["position"]) <= abs(p["velocity"]) * 0.0011 + 1e-9, \
+        "the slip offset survived clear_fault"
     stream.wait_for("arm", lambda p: abs(p["position"]) < 0.01, 3.0, "arm back at its goal")
 
 
