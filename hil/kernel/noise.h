@@ -17,6 +17,8 @@
 
 #define HIL_NOISE_RETRY 1   /* hil_noise_pass: some lane's first pair was rejected */
 #define HIL_NOISE_DREW 2    /* some lane drew a pair */
+#define HIL_XORSHIFT_STAR_M 2685821657736338717ULL   /* xorshift64*'s output multiplier */
+#define HIL_TWO_POW_M53 (1.0 / 9007199254740992.0)   /* 2^−53: 53 bits to (0, 1] */
 
 /* the state after x (xorshift64: 12, 25, 27) */
 static inline uint64_t hil_xorshift(uint64_t x) {
@@ -31,18 +33,18 @@ static inline uint64_t hil_xorshift(uint64_t x) {
    2^52 (its upper 52 bits) and one exact addition (its last bit). */
 static inline double hil_uniform_of(uint64_t x) {
     const double two52 = 0x1p52;
-    uint64_t v = (x * 2685821657736338717ULL) >> 11, h = (v >> 1) | 0x4330000000000000ULL;
+    uint64_t v = (x * HIL_XORSHIFT_STAR_M) >> 11, h = (v >> 1) | 0x4330000000000000ULL;
     double d;
     memcpy(&d, &h, sizeof d);
     d = 2.0 * (d - two52) + hil_sel((v & 1) != 0, 1.0, 0.0);
-    return d * (1.0 / 9007199254740992.0) + 1e-300;
+    return d * HIL_TWO_POW_M53 + 1e-300;
 }
 
 /* the next uniform deviate of a stream, advancing it: hil_uniform_of's value, for per-actuator code
    (the same bits by the scalar conversion, shorter than the vectorizable one) */
 static inline double hil_uniform(uint64_t* state) {
     *state = hil_xorshift(*state);
-    return (double)((*state * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300;
+    return (double)((*state * HIL_XORSHIFT_STAR_M) >> 11) * HIL_TWO_POW_M53 + 1e-300;
 }
 
 /* Lane j draws a pair this step: its encoder is noisy, holds no spare deviate and is not stuck after the
@@ -56,8 +58,8 @@ static inline int hil_noise_draws(const double* restrict P, ptrdiff_t st, int j,
 
 /* Lanes [0, m) (whole vectors: core.pyx draws a partial one's lanes per actuator); P as above. Out: a
    drawing lane's first attempt (gauss_x, gauss_y in (−1, 1], gauss_r = gauss_log = x² + y²; 0, 0, 1, 1
-   for a lane that does not draw), rng advanced past it, retry = 1 where 0 < r < 1 failed. Returns HIL_NOISE_DREW and
-   HIL_NOISE_RETRY as they apply to some lane; without a drawing lane only the neutral values (and no
+   for a lane that does not draw), rng advanced past it, retry = 1 where 0 < r < 1 failed. Returns
+   HIL_NOISE_DREW and HIL_NOISE_RETRY as they apply to some lane; without a drawing lane only the neutral values (and no
    retry: the caller reads it only with HIL_NOISE_RETRY). */
 static inline int hil_noise_pass(const double* restrict P, ptrdiff_t st, int m, const double* restrict k,
                                  const double* restrict has_spare, uint64_t* restrict rng,
