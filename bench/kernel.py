@@ -18,6 +18,9 @@ What is measured (dt = 1 ms, one core, pinned to CPU 0 when the OS allows it):
   with the features MuJoCo has, called from a Python loop that writes `data.ctrl` each step.
 * `mujoco_rollout`: the same model through `mujoco.rollout` (no Python per step), nbatch 1 and 32,
   single thread.
+* `contention_probe`: short `kernel[1024]` samples alternated with short `mj_step` samples: their
+  correlation shows whether the host's load (an SMT sibling or a neighbour, invisible as steal) moved
+  both, and the kernel's median over the pairs where `mj_step` ran fast (a diagnostic only).
 * `bam_step`: bam's `Simulator.step` (better-actuator-models 1.0.2, MX-64 m6, Pendulum testbench)
   in a Python 3.12 venv cached at bench/.venv-bam, run by bench/peers/bam_step.py.
 
@@ -392,10 +395,10 @@ def mujoco_equivalence(steps: int) -> dict:
             "na": int(m.na), "equivalent": err < 1e-9}
 
 
-def bench_mj_step(min_time: float, repeats: int) -> dict:
+def mj_step_runner(m, d):
+    """fn(T) -> Timer: T `mj_step` calls from a Python loop that writes `data.ctrl` each step."""
     import mujoco
 
-    m, d = mujoco_model()
     step = mujoco.mj_step
     ctrl = d.ctrl
     pos = [0]
@@ -409,6 +412,14 @@ def bench_mj_step(min_time: float, repeats: int) -> dict:
                 step(m, d)
         return t
 
+    return one
+
+
+def bench_mj_step(min_time: float, repeats: int) -> dict:
+    import mujoco
+
+    m, d = mujoco_model()
+    one = mj_step_runner(m, d)
     one(1000)
     T = calibrate(one, min_time, 2000)
     out = sample(one, T, repeats, 1)
@@ -416,6 +427,32 @@ def bench_mj_step(min_time: float, repeats: int) -> dict:
                 "us_per_call_median": 1e6 / out["median"],
                 "mujoco_version": mujoco.__version__, "integrator": "Euler", "na": int(m.na)})
     return out
+
+
+def bench_contention(n: int, sample_s: float, pairs: int) -> dict:
+    """Short kernel[n] samples alternated with short mj_step samples on the same pinned core.
+
+    A co-tenant of the VM's physical core (an SMT sibling, a neighbour's load) slows this thread
+    without showing as steal in /proc/stat. Where the two rates rise and fall together (correlation
+    near 1), the host's load moved both; `kernel_when_probe_fast` is kernel[n]'s median over the pairs
+    whose mj_step sample ran within 5 % of the fastest one (a diagnostic, not the target's figure).
+    """
+    kernel = kernel_runner(make_kernel(n))
+    kernel(max(1, 2000 // n))
+    probe = mj_step_runner(*mujoco_model())
+    probe(1000)
+    tk = calibrate(kernel, sample_s, max(10, 20000 // n))
+    tp = calibrate(probe, sample_s, 2000)
+    k_rates, p_rates = [], []
+    for _ in range(pairs):
+        k_rates.append(n * tk / kernel(tk).wall)
+        p_rates.append(tp / probe(tp).wall)
+    fast = [k for k, p in zip(k_rates, p_rates, strict=True) if p >= 0.95 * max(p_rates)]
+    return {"n": n, "pairs": pairs, "sample_s": sample_s,
+            "kernel": summarize(k_rates), "mj_step": summarize(p_rates),
+            "correlation": statistics.correlation(k_rates, p_rates) if pairs > 2 else None,
+            "kernel_over_mj_step": summarize([k / p for k, p in zip(k_rates, p_rates, strict=True)]),
+            "kernel_when_probe_fast": {"median": statistics.median(fast), "pairs": len(fast)}}
 
 
 def bench_mj_rollout(min_time: float, repeats: int) -> dict:
@@ -665,8 +702,14 @@ def main(argv: list[str] | None = None) -> int:
         if r["available"]:
             log(f"[mujoco] rollout: nbatch 1 {r['nbatch_1']['median']:.4g}, "
                 f"nbatch 32 {r['nbatch_32']['median']:.4g} actuator-steps/s")
+        log(f"[probe] kernel N={SIZES[-1]} alternated with mj_step (host contention)")
+        r = bench_contention(SIZES[-1], 0.05 if args.quick else 0.25, 4 if args.quick else 16)
+        res["contention_probe"] = r
+        log(f"[probe] correlation {r['correlation']:.2f}; kernel {r['kernel']['median'] / 1e6:.2f} M/s median, "
+            f"{r['kernel_when_probe_fast']['median'] / 1e6:.2f} when mj_step ran fast")
     else:
         res["mujoco_mj_step"] = res["mujoco_rollout"] = {"available": False, "reason": mj_reason}
+        res["contention_probe"] = {"available": False, "reason": mj_reason}
 
     if args.no_bam:
         res["bam_step"] = {"available": False, "reason": "--no-bam"}

@@ -24,8 +24,8 @@ static inline void hil_args_pass(const double* restrict P, ptrdiff_t st, int m, 
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double th = theta[j], w = omega[j], x, xs, alpha = C(PL_ALPHA);
-        int stribeck = (C(PL_BUDGET) != 0) & (C(PL_STRIBECK) != 0);
-        int use = stribeck & (alpha != 1.0) & (alpha != 2.0);
+        int64_t stribeck = (C(PL_BUDGET) != 0) & (C(PL_STRIBECK) != 0);
+        int64_t use = stribeck & (alpha != 1.0) & (alpha != 2.0);
         sin_x[j] = C(PL_COG_POLES) * (C(PL_GEAR) * th) + C(PL_COG_PHASE);
         sin_x[HIL_BLOCK + j] = th + C(PL_Q_OFFSET);
         x = hil_sel(C(PL_LUGRE) != 0, C(PL_GEAR) * w * C(PL_INV_LUGRE_WS), 0.0);

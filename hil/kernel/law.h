@@ -43,7 +43,7 @@ static inline __attribute__((always_inline)) void hil_law_lanes(HIL_LAW_ARGS, co
     for (j = 0; j < m; j++) {
         double u = u_in[j], Ld = C(PL_GEAR) * omega[j], su = slew_u[j], integ = integral[j];
         double slew = C(PL_SLEW), ki = C(PL_KI), imax = C(PL_IMAX), rate_slew = 0.0, rate_int = 0.0, integ1;
-        int vm = C(PL_VMODE) != 0, en = enabled[j] != 0;
+        int64_t vm = C(PL_VMODE) != 0, en = enabled[j] != 0;
         u = hil_sel(isnan(u), 0.0, u);
         u = hil_sel(C(PL_CTRL_LIMITED) != 0, hil_clip(u, C(PL_CTRL_LO), C(PL_CTRL_HI)), u);
         u_out[j] = u;
@@ -56,8 +56,8 @@ static inline __attribute__((always_inline)) void hil_law_lanes(HIL_LAW_ARGS, co
         V_out[j] = 0.0;
         if (uses & HIL_USES_DC_LAW) {   /* dcmotor controller layer */
             double Lm = C(PL_GEAR) * thm[j], vs = C(PL_VS), kp = C(PL_KP), vmax = C(PL_VMAX), e, V, Vp, Vv, us;
-            int dc = C(PL_DC_LAW) != 0, pos = C(PL_LAW_POSITION) != 0, vel = C(PL_LAW_VELOCITY) != 0;
-            int slewed = dc & (slew > 0);
+            int64_t dc = C(PL_DC_LAW) != 0, pos = C(PL_LAW_POSITION) != 0, vel = C(PL_LAW_VELOCITY) != 0;
+            int64_t slewed = dc & (slew > 0);
             us = hil_sel(slewed, hil_clip(u, su - slew * dt, su + slew * dt), u);
             rate_slew = hil_sel(slewed, (us - su) * C(PL_INV_DT), 0.0);
             /* anti-windup: at the clamp, only an error that leads back inside integrates
@@ -123,8 +123,8 @@ static inline void hil_current_law_pass(const double* restrict P, ptrdiff_t st, 
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double vs = C(PL_VS), K = C(PL_MOTORCONST), R = R_in[j], G = G_in[j], Ld = Ld_in[j], i_pd, i, f;
-        int en = enabled[j] != 0, opened = open[j] != 0;
-        int current_law = (C(PL_LAW_EROB_PD) != 0) | (C(PL_LAW_CURRENT) != 0);
+        int64_t en = enabled[j] != 0, opened = open[j] != 0;
+        int64_t current_law = (C(PL_LAW_EROB_PD) != 0) | (C(PL_LAW_CURRENT) != 0);
         i_pd = hil_clip(hil_sel(en, C(PL_PD_KP) * (u[j] - thm[j]) - C(PL_PD_D) * omega[j], 0.0),
                         -C(PL_MAX_AMPS), C(PL_MAX_AMPS));
         i = hil_sel(C(PL_LAW_EROB_PD) != 0, i_pd, hil_sel(en, u[j], 0.0));

@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
     for (j = 0; j < m; j++) {
         double g = C(PL_GEAR), w = omega[j], tau_act = torque[j], M = C(PL_INERTIA);
         double tau_e, tau_net, Meff, tau_stop, tau_f = 0.0, acc, wabs, w_euler, th_euler;
-        int euler = C(PL_EULER) != 0;
+        int64_t euler = C(PL_EULER) != 0;
         tau_e = C(PL_GRAVITY_TORQUE) * sin_q[j] + ext[j];
         wabs = fabs(w);
         tau_net = tau_act + tau_e - w * (C(PL_DAMPING_B1) + C(PL_DAMPING_B2) * wabs + C(PL_DAMPING_B3) * w * w) * g * g;

@@ -53,7 +53,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
-        int vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
+        int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
         di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);

@@ -65,7 +65,8 @@ static inline int hil_noise_pass(const double* restrict P, ptrdiff_t st, int m, 
                                  const double* restrict has_spare, uint64_t* restrict rng,
                                  double* restrict gauss_x, double* restrict gauss_y, double* restrict gauss_r,
                                  double* restrict gauss_log, int64_t* restrict retry) {
-    int j, drew = 0, again = 0;
+    int j;
+    int64_t drew = 0, again = 0;
     for (j = 0; j < m; j++) drew |= hil_noise_draws(P, st, j, k, has_spare);
     if (!drew) {   /* a step that uses the spares (every other one, for actuators that started together) */
         for (j = 0; j < m; j++) {
@@ -76,10 +77,10 @@ static inline int hil_noise_pass(const double* restrict P, ptrdiff_t st, int m, 
     }
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        int draw = hil_noise_draws(P, st, j, k, has_spare);
+        int64_t draw = hil_noise_draws(P, st, j, k, has_spare);
         uint64_t s0 = rng[j], s1 = hil_xorshift(s0), s2 = hil_xorshift(s1), keep = -(uint64_t)draw;
         double x = 2.0 * hil_uniform_of(s1) - 1.0, y = 2.0 * hil_uniform_of(s2) - 1.0, r = x * x + y * y;
-        int rejected = draw & !((0.0 < r) & (r < 1.0));
+        int64_t rejected = draw & !((0.0 < r) & (r < 1.0));
         rng[j] = (s2 & keep) | (s0 & ~keep);
         gauss_x[j] = hil_sel(draw, x, 0.0);
         gauss_y[j] = hil_sel(draw, y, 0.0);

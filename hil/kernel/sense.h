@@ -64,15 +64,15 @@ static inline __attribute__((always_inline)) void hil_sense_lanes(HIL_SENSE_ARGS
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double q, off, L, frac, Tr, temp, res;
-        int stuck = (C(PL_ENC_STUCK) != 0) & (k[j] > 0), oc, hot, shut;
+        int64_t stuck = (C(PL_ENC_STUCK) != 0) & (k[j] > 0), oc, hot, shut;
         /* the encoder: slip, then noise (Marsaglia's polar method: the spare deviate, or a fresh pair's
            first with its second kept), then quantization to whole counts */
         off = enc_offset[j] + C(PL_ENC_SLIP) * dt;
         q = theta[j] + off;
         if (uses & HIL_USES_NOISE) {
             double r = gauss_r[j], spare = gauss_spare[j], noise = C(PL_ENC_NOISE);
-            int noisy = noise > 0, has = has_spare[j] != 0;
-            int use_spare = (!stuck) & noisy & has, fresh = (!stuck) & noisy & (!has);
+            int64_t noisy = noise > 0, has = has_spare[j] != 0;
+            int64_t use_spare = (!stuck) & noisy & has, fresh = (!stuck) & noisy & (!has);
             q = hil_sel(use_spare, q + noise * spare, hil_sel(fresh, q + noise * (gauss_x[j] * r), q));
             gauss_spare[j] = hil_sel(fresh, gauss_y[j] * r, spare);
             has_spare[j] = hil_sel(use_spare, 0.0, hil_sel(fresh, 1.0, has_spare[j]));
@@ -143,13 +143,13 @@ static inline __attribute__((always_inline)) void hil_fault_latch_lanes(HIL_LATC
         double ia = fabs(i_out[j]), hot, heavy_long = lat_overload[j];
         if (uses & HIL_USES_OC) {
             double t_oc = oc_timer[j] + 1.0;
-            int armed = (C(PL_OC_FRACTION) > 0) & (oc_active[j] == 0), over = ia > C(PL_OC_CURRENT);
+            int64_t armed = (C(PL_OC_FRACTION) > 0) & (oc_active[j] == 0), over = ia > C(PL_OC_CURRENT);
             oc_timer[j] = hil_sel(armed, hil_sel(over, t_oc, 0.0), oc_timer[j]);
             oc_active[j] = hil_sel(armed & over & (t_oc * dt >= C(PL_OC_DURATION) * (1.0 - 1e-12)), 1.0, oc_active[j]);
         }
         if (uses & HIL_USES_OVERLOAD) {
             double t_ol = ol_timer[j] + 1.0;
-            int watched = C(PL_OL_CURRENT) > 0, heavy = ia > C(PL_OL_CURRENT);
+            int64_t watched = C(PL_OL_CURRENT) > 0, heavy = ia > C(PL_OL_CURRENT);
             ol_timer[j] = hil_sel(watched, hil_sel(heavy, t_ol, 0.0), ol_timer[j]);
             heavy_long = hil_sel(watched & heavy & (t_ol * dt >= C(PL_OL_TIME) * (1.0 - 1e-12)), 1.0, heavy_long);
         }
