@@ -53,11 +53,12 @@ __m512d _ZGVeN8v_log(__m512d);
    argument in the loop and take libm's exp after it: the same bits as the libm path there. */
 #define HIL_EXP_ARRAY(sfx, attr)                                                                      \
     attr static void hil_exp_##sfx(double* x, const double* y, int n) {                               \
-        int i; int64_t low = 0;                                                                             \
+        int i;                                                                                         \
+        int64_t low = 0;                                                                               \
         (void)y;                                                                                       \
         for (i = 0; i < n; i++) {                                                                      \
             double v = x[i];                                                                           \
-            int64_t t = (v <= HIL_EXP_LOW) & (v >= HIL_EXP_ZERO);                                          \
+            int64_t t = (v <= HIL_EXP_LOW) & (v >= HIL_EXP_ZERO);                                      \
             low |= t;                                                                                  \
             x[i] = hil_sel(t, v, hil_exp_lane(v));                                                     \
         }                                                                                              \
