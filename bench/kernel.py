@@ -253,11 +253,17 @@ def kernel_runner(k):
     return one
 
 
+def kernel_steps(one, n: int, min_time: float) -> int:
+    """Warm a kernel_runner of n actuators up (which also moves the state off the initial rest), then the
+    T steps that one sample of >= min_time takes."""
+    one(max(1, 2000 // n))
+    return calibrate(one, min_time, max(10, 20000 // n))
+
+
 def bench_kernel_run(n: int, min_time: float, repeats: int) -> dict:
     k = make_kernel(n)
     one = kernel_runner(k)
-    one(max(1, 2000 // n))      # warm-up (also moves the state off the initial rest)
-    T = calibrate(one, min_time, max(10, 20000 // n))
+    T = kernel_steps(one, n, min_time)
     out = sample(one, T, repeats, n)
     out.update({"unit": "actuator-steps/s", "n": n,
                 "ns_per_actuator_step_median": 1e9 / out["median"],
@@ -415,13 +421,18 @@ def mj_step_runner(m, d):
     return one
 
 
+def mj_steps(one, min_time: float) -> int:
+    """Warm an mj_step_runner up, then the T steps that one sample of >= min_time takes."""
+    one(1000)
+    return calibrate(one, min_time, 2000)
+
+
 def bench_mj_step(min_time: float, repeats: int) -> dict:
     import mujoco
 
     m, d = mujoco_model()
     one = mj_step_runner(m, d)
-    one(1000)
-    T = calibrate(one, min_time, 2000)
+    T = mj_steps(one, min_time)
     out = sample(one, T, repeats, 1)
     out.update({"unit": "actuator-steps/s (one mj_step per Python call, data.ctrl written each step)",
                 "us_per_call_median": 1e6 / out["median"],
@@ -438,11 +449,8 @@ def bench_contention(n: int, sample_s: float, pairs: int) -> dict:
     whose mj_step sample ran within 5 % of the fastest one (a diagnostic, not the target's figure).
     """
     kernel = kernel_runner(make_kernel(n))
-    kernel(max(1, 2000 // n))
     probe = mj_step_runner(*mujoco_model())
-    probe(1000)
-    tk = calibrate(kernel, sample_s, max(10, 20000 // n))
-    tp = calibrate(probe, sample_s, 2000)
+    tk, tp = kernel_steps(kernel, n, sample_s), mj_steps(probe, sample_s)
     k_rates, p_rates = [], []
     for _ in range(pairs):
         k_rates.append(n * tk / kernel(tk).wall)
