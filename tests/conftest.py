@@ -1,28 +1,13 @@
-"""Shared fixtures: where the reference material (`shared/reference/`) is."""
+"""Shared fixtures: bam's data shipped with the project (`data/bam/`: logs, parameter sets, golden rollouts)."""
 
-import os
 from pathlib import Path
 
 import pytest
 
-_CANDIDATES = [
-    os.environ.get("SERVO_HIL_SHARED", ""),
-    str(Path(__file__).resolve().parents[2] / "shared"),  # CI: shared/ beside the clone
-    "/work/shared",  # the development machines
-]
-
-
-def _shared() -> Path | None:
-    for c in _CANDIDATES:
-        if c and (Path(c) / "reference").is_dir():
-            return Path(c) / "reference"
-    return None
+BAM_DATA = Path(__file__).resolve().parents[1] / "data" / "bam"
 
 
 @pytest.fixture(scope="session")
-def reference() -> Path:
-    """`shared/reference/` (bam logs, golden rollouts, params, notes)."""
-    ref = _shared()
-    if ref is None:
-        pytest.skip("shared/reference not found: set SERVO_HIL_SHARED to the folder holding reference/")
-    return ref
+def bam_data() -> Path:
+    """`data/bam/`: `logs/xl330/{raw,processed}`, `params/<actuator>/mN.json`, `golden/`."""
+    return BAM_DATA

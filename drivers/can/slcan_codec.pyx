@@ -1,7 +1,7 @@
 # cython: language_level=3
-"""Lawicel SLCAN frame lines in C: the per-frame text work of the SLCAN adapter (drivers/slcan.py).
+"""Lawicel SLCAN frame lines in C: the per-frame text work of the SLCAN adapter (drivers/can/slcan.py).
 
-`drivers/slcan.py` builds `parse_frame` / `encode_frame` on these two functions; it is the only
+`drivers/can/slcan.py` builds `parse_frame` / `encode_frame` on these two functions; it is the only
 implementation. A line is `tiiildd..` (11-bit id, 3 hex digits), `Tiiiiiiiildd..` (29-bit, 8 digits),
 `r`/`R` likewise without data; DLC one digit 0..8, data two hex digits per byte (either case in,
 upper case out), and on output an optional 4-hex-digit timestamp before the CR. In Python the

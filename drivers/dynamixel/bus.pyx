@@ -43,7 +43,7 @@ from drivers.dynamixel.protocol import (
     encode_fast_status,
 )
 from drivers.ports import wire_time_s
-from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
+from drivers.faults import BUS_FLAG_BITS, BusFaults
 
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
 # the instruction codes and header values as C ints (from protocol.py's enum: one table of them)
@@ -101,8 +101,8 @@ cdef class DynamixelBus:
     cdef dict _ids, _addressed
     cdef Py_ssize_t _first[256]   # _ids[id][0] for every ID byte, -1 if none: _primary when every servo listens
     cdef long _common_baud
-    cdef list _mirrors         # each fault's `mirror`, kept alive for _flags
-    cdef int64_t** _flags      # per servo: its BusFaults' `active` bits, as the fault keeps them in its mirror
+    cdef list _flag_sinks         # each fault's `flag_sink`, kept alive for _flags
+    cdef int64_t** _flags      # per servo: its BusFaults' `active` bits, as the fault keeps them in its flag sink
 
     def __cinit__(self):
         self._flags = NULL
@@ -115,18 +115,18 @@ cdef class DynamixelBus:
         self.faults = list(faults) if faults is not None else [BusFaults() for _ in self.servos]
         if len(self.faults) != len(self.servos):
             raise ValueError(f"{len(self.servos)} servos and {len(self.faults)} BusFaults")
-        # a BusFaults writes its `active` bits into its mirror on every change (LiveRig gives each one a view of
+        # a BusFaults writes its `active` bits into its flag sink on every change (LiveRig gives each one a view of
         # bus_flag_bits, for the state publisher): the bus reads them there, in C, on every packet
         cdef int64_t[::1] view
-        self._mirrors = []
+        self._flag_sinks = []
         self._flags = <int64_t**> malloc(max(1, len(self.faults)) * sizeof(int64_t*))
         if self._flags == NULL:
             raise MemoryError()
         for i, f in enumerate(self.faults):
-            if f.mirror is None:
-                f.mirror = np.zeros(1, dtype=np.int64)
-            view = f.mirror
-            self._mirrors.append(view)
+            if f.flag_sink is None:
+                f.flag_sink = np.zeros(1, dtype=np.int64)
+            view = f.flag_sink
+            self._flag_sinks.append(view)
             self._flags[i] = &view[0]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
         self._now = 0.0

@@ -16,7 +16,6 @@ import logging
 import select
 import time
 from collections.abc import Callable
-from typing import Any
 
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.protocol import (
@@ -32,8 +31,8 @@ from drivers.dynamixel.protocol import (
     decode_write,
 )
 from drivers.dynamixel.server import BusThread
-from drivers.mirror import record_pair
 from drivers.ports import PtyPort, SerialDevicePort
+from drivers.side_by_side import SideBySideLog, record_pair
 
 log = logging.getLogger("servo-hil")
 
@@ -44,12 +43,12 @@ class MirrorServer(BusThread):
     """Forwards between `controller` (our pty) and `real` (the real bus) and drives the `twin` bus."""
 
     def __init__(self, twin: DynamixelBus, controller: PtyPort, real: SerialDevicePort, joints: dict[int, str],
-                 record: Any | None = None,
+                 record: SideBySideLog | None = None,
                  batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext, name: str = "mirror"):
         super().__init__(twin, controller, name, batch)
         self.real = real
         self.joints = joints            # servo ID → joint name
-        self.record = record            # a hil.recorder.SideBySideRecorder, or None
+        self.record = record            # a hil.logs.mcap.SideBySideLog, or None
         self.forwarded = {"to_real": 0, "to_controller": 0}
         self._requests = Parser()                      # the controller's instructions
         self._replies = Parser(accept_status=True)     # the real servos' status packets

@@ -1,7 +1,7 @@
 """Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire.
 
 A thread per bus (SCHED_FIFO at `fifo_priority` if asked and the host allows it; the daemon does not ask:
-see drivers/dynamixel/attach.py). Received bytes go through the resynchronising parser; each packet is
+see hil/buses/dynamixel.py). Received bytes go through the resynchronising parser; each packet is
 executed by the bus; each status packet starts at (end of the instruction on the wire) + its offset
 (Return Delay Time, earlier replies) and its bytes are paced at the baud rate the controller set on its
 side (notes/dynamixel.md §6.4; DESIGN "Timing"). The instruction's end is (when poll() woke with its bytes, the earliest

@@ -1,6 +1,6 @@
 """The eRob drives of a running rig and the thread that runs their firmware at the control rate.
 
-An eRob is reached two ways (notes/erob.md §0): CANopen on its CAN bus (`drivers/erob/canopen_bus.py`)
+An eRob is reached two ways (notes/erob.md §0): CANopen on its CAN bus (`drivers/canopen/bus.py`)
 and, as Rhoban does, through an EtherCAT master behind the Etherban ZeroMQ server
 (`drivers/erob/etherban.py`). Both talk to the same simulated drive: one `Cia402Drive` per actuator,
 created by whichever opens it first, shared by both, and ticked here.

@@ -225,7 +225,7 @@ def open_link(protocol: str, endpoint: str | None, device: int = 0, node: int | 
     """The transport of `servo-hil record --protocol etherban|canopen` (ConfigError naming the option)."""
     if protocol == "etherban":
         return EtherbanLink(endpoint or ETHERBAN_ENDPOINT, device)
-    from drivers.can_interface import can_bus_kwargs
+    from drivers.can.interface import can_bus_kwargs
 
     if endpoint is None:
         raise ConfigError("--endpoint: give the python-can bus, INTERFACE:CHANNEL[@BITRATE]")

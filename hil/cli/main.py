@@ -55,7 +55,7 @@ def simulate(
     integrator: Annotated[Integrator | None, typer.Option(help="override [sim] integrator")] = None,
 ) -> None:
     """Run one actuator offline over a command CSV; one output row per step."""
-    from hil.simulate import simulate as run
+    from hil.offline.simulate import simulate as run
 
     cols = run(rig, input, out, integrator)
     n = len(cols["t"])
@@ -73,9 +73,9 @@ def replay(
     integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
 ) -> None:
     """Closed-loop replay of recorded logs through a model; prints the MAE per log."""
+    from hil.offline.replay import replay as run
+    from hil.offline.replay import write_report
     from hil.params.bam import load_bam_params
-    from hil.replay import replay as run
-    from hil.replay import write_report
 
     results = run(logs, actuator, model, load_bam_params(params) if params else None, integrator)
     doc = write_report(results, out)
@@ -103,7 +103,7 @@ def report(
     integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
 ) -> None:
     """Sim vs real: plots per log and joint, and MAE / RMSE / max error tables (per friction model for replays)."""
-    from hil.report import report as make_report
+    from hil.offline.report import report as make_report
 
     doc = make_report(logs, out, actuator, model or [], all_models, integrator)
     table = Table(title=f"sim vs real: {logs}")
@@ -136,26 +136,9 @@ def run(
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
     and the rig's servo buses (each prints the port a controller opens)."""
-    _serve(rig, mqtt, port or [], log_level)
+    from hil.daemon.service import serve
 
-
-def _serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
-           record: str | None = None) -> None:
-    import logging
-
-    import zmq
-
-    from hil.daemon.service import Daemon
-
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s servo-hil %(levelname)s %(message)s")
-    logging.getLogger("amqtt").setLevel(logging.WARNING)
-    logging.getLogger("transitions").setLevel(logging.WARNING)
-    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record)
-    try:
-        daemon.run_until_signal()
-    except zmq.ZMQError as exc:
-        raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None
+    serve(rig, mqtt, port or [], log_level)
 
 
 @app.command()
@@ -181,7 +164,9 @@ def mirror(
 
         if not any(b.real for b in validate(Rig, read_toml(rig), str(rig)).buses):
             raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
-    _serve(rig, mqtt, port or [], log_level, real=real or [], record=record)
+    from hil.daemon.service import serve
+
+    serve(rig, mqtt, port or [], log_level, real=real or [], record=record)
 
 
 @app.command()
@@ -219,8 +204,8 @@ def record(
     """Active mirror: drive a servo (Dynamixel, or an eRob through Etherban or CANopen with bam's host PD) through
     bam's excitation trajectories at each gain and record bam's raw and processed JSON logs (for `replay`,
     `report` and bam's identification)."""
-    from hil.bam_logs import check_trajectories
-    from hil.excitation import TRAJECTORIES
+    from hil.logs.bam import check_trajectories
+    from hil.record.excitation import TRAJECTORIES
 
     trajectories = trajectory or list(TRAJECTORIES)
     check_trajectories(trajectories)
@@ -228,7 +213,7 @@ def record(
         raise ConfigError(f"--duration {duration}: must be > 0 s")
     header = {"mass": mass, "length": length, "arm_mass": arm_mass, "motor": motor}
     if protocol == "dynamixel":
-        from drivers.dynamixel.record import record as run
+        from hil.record.dynamixel import record as run
 
         if port is None:
             raise ConfigError("--port: give the Dynamixel bus's serial port")
@@ -238,8 +223,8 @@ def record(
         files = run(port, servo_id, baud, trajectories, [int(k) for k in gains], header, out, duration)
     else:
         from drivers.erob.host_link import open_link
-        from drivers.erob.record import BAM_DAMPING
-        from drivers.erob.record import record as run
+        from hil.record.erob import BAM_DAMPING
+        from hil.record.erob import record as run
 
         if damping is None:
             if motor not in BAM_DAMPING:
@@ -322,7 +307,7 @@ def bench_loop(
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
     """The daemon's loop lateness, overruns, CPU, steal and ZeroMQ latency/drops, as JSON."""
-    from hil.benchmarks.loop import run as bench
+    from bench.loop import run as bench
 
     _print_json(bench(rate, seconds, actuators, publish_every), out)
 
@@ -338,7 +323,7 @@ def bench_dynamixel(
     """dynamixel-sdk round trips (read, Sync Read + Sync Write, Sync Read alone) against 12 XM430 at 1 and
     4 Mbps vs the wire-time bound, paced and fast, with an echo peer as the SDK floor, as JSON (exit 0 even
     on a miss)."""
-    from hil.benchmarks.dynamixel import run as bench
+    from bench.dynamixel import run as bench
 
     _print_json(bench(reads, cycles, quick=quick), out)
 
@@ -352,7 +337,7 @@ def bench_dynamixel_timeline(
 ) -> None:
     """Where a paced round trip's time goes: the daemon's bus steps and the SDK's port calls stamped on one
     clock, medians relative to the request's write, against the wire bound, as JSON (a diagnostic)."""
-    from hil.benchmarks.dynamixel_timeline import run as timeline
+    from bench.dynamixel_timeline import run as timeline
 
     _print_json(timeline(baud, rdt, n), out)
 
@@ -364,7 +349,7 @@ def bench_dynamixel_packets(
 ) -> None:
     """Feed N packets of KIND through the bus of `bench dynamixel`'s rig in this process, as its thread does
     (for valgrind: instructions per packet = the difference of two N over their difference)."""
-    from hil.benchmarks.dynamixel_callgrind import KINDS, run
+    from bench.dynamixel_packets import KINDS, run
 
     if kind not in KINDS:
         raise typer.BadParameter(f"{kind!r} is not one of {', '.join(KINDS)}", param_hint="KIND")
@@ -380,7 +365,7 @@ def bench_erob(
     """Two eRobs at 1 kHz: CANopen RPDO + SYNC → TPDO round trips over SLCAN (misses, p50/p99 vs the wire
     floor) and Etherban request/response (p50/p99, overruns), with echo peers as the client floor, as JSON
     (exit 0 even on a miss)."""
-    from hil.benchmarks.erob import run as bench
+    from bench.erob import run as bench
 
     _print_json(bench(cycles, quick=quick), out)
 
@@ -407,7 +392,7 @@ def actuator_show(
     voltage: Annotated[float | None, typer.Option(help="[V]; default: the datasheet voltage")] = None,
 ) -> None:
     """Derived datasheet quantities (seed 000 Table 19) at the output shaft."""
-    from hil.actuator_plots import supply_voltage
+    from hil.offline.actuator_plots import supply_voltage
     from hil.params import catalog
 
     entry = catalog.entry(name)
@@ -452,7 +437,7 @@ def actuator_plot(
     voltage: Annotated[float | None, typer.Option(help="[V]; default: the firmware's maximum output voltage")] = None,
 ) -> None:
     """Torque–speed envelope and, with --model, the drive/backdrive diagram, as PNG."""
-    from hil.actuator_plots import drive_backdrive_figure, torque_speed_figure
+    from hil.offline.actuator_plots import drive_backdrive_figure, torque_speed_figure
     from hil.params import catalog
 
     spec = catalog.entry(name).actuator(model)

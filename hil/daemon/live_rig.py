@@ -17,15 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from drivers.faults import BUS_FAULTS, BUS_FLAG_BITS, BusFaults
 from hil.daemon.arguments import CommandError, number, only
-from hil.daemon.faults import (
-    BUS_FAULTS,
-    BUS_FLAG_BITS,
-    KERNEL_FAULTS,
-    BusFaults,
-    kernel_fault_clear,
-    kernel_fault_params,
-)
+from hil.daemon.faults import KERNEL_FAULTS, inject_bus_fault, kernel_fault_clear, kernel_fault_params
 from hil.daemon.rig import Rig
 from hil.daemon.telemetry import LoopStats
 from hil.kernel import FAULT_BITS, LAWS, Kernel
@@ -70,7 +64,7 @@ class LiveRig:
         self.initial = [(a.initial.theta, a.initial.omega, a.initial.temperature_c) for a in rig.actuators]
         # their flag bits, kept by each BusFaults: the state publisher ORs them into every sample from C
         self.bus_flag_bits = np.zeros(len(self.names), dtype=np.int64)
-        self.bus_faults = [BusFaults(mirror=self.bus_flag_bits[j:j + 1]) for j in range(len(self.names))]
+        self.bus_faults = [BusFaults(flag_sink=self.bus_flag_bits[j:j + 1]) for j in range(len(self.names))]
         self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
         self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
@@ -273,7 +267,7 @@ class LiveRig:
             raise CommandError("inject_fault: args must be a map")
         try:
             if fault in BUS_FAULTS:
-                self.bus_faults[j].inject(fault, args)
+                inject_bus_fault(self.bus_faults[j], fault, args)
             elif fault == "overheat":
                 before = self._overheat(j, args)
                 if self.overheat_restore[j] is None:  # a second injection keeps the pre-fault temperature

@@ -71,7 +71,7 @@ class BusConfig(Strict):
         if value is None:
             return value
         if info.data.get("protocol") == "canopen":
-            from drivers.can_interface import can_bus_kwargs
+            from drivers.can.interface import can_bus_kwargs
 
             can_bus_kwargs(value)           # a python-can spec: refused here with what is wrong in it
         elif not isinstance(value, str):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import zmq
 
-from drivers import open_bus
+from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.rig import BusConfig, Rig, load_rig
@@ -154,3 +154,17 @@ def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
             raise ConfigError(f"{option} {arg}: no bus named {name!r} (buses: {', '.join(names) or 'none'})")
         out[name] = path
     return out
+
+
+def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
+          record: str | None = None) -> None:
+    """`servo-hil run` / `servo-hil mirror`: log to stderr, run the daemon of `rig` until SIGTERM/SIGINT."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s servo-hil %(levelname)s %(message)s")
+    logging.getLogger("amqtt").setLevel(logging.WARNING)
+    logging.getLogger("transitions").setLevel(logging.WARNING)
+    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record)
+    try:
+        daemon.run_until_signal()
+    except zmq.ZMQError as exc:
+        raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None

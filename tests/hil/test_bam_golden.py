@@ -1,4 +1,4 @@
-"""bam's reference rollouts (shared/reference/bam_golden/) reproduced through the catalog to 1e-9 rad.
+"""bam's reference rollouts (data/bam/golden/) reproduced through the catalog to 1e-9 rad.
 
 Every setup × trajectory × friction model m1–m6: the catalog actuator with bam's identified set,
 the firmware law fed the setup's gain and supply, on bam's pendulum with the bam integrator.
@@ -17,8 +17,8 @@ CATALOG_NAME = {"mx64": "mx64", "mx106": "mx106", "erob80_100": "erob80_100", "e
 
 
 @pytest.fixture(scope="module")
-def golden(reference):
-    return json.loads((reference / "bam_golden" / "bam_reference_rollouts.json").read_text())
+def golden(bam_data):
+    return json.loads((bam_data / "golden" / "bam_reference_rollouts.json").read_text())
 
 
 def cases():

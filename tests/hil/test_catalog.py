@@ -40,8 +40,8 @@ def raw(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bam_params(reference):
-    return reference / "bam_params"
+def bam_params(bam_data):
+    return bam_data / "params"
 
 
 def test_catalog_lists_exactly_the_expected_entries():

@@ -25,8 +25,8 @@ from firmware_models.dynamixel.servo import DynamixelServo
 from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
+from hil.logs.mcap import read_side_by_side
 from hil.params.catalog import entry
-from hil.recorder import read_side_by_side
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import SERVO_HIL
 from tests.hil.daemon import free_port

@@ -42,7 +42,7 @@ def clean(daemon, dxl):
 # ------------------------------------------------------------------------------------------------ 9. offline twin
 class OfflineRig:
     """The daemon's rig rebuilt offline: `load_rig` (same kernel parameters, dt = 1/rate_hz) and one
-    DynamixelServo per actuator on a KernelJoint, built as drivers/dynamixel/attach.py builds them."""
+    DynamixelServo per actuator on a KernelJoint, built as hil/buses/dynamixel.py builds them."""
 
     def __init__(self, rig_path):
         rig, _, self.kernel = load_rig(rig_path)

@@ -17,11 +17,11 @@ import time
 
 import pytest
 
-from drivers.erob.canopen_bus import CanopenBus
+from drivers.canopen.bus import CanopenBus
 from drivers.erob.drives import ErobDrives, TickClock
 from drivers.erob.etherban import EtherbanServer
+from drivers.faults import BusFaults
 from drivers.ports import PtyPort
-from hil.daemon.faults import BusFaults
 from hil.daemon.telemetry import StealMeter
 from hil.joint import KernelJoint
 from hil.kernel import Kernel

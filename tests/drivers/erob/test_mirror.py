@@ -20,8 +20,8 @@ import canopen
 import pytest
 from canopen.profiles.p402 import BaseNode402
 
-from drivers.can_interface import can_bus_kwargs
-from hil.recorder import read_side_by_side
+from drivers.can.interface import can_bus_kwargs
+from hil.logs.mcap import read_side_by_side
 from tests.daemon_process import SERVO_HIL
 
 from .conftest import ACTUATORS, EDS, CanLauncher, connect, write_can_rig

@@ -13,8 +13,8 @@ import struct
 
 import pytest
 
-from drivers.erob.node import CanopenNode, NmtState
-from drivers.slcan import CanFrame
+from drivers.can.slcan import CanFrame
+from drivers.canopen.node import CanopenNode, NmtState
 from firmware_models.erob.cia402 import Cia402Drive
 from hil.joint import KernelJoint
 from hil.kernel import Kernel

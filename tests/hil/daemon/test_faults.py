@@ -238,10 +238,11 @@ def test_faults_lists_overheat_with_its_arguments(daemon, stream):
 def test_bus_fault_flags_follow_every_assignment():
     """BusFaults.flags() is kept as an attribute: it must follow inject, clear, the constructor and plain
     assignment alike (the bus servers read it at every reply)."""
-    from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
+    from drivers.faults import BUS_FLAG_BITS, BusFaults
+    from hil.daemon.faults import inject_bus_fault
     b = BusFaults(drop=0.5, wrong_baud=True)
     assert b.flags() == BUS_FLAG_BITS["drop"] | BUS_FLAG_BITS["wrong_baud"]
-    b.inject("delay", {"seconds": 0.1})
+    inject_bus_fault(b, "delay", {"seconds": 0.1})
     b.clear("drop")
     assert b.flags() == BUS_FLAG_BITS["delay"] | BUS_FLAG_BITS["wrong_baud"]
     b.corrupt = 0.25
@@ -252,19 +253,20 @@ def test_bus_fault_flags_follow_every_assignment():
     assert b.flags() == 0 == BusFaults().flags()
 
 
-def test_bus_fault_flags_mirror_follows_every_change():
+def test_bus_fault_flag_sink_follows_every_change():
     """The flags the state publisher reads from C (a one-element view of LiveRig.bus_flag_bits) follow the
     constructor, inject, clear and reset."""
     import numpy as np
 
-    from hil.daemon.faults import BUS_FLAG_BITS, BusFaults
+    from drivers.faults import BUS_FLAG_BITS, BusFaults
+    from hil.daemon.faults import inject_bus_fault
     bits = np.zeros(2, dtype=np.int64)
-    b = BusFaults(drop=0.5, mirror=bits[1:2])
+    b = BusFaults(drop=0.5, flag_sink=bits[1:2])
     assert bits.tolist() == [0, BUS_FLAG_BITS["drop"]]
-    b.inject("wrong_baud", {})
+    inject_bus_fault(b, "wrong_baud", {})
     assert bits[1] == BUS_FLAG_BITS["drop"] | BUS_FLAG_BITS["wrong_baud"] == b.flags()
     b.clear("drop")
     assert bits[1] == BUS_FLAG_BITS["wrong_baud"]
-    b.inject("corrupt", {"probability": 0.1})
+    inject_bus_fault(b, "corrupt", {"probability": 0.1})
     b.reset()
     assert bits.tolist() == [0, 0]

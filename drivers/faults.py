@@ -1,0 +1,75 @@
+"""Reply faults of one simulated servo's bus adapter: drop, corrupt, delay, wrong baud.
+
+The application injects them (commands `inject_fault` / `clear_fault`); every bus adapter of `drivers/`
+applies them to the replies it sends. Bit values are those the state stream publishes in `fault_flags`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
+BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11}
+
+
+# the field each bus flag bit stands for
+_FIELD_BITS = {"drop": BUS_FLAG_BITS["drop"], "corrupt": BUS_FLAG_BITS["corrupt"], "delay_s": BUS_FLAG_BITS["delay"],
+               "wrong_baud": BUS_FLAG_BITS["wrong_baud"]}
+
+
+@dataclass
+class BusFaults:
+    """Reply faults one servo's bus adapter applies (read on every reply, from any thread)."""
+
+    # flags() kept current on every assignment: the bus servers ask at every reply, so the answer is an
+    # attribute, not four tests (declared first: set first)
+    active: int = field(default=0, init=False, repr=False, compare=False)
+    drop: float = 0.0
+    corrupt: float = 0.0
+    delay_s: float = 0.0
+    wrong_baud: bool = False
+    rng: random.Random = field(default_factory=lambda: random.Random(1), repr=False)
+    # a one-element int64 array (a view) that receives `active` on every change: the state publisher ORs
+    # it into every sample from C without calling into Python (LiveRig.bus_flag_bits)
+    flag_sink: Any = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        bit = _FIELD_BITS.get(name)
+        if bit is not None:
+            object.__setattr__(self, "active", self.active | bit if value else self.active & ~bit)
+        if bit is not None or name == "flag_sink":
+            flag_sink = getattr(self, "flag_sink", None)     # __init__ sets it last
+            if flag_sink is not None:
+                flag_sink[0] = self.active
+
+    def flags(self) -> int:
+        return self.active
+
+    def apply(self, reply: bytes) -> tuple[bytes | None, float]:
+        """What to send for `reply`: (bytes or None for silence, extra delay [s])."""
+        if self.wrong_baud or (self.drop and self.rng.random() < self.drop):
+            return None, 0.0
+        if self.corrupt and reply and self.rng.random() < self.corrupt:
+            i = self.rng.randrange(len(reply))
+            reply = reply[:i] + bytes([reply[i] ^ 0xFF]) + reply[i + 1:]
+        return reply, self.delay_s
+
+    def clear(self, fault: str) -> None:
+        """Clear one of BUS_FAULTS."""
+        if fault == "drop":
+            self.drop = 0.0
+        elif fault == "corrupt":
+            self.corrupt = 0.0
+        elif fault == "delay":
+            self.delay_s = 0.0
+        else:
+            self.wrong_baud = False
+
+    def reset(self) -> None:
+        """Every fault cleared and the random stream restarted, in place: the bus adapters hold this object."""
+        self.drop = self.corrupt = self.delay_s = 0.0
+        self.wrong_baud = False
+        self.rng.seed(1)

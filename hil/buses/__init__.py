@@ -1,0 +1,32 @@
+"""Wiring of buses to a running rig: `open_bus` builds the server of a rig's `[[buses]]` entry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from drivers.canopen.bus import CanopenBus
+    from drivers.dynamixel.server import BusServer
+    from drivers.erob.etherban import EtherbanServer
+    from hil.daemon.live_rig import LiveRig
+    from hil.daemon.rig import BusConfig
+
+
+def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | CanopenBus | EtherbanServer:
+    """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path.
+
+    Every server has `path` (where controllers connect), `summary` (one line for the
+    start-up banner), `error` (what stopped it, if anything), `start()` and `stop()`."""
+    if cfg.protocol == "dynamixel":
+        from hil.buses.dynamixel import open_dynamixel_bus
+
+        return open_dynamixel_bus(cfg, live, port)
+    if cfg.protocol == "canopen":
+        from hil.buses.erob import open_canopen_bus
+
+        return open_canopen_bus(cfg, live, port)
+    if cfg.protocol == "etherban":
+        from hil.buses.erob import open_etherban
+
+        return open_etherban(cfg, live)
+    raise ValueError(f"unknown bus protocol {cfg.protocol!r}")

@@ -1,0 +1,27 @@
+"""What every proxy mirror of a rig shares, whatever its protocol (`servo-hil mirror`): the label of the real bus
+and the side-by-side MCAP log of a mirrored bus."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hil.daemon.live_rig import LiveRig
+    from hil.daemon.rig import BusConfig
+    from hil.logs.mcap import SideBySideRecorder
+
+
+def real_label(cfg: BusConfig) -> str:
+    """The mirrored real bus as one line (a device path, a python-can spec or its table as JSON)."""
+    return cfg.real if isinstance(cfg.real, str) else json.dumps(cfg.real, sort_keys=True)
+
+
+def open_recorder(cfg: BusConfig, live: LiveRig) -> SideBySideRecorder | None:
+    """The MCAP recorder of mirrored bus `cfg` (files `<rig>-<bus>-….mcap` in cfg.record), or None."""
+    if not cfg.record:
+        return None
+    from hil.logs.mcap import SideBySideRecorder
+
+    return SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}",
+                              metadata={"rig": live.rig.name, "bus": cfg.name, "real": real_label(cfg)})
