@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard hil/*/*.pyx hil/*/*.pxd hil/*/*.h drivers/*/*.pyx drivers/*/*.pxd firmware_models/*/*.pyx firmware_models/*/*.pxd)
+PYX     := $(wildcard bench/*.pyx hil/*/*.pyx hil/*/*.pxd hil/*/*.h drivers/*/*.pyx drivers/*/*.pxd firmware_models/*/*.pyx firmware_models/*/*.pxd)
 
 .PHONY: run test lint soak bench clean
 
@@ -36,5 +36,5 @@ bench: .stamp-install
 	$(BIN)/python bench/kernel.py
 
 clean:
-	rm -rf build *.egg-info hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \
+	rm -rf build *.egg-info bench/*.c bench/*.so hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \
 		.stamp-install
