@@ -463,18 +463,5 @@ def _options(version: Annotated[bool, typer.Option(
     """Real-time hardware-in-the-loop servo emulator."""
 
 
-def main() -> None:
-    """The `servo-hil` command: the typer app, with one line instead of a traceback when the compiled extensions
-    are missing (a checkout where `make run` has not run yet)."""
-    try:
-        app()
-    except ModuleNotFoundError as exc:
-        if not exc.name or exc.name.split(".")[0] not in ("hil", "firmware_models", "drivers", "bench"):
-            raise
-        print(f"servo-hil: error: {exc.name} is not built: run `make run` (or `pip install -e .`) in the checkout",
-              file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    main()
+    app()

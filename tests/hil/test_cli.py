@@ -1,0 +1,32 @@
+"""The `servo-hil` command itself: --version, and a checkout whose extensions are not built."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+from tests.daemon_process import SERVO_HIL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_version():
+    r = subprocess.run([*SERVO_HIL, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"servo-hil {version('servo-hil')}"
+
+
+def test_unbuilt_checkout_is_one_line(tmp_path):
+    """Sources without their compiled extensions (a fresh clone before `make run`): one line naming the module
+    and what to run, exit 2, no traceback."""
+    for package in ("hil", "firmware_models", "drivers", "bench"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.argv = ['servo-hil', *sys.argv[2:]]; "
+            "from hil.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), "actuator", "show", "mx64"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not built: run `make run`" in lines[0] and "hil." in lines[0], r.stderr
