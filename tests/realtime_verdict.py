@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-STEAL_LIMIT = 0.02   # targets are judged when steal < 2 % (README, "Measured performance")
+STEAL_LIMIT = 0.02   # targets are judged when steal < 2 % (docs/performance.md)
 LATE_LIMIT = 0.05    # …and when at most 5 % of the test's own cycles were late
 
 

@@ -298,6 +298,16 @@ def _print_json(result: dict, out: Path | None) -> None:
     print(text)
 
 
+@bench_app.command("kernel", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_kernel(ctx: typer.Context) -> None:
+    """Kernel actuator-steps per second against MuJoCo's mj_step and bam's step in the same run, as JSON
+    (its options: servo-hil bench kernel --help)."""
+    from bench.kernel import main as bench
+
+    raise typer.Exit(bench(ctx.args))
+
+
 @bench_app.command("loop")
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,

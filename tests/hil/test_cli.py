@@ -30,3 +30,12 @@ def test_unbuilt_checkout_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not built: run `make run`" in lines[0] and "hil." in lines[0], r.stderr
+
+
+def test_every_benchmark_is_a_bench_command():
+    """Each benchmark of bench/ that users run is behind `servo-hil bench` (the kernel's passes its options on)."""
+    r = subprocess.run([*SERVO_HIL, "bench", "--help"], capture_output=True, text=True, timeout=60)
+    for name in ("kernel", "loop", "dynamixel", "erob"):
+        assert f" {name} " in r.stdout, r.stdout
+    r = subprocess.run([*SERVO_HIL, "bench", "kernel", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--quick" in r.stdout and "--no-bam" in r.stdout, r.stdout + r.stderr
