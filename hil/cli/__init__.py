@@ -3,7 +3,7 @@
 import sys
 
 
-def main() -> None:
+def servo_hil() -> None:
     """The `servo-hil` command: one line instead of a traceback when the compiled extensions are missing (a
     checkout where `make run` has not run yet)."""
     try:

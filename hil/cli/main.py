@@ -201,9 +201,9 @@ def record(
     duration: Annotated[float, typer.Option(help="seconds of each trajectory (bam: 6)")] = 6.0,
     arm_mass: Annotated[float, typer.Option(help="uniform arm mass [kg]")] = 0.0,
 ) -> None:
-    """Active mirror: drive a servo (Dynamixel, or an eRob through Etherban or CANopen with bam's host PD) through
-    bam's excitation trajectories at each gain and record bam's raw and processed JSON logs (for `replay`,
-    `report` and bam's identification)."""
+    """Identification run on a real servo: drive it (Dynamixel, or an eRob through Etherban or CANopen with bam's
+    host PD) through bam's excitation trajectories at each gain and record bam's raw and processed JSON logs
+    (for `replay`, `report`, `identify` and bam's own fitting)."""
     from hil.logs.bam import check_trajectories
     from hil.record.excitation import TRAJECTORIES
 
@@ -401,7 +401,8 @@ def actuator_show(
     model: Annotated[Model | None, typer.Option(help="use bam's identified set mN")] = None,
     voltage: Annotated[float | None, typer.Option(help="[V]; default: the datasheet voltage")] = None,
 ) -> None:
-    """Derived datasheet quantities (seed 000 Table 19) at the output shaft."""
+    """The motor quantities a datasheet lists (stall torque, no-load speed, time constants, as the MuJoCo DC motor
+    model derives them) at the output shaft, beside the datasheet's, with why they differ."""
     from hil.offline.actuator_plots import supply_voltage
     from hil.params import catalog
 
@@ -429,13 +430,32 @@ def actuator_show(
         ("mechanical time constant RJ/K²", fmt(d["mechanical_time_constant_s"] * 1e3, " ms"), "-"),
         ("electrical time constant L/R", fmt(d["electrical_time_constant_s"] * 1e3, " ms"), "-"),
         ("nominal torque K·imax", fmt(d["nominal_torque_nm"], " N·m"), fmt(ds.rated_torque_nm, " N·m")),
-        ("motor constant K (motor side)", fmt(d["motor_constant_nm_per_a"], " N·m/A"), "-"),
+        (f"motor constant K ({'motor' if spec.motor.gear != 1 else 'output'} side)",
+         fmt(d["motor_constant_nm_per_a"], " N·m/A"), "-"),
         ("resistance R", fmt(d["resistance_ohm"], " Ω"), "-"),
         ("gear ratio (model)", fmt(spec.motor.gear), fmt(ds.gear_ratio)),
     ]
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    for line in _model_vs_datasheet(spec.motor.gear, ds.gear_ratio, d["stall_torque_nm"],
+                                    ds.stall_torque_nm if same_v else None, model):
+        console.print(line)
+
+
+def _model_vs_datasheet(gear: float, datasheet_gear: float | None, stall_nm: float, datasheet_stall_nm: float | None,
+                        model: str | None) -> list[str]:
+    """Why the model's column differs from the datasheet's, one line each."""
+    lines = []
+    if gear == 1 and datasheet_gear and datasheet_gear > 1:
+        lines.append(f"gear 1 vs {datasheet_gear:g}: the model lumps motor and gearbox at the output shaft, so K, R "
+                     "and the armature are output-side equivalents (as bam identifies them), not the motor's own.")
+    if datasheet_stall_nm and abs(stall_nm / datasheet_stall_nm - 1) > 0.1:
+        source = f"bam's {model} constants fitted to motion logs" if model else "the catalog's constants"
+        lines.append(f"stall torque {stall_nm:.3g} vs {datasheet_stall_nm:.3g} N·m: K·v/R of {source}; the "
+                     "datasheet's figure is a measured stall, which the firmware's current limit and the "
+                     "gearbox efficiency cap.")
+    return lines
 
 
 @actuator_app.command("plot")
@@ -459,6 +479,39 @@ def actuator_plot(
         console.print(f"drive/backdrive diagram → {drive}")
 
 
+def _plain_metavars(typer_app: typer.Typer) -> None:
+    """Help shows RIG, PATH, TEXT, NUMBER rather than the Python types (`<list[str]>`, `{rig}`): every argument
+    and option without its own metavar gets one from its name or its type."""
+    import inspect
+    import types
+    import typing
+
+    words = {Path: "PATH", str: "TEXT", float: "NUMBER", int: "INTEGER"}
+    for info in typer_app.registered_commands:
+        hints = typing.get_type_hints(info.callback, include_extras=True)
+        for name, hint in hints.items():
+            if typing.get_origin(hint) is not Annotated:
+                continue
+            base, *extras = typing.get_args(hint)
+            for param in extras:
+                if isinstance(param, typer.models.ArgumentInfo) and param.metavar is None:
+                    param.metavar = name.upper()
+                elif isinstance(param, typer.models.OptionInfo) and param.metavar is None:
+                    kind = base
+                    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:   # X | None
+                        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+                    if typing.get_origin(kind) is list:
+                        kind = typing.get_args(kind)[0]
+                    if typing.get_origin(kind) is Literal:
+                        param.metavar = "|".join(str(c) for c in typing.get_args(kind))
+                    elif kind in words:
+                        param.metavar = words[kind]
+        # evaluated once: typer reads these objects (through any wrapper), not fresh copies of the strings
+        info.callback.__annotations__ = inspect.unwrap(info.callback).__annotations__ = hints
+    for group in typer_app.registered_groups:
+        _plain_metavars(group.typer_instance)
+
+
 def _print_version(value: bool) -> None:
     if value:
         from importlib.metadata import version
@@ -472,6 +525,8 @@ def _options(version: Annotated[bool, typer.Option(
         "--version", help="Print the version and exit.", is_eager=True, callback=_print_version)] = False) -> None:
     """Real-time hardware-in-the-loop servo emulator."""
 
+
+_plain_metavars(app)
 
 if __name__ == "__main__":
     app()

@@ -24,7 +24,7 @@ def test_unbuilt_checkout_is_one_line(tmp_path):
     for package in ("hil", "firmware_models", "drivers", "bench"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
     code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.argv = ['servo-hil', *sys.argv[2:]]; "
-            "from hil.cli import main; main()")
+            "from hil.cli import servo_hil; servo_hil()")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path), "actuator", "show", "mx64"],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
@@ -39,3 +39,26 @@ def test_every_benchmark_is_a_bench_command():
         assert f" {name} " in r.stdout, r.stdout
     r = subprocess.run([*SERVO_HIL, "bench", "kernel", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--quick" in r.stdout and "--no-bam" in r.stdout, r.stdout + r.stderr
+
+
+def test_help_speaks_plainly():
+    """No Python types or private references in any command's --help."""
+    commands = [[], ["run"], ["mirror"], ["record"], ["report"], ["replay"], ["simulate"], ["status"],
+                ["actuator", "show"], ["bench", "loop"]]
+    for argv in commands:
+        r = subprocess.run([*SERVO_HIL, *argv, "--help"], capture_output=True, text=True, timeout=60,
+                           env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        options = "\n".join(line for line in r.stdout.splitlines() if line.lstrip().startswith("--"))
+        for jargon in ("<list[", "seed 0", "Active mirror"):
+            assert jargon not in r.stdout, f"servo-hil {' '.join(argv)} --help shows {jargon!r}:\n{r.stdout}"
+        assert "<" not in options, f"servo-hil {' '.join(argv)} --help: an option shows a Python type:\n{options}"
+
+
+def test_actuator_show_explains_the_model_against_the_datasheet():
+    r = subprocess.run([*SERVO_HIL, "actuator", "show", "mx64", "--model", "m6"], capture_output=True, text=True,
+                       timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "motor constant K (output side)" in r.stdout
+    assert "gear 1 vs 200: the model lumps motor and gearbox at the output shaft" in r.stdout
+    assert "stall torque 8.3 vs 6 N·m" in r.stdout
