@@ -95,6 +95,8 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
         rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port()))
         proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
                                 stderr=subprocess.PIPE, text=True)
+        print(f"bench loop: the daemon, {actuators} actuators at {rate:g} Hz, for {seconds:g} s", file=sys.stderr,
+              flush=True)
         try:
             out = _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup)
         finally:
@@ -103,6 +105,7 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    print(f"bench loop: the ZeroMQ peer, the same stream, for {seconds:g} s", file=sys.stderr, flush=True)
     out["zmq_peer"] = _measure_peer(rate / publish_every, actuators, out["zmq"]["payload_bytes"], seconds, warmup)
     if out["zmq"]["latency_p99_us"] and out["zmq_peer"]["latency_p99_us"]:
         out["zmq"]["p99_over_peer_p99"] = out["zmq"]["latency_p99_us"] / out["zmq_peer"]["latency_p99_us"]

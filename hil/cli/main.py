@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -106,11 +107,13 @@ def report(
     from hil.offline.report import report as make_report
 
     doc = make_report(logs, out, actuator, model or [], all_models, integrator)
-    table = Table(title=f"sim vs real: {logs}")
-    for col in ("log", "joint", "model", "MAE (mrad)", "RMSE (mrad)", "max |err| (mrad)"):
-        table.add_column(col, justify="right" if "mrad" in col else "left")
+    names = _short_names([r["log"] for r in doc["rows"]])
+    table = Table(title=f"sim vs real: {logs} (mrad)")
+    for col in ("log", "joint", "model", "MAE", "RMSE", "max |err|"):
+        table.add_column(col, justify="left" if col in ("log", "joint", "model") else "right",
+                         overflow="fold" if col == "log" else "ellipsis")
     for r in doc["rows"]:
-        table.add_row(r["log"], r["joint"], r["model"] or "sim", f"{1e3 * r['mae_rad']:.2f}",
+        table.add_row(names[r["log"]], r["joint"], r["model"] or "sim", f"{1e3 * r['mae_rad']:.2f}",
                       f"{1e3 * r['rmse_rad']:.2f}", f"{1e3 * r['max_abs_err_rad']:.2f}")
     console.print(table)
     if len(doc["model_summary"]) > 1:
@@ -121,6 +124,15 @@ def report(
             ranked.add_row(str(s["rank"]), s["model"], f"{1e3 * s['mean_mae_rad']:.2f}", f"{s['best_on']}/{s['logs']}")
         console.print(ranked)
     console.print(f"{len({r['plot'] for r in doc['rows']})} plots, report.md, report.json → {out}")
+
+
+def _short_names(names: list[str]) -> dict[str, str]:
+    """Each log name without the prefix and extension all of them share (kept readable in 80 columns)."""
+    stems = {n: n.removesuffix(".json").removesuffix(".mcap") for n in names}
+    # character by character on purpose: names, not paths
+    prefix = os.path.commonprefix(list(stems.values())) if len(set(stems.values())) > 1 else ""  # noqa: RUF071
+    prefix = prefix[: max(prefix.rfind("_"), prefix.rfind("-")) + 1]   # cut at a word boundary
+    return {n: ("…" if prefix else "") + stem[len(prefix):] for n, stem in stems.items()}
 
 
 @app.command()

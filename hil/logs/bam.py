@@ -6,6 +6,7 @@ read), and the sweep of runs that `servo-hil record` makes, whatever drives the 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,13 +46,14 @@ def record_sweep(trajectories: list[str], gains: list[float], run: Callable[[str
     <out>/processed/*.json and returns their paths."""
     check_trajectories(trajectories)
     written = []
-    for kp in gains:
-        for name in trajectories:
-            raw = run(name, kp)
-            stem = f"{time.strftime('%Y-%m-%d_%Hh%Mm%S')}_{name}_kp{kp:g}"
-            for sub, log in (("raw", raw), ("processed", process(raw))):
-                path = out / sub / f"{stem}.json"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(log))
-                written.append(path)
+    runs = [(kp, name) for kp in gains for name in trajectories]
+    for i, (kp, name) in enumerate(runs, 1):
+        print(f"run {i}/{len(runs)}: {name} at kp {kp:g}", file=sys.stderr, flush=True)
+        raw = run(name, kp)
+        stem = f"{time.strftime('%Y-%m-%d_%Hh%Mm%S')}_{name}_kp{kp:g}"
+        for sub, log in (("raw", raw), ("processed", process(raw))):
+            path = out / sub / f"{stem}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(log))
+            written.append(path)
     return written

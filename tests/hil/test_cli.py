@@ -62,3 +62,14 @@ def test_actuator_show_explains_the_model_against_the_datasheet():
     assert "motor constant K (output side)" in r.stdout
     assert "gear 1 vs 200: the model lumps motor and gearbox at the output shaft" in r.stdout
     assert "stall torque 8.3 vs 6 N·m" in r.stdout
+
+
+def test_report_table_keeps_log_names_apart_in_80_columns(bam_data, tmp_path):
+    logs = bam_data / "logs" / "xl330" / "processed"
+    r = subprocess.run([*SERVO_HIL, "report", str(logs), "--actuator", "xl330_m288", "--model", "m6",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if " m6 " in line]
+    assert len(rows) == 12 and all(len(line) <= 80 for line in r.stdout.splitlines())
+    assert len({row.split("│")[1].strip() for row in rows}) == 12, "log names collapsed into one:\n" + r.stdout

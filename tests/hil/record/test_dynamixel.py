@@ -55,6 +55,7 @@ id = 1
                               "--length", "0.1", "--motor", "xl330", "--kp", "400", "--trajectory", "sin_sin"],
                              capture_output=True, text=True, timeout=60)
         assert rec.returncode == 0, rec.stderr
+        assert "run 1/1: sin_sin at kp 400" in rec.stderr   # progress, one line per run
     finally:
         daemon.terminate()
         assert daemon.wait(STOP_TIMEOUT_S) == 0
