@@ -252,18 +252,27 @@ def status(
     command: Annotated[str, typer.Option(help="the daemon's command endpoint")] = "tcp://127.0.0.1:9873",
     check: Annotated[bool, typer.Option("--check", help="exit 0 if the loop runs, 1 if not (health check)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the raw status as JSON")] = False,
+    watch: Annotated[float | None, typer.Option(
+        "--watch", min=0.1, help="refresh every this many seconds until Ctrl-C")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the daemon")] = 2.0,
 ) -> None:
     """Live status of a running daemon (loop timing, steal, actuators, faults)."""
     import json
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
 
     from hil.daemon.zmq_io import request
 
-    try:
-        reply = request(command, {"cmd": "status"}, timeout)
-    except TimeoutError as exc:
-        print(f"servo-hil: error: {exc}", file=sys.stderr)
-        raise typer.Exit(1) from None
+    def ask() -> dict:
+        try:
+            return request(command, {"cmd": "status"}, timeout)
+        except TimeoutError as exc:
+            print(f"servo-hil: error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+    reply = ask()
     st = reply.get("status", {})
     if check:
         # alive, and ticking unless it waits for `step` (lock-step) or was paused on purpose
@@ -274,7 +283,24 @@ def status(
     if as_json:
         print(json.dumps(st, indent=1))
         return
+    if watch is None:
+        console.print(*_status_tables(st))
+        return
+    try:
+        with Live(Group(*_status_tables(st)), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(watch)
+                live.update(Group(*_status_tables(ask().get("status", {}))), refresh=True)
+    except KeyboardInterrupt:
+        pass
 
+
+# a latched shutdown turns the torque off whatever the controller's Torque Enable says
+_LATCHED = ("overheat", "overload")
+
+
+def _status_tables(st: dict) -> tuple[Table, Table]:
+    """The loop's table and the actuators' table of a daemon's status."""
     def us(x):
         return "-" if x is None else f"{x:.0f} µs"
 
@@ -290,14 +316,15 @@ def status(
                  ("hypervisor steal", f"{100 * st['steal_fraction']:.2f} %"), ("CPU", f"{st['cpu_percent']:.1f} %"),
                  ("sample drops", str(st["sample_drops"]))):
         t.add_row(k, v)
-    console.print(t)
     a = Table()
-    for col in map(escape, ("actuator", "mode", "enable", "position [rad]", "temperature [°C]", "faults")):
-        a.add_column(col)
+    for col in map(escape, ("actuator", "mode", "torque", "position [rad]", "temperature [°C]", "faults")):
+        a.add_column(col, no_wrap=col in ("torque", "faults"))
     for name, s in st["actuators"].items():
         temp = "-" if s["temperature"] is None else f"{s['temperature']:.1f}"
-        a.add_row(name, s["mode"], str(s["enable"]), f"{s['position']:.4f}", temp, ", ".join(s["faults"]) or "-")
-    console.print(a)
+        latched = [f for f in s["faults"] if f in _LATCHED]
+        torque = "off" if not s["enable"] else f"off ({', '.join(latched)})" if latched else "on"
+        a.add_row(name, s["mode"], torque, f"{s['position']:.4f}", temp, ", ".join(s["faults"]) or "-")
+    return t, a
 
 
 def _print_json(result: dict, out: Path | None) -> None:

@@ -69,3 +69,33 @@ def test_status_check_lockstep_before_the_first_step(make_rig, start_daemon):
     start_daemon(rig)
     res = run_cli("status", "--command", rig.cmd, "--check", "--timeout", "1")
     assert res.returncode == 0, (res.stdout, res.stderr)
+
+
+def test_status_shows_a_latched_shutdown_as_torque_off(shared_daemon):
+    """An overheat latch cuts the torque whatever Torque Enable says: the table must not say `on`."""
+    daemon = shared_daemon
+    ok(daemon.rig.cmd, "set_enable", actuator="mx", value=True)
+    ok(daemon.rig.cmd, "inject_fault", actuator="mx", fault="overheat")
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            res = run_cli("status", "--command", daemon.rig.cmd)
+            row = next(line for line in res.stdout.splitlines() if "mx" in line and "│" in line)
+            if "overheat" in row or time.monotonic() > deadline:
+                break
+        assert "off (overheat)" in res.stdout, res.stdout
+    finally:
+        ok(daemon.rig.cmd, "clear_fault", actuator="mx", fault="overheat")
+
+
+def test_status_watch_refreshes_until_interrupted(shared_daemon):
+    import signal
+
+    daemon = shared_daemon
+    proc = subprocess.Popen([*SERVO_HIL, "status", "--command", daemon.rig.cmd, "--watch", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "lateness p50" in out and "arm" in out
