@@ -491,3 +491,50 @@ def test_the_segment_length_is_set_in_the_rig_and_on_the_command_line(tmp_path):
     res = subprocess.run([*SERVO_HIL, "mirror", str(rig), "--record-segment-s", "0"], capture_output=True,
                          text=True, cwd=REPO, timeout=60, env=os.environ | {"PYTHONPATH": str(REPO)})
     _one_error_line(res, "--record-segment-s 0", "record_segment_s")
+
+
+def test_a_killed_mirror_daemon_recovers_its_log_on_the_next_start(tmp_path):
+    """`servo-hil mirror --record` killed with SIGKILL under dynamixel-sdk traffic: its cut segment opens in mcap's
+    reader after the next start of the mirror on the same folder, with every message the torn scan finds."""
+    from dynamixel_sdk import GroupSyncRead, PacketHandler
+
+    from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler
+    from tests.drivers.dynamixel.test_mirror import _rig, _start, _stop
+
+    real_rig, _ = _rig(tmp_path, "real", "m1")
+    twin_rig, _ = _rig(tmp_path, "twin", "m1")
+    logs = tmp_path / "logs"
+    args = ["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
+            "--record", str(logs), "--record-segment-s", "1.5"]
+    real = _start(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    try:
+        mirror = _start(args, "mirroring")
+        try:
+            port = SlackPortHandler(str(tmp_path / "ctl"), DEFAULT_SLACK_MS)
+            assert port.openPort() and port.setBaudRate(1_000_000)
+            sync = GroupSyncRead(port, PacketHandler(2.0), 132, 4)
+            sync.addParam(1)
+            replies = 0
+            # Sync Reads until a second segment (1.5 s each) has a chunk on disk (flush_s = 1 s), however slow the host
+            while replies < 200 or len(files := recording_files(logs)) < 2 or not read_side_by_side(files[-1]):
+                for _ in range(20):
+                    replies += sync.txRxPacket() == 0
+            os.kill(mirror.pid, signal.SIGKILL)
+            assert mirror.wait(10) == -signal.SIGKILL
+            port.closePort()
+        finally:
+            mirror.kill()
+            mirror.wait()
+        files = recording_files(logs)
+        with pytest.raises(Exception):  # noqa: B017 (the cut segment: no summary, no footer)
+            _raw(files[-1])
+        expected = {file: _ours(file) for file in files}
+        assert len(expected[files[-1]]) >= 2  # the cut segment holds a real and a sim state at least
+        again = _start(args, "mirroring")  # the recorder recovers the folder before the bus serves
+        _stop(again)
+        assert f"{files[-1]}: recovered {len(expected[files[-1]])} messages" in again.stderr.read()
+    finally:
+        _stop(real)
+    assert recording_files(logs) == files  # no traffic on the second run: no new segment
+    for file in files:
+        assert sorted((topic, t) for topic, t, _ in _raw(file)) == expected[file]
