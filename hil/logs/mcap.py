@@ -362,7 +362,9 @@ def read_side_by_side(path: str | Path) -> dict[str, list[dict]]:
 
     path: one MCAP file, or a folder of rotated files (read in recording order and concatenated).
     Complete files are read through their summary and index; files cut short (no footer, e.g. after
-    a SIGKILL) by a linear scan that keeps every complete chunk and never raises for the torn tail.
+    a SIGKILL) by a linear scan that keeps every complete chunk and never raises for the torn tail
+    (the file is read as it is, not recovered). A file that is not MCAP, or is damaged before its
+    end, raises hil.logs.recover.DamagedMcap (a ValueError) naming it.
     Messages keep file order within a topic; log_time_ns is the message's log time [epoch ns].
     """
     out: dict[str, list[dict]] = defaultdict(list)

@@ -131,7 +131,7 @@ def torn_records(f: IO[bytes]) -> Iterator[tuple[bool, list[McapRecord]]]:
                 yield False, [record]
     except Exception as exc:  # the cut may fail in struct, the decompressor, a CRC or UTF-8 decoding
         if f.tell() < size:
-            raise DamagedMcap(f"{getattr(f, 'name', 'MCAP file')}: damaged at byte {f.tell()} of {size} "
+            raise DamagedMcap(f"{getattr(f, 'name', 'MCAP file')}: damaged before byte {f.tell()} of {size} "
                               f"({type(exc).__name__}: {exc})") from None
 
 
