@@ -23,5 +23,5 @@ def open_recorder(cfg: BusConfig, live: LiveRig) -> SideBySideRecorder | None:
         return None
     from hil.logs.mcap import SideBySideRecorder
 
-    return SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}",
+    return SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}", rotate_s=cfg.record_segment_s,
                               metadata={"rig": live.rig.name, "bus": cfg.name, "real": real_label(cfg)})

@@ -164,6 +164,8 @@ def mirror(
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,
     record: Annotated[str | None, typer.Option(help="folder for side-by-side MCAP logs (/real, /sim, /bus)")] = None,
+    record_segment_s: Annotated[float | None, typer.Option(
+        help="seconds of log time per MCAP file (segment); default: the rig's record_segment_s, 600")] = None,
     mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
@@ -178,7 +180,23 @@ def mirror(
             raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
     from hil.daemon.service import serve
 
-    serve(rig, mqtt, port or [], log_level, real=real or [], record=record)
+    serve(rig, mqtt, port or [], log_level, real=real or [], record=record, record_segment_s=record_segment_s)
+
+
+@app.command()
+@one_line_errors
+def recover(path: Annotated[Path, typer.Argument(help="an MCAP file, or a folder of them")]) -> None:
+    """Rewrite each MCAP file cut short by a kill as a complete, indexed one (atomically, in place)."""
+    from hil.logs.recover import recover as run
+
+    results = run(path)
+    if not results:
+        raise ConfigError(f"{path}: no .mcap files in this folder")
+    for r in results:
+        print(f"servo-hil: error: {r}" if r.status == "unreadable" else r,
+              file=sys.stderr if r.status == "unreadable" else sys.stdout)
+    if any(r.status == "unreadable" for r in results):
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -11,6 +11,7 @@
     baud = 1000000  fast = false            # canopen: baud is the CAN bit rate
     real = "/dev/ttyUSB0"  record = "logs/"  # mirror: the real bus (canopen: "slcan:/dev/ttyACM0@1000000"
                                             # or a table of can.Bus arguments), side-by-side MCAP logs
+    record_segment_s = 600                  # … cut into files (segments) of this many seconds
     [[buses]]
     name = "ethercat"  protocol = "etherban"  # Rhoban's Etherban ZeroMQ server (bam's eRob client)
     bind = "tcp://127.0.0.1:7332"  joints = ["elbow"]   # device 0, 1, … in this order
@@ -59,6 +60,8 @@ class BusConfig(Strict):
                           "device; canopen: a python-can bus, INTERFACE:CHANNEL[@BITRATE] or a table of can.Bus "
                           "arguments); the rig's servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
+    record_segment_s: PositiveFloat = Field(600.0, description="mirror: a new MCAP file (segment) every this many "
+                                                               "seconds of log time; a kill cuts only the last")
     bind: str = Field(ETHERBAN_ENDPOINT, description="etherban: the ZeroMQ REP endpoint to bind")
     joints: list[str] = Field(default_factory=list, description="etherban: the eRob joints it drives, as "
                                                                 "devices 0, 1, … in this order")

@@ -26,7 +26,7 @@ class Daemon:
     """Everything `servo-hil run` starts, in start order; `stop()` reverses it."""
 
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
-                 real: list[str] = (), record: str | None = None):
+                 real: list[str] = (), record: str | None = None, record_segment_s: float | None = None):
         self.rig, self.specs, kernel = load_rig(rig_path)
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
@@ -39,6 +39,10 @@ class Daemon:
                 raise ConfigError(f"{rig_path}: --record needs a mirrored bus: give --real or real = ... in the rig")
             for k in mirrored:
                 self.rig.buses[k] = self.rig.buses[k].model_copy(update={"record": record})
+        if record_segment_s is not None:
+            for k, bus in enumerate(self.rig.buses):
+                self.rig.buses[k] = validate(BusConfig, bus.model_dump() | {"record_segment_s": record_segment_s},
+                                             f"--record-segment-s {record_segment_s}")
         self.buses: list = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = realtime_context(self.rig.loop.io_priority)
@@ -157,13 +161,13 @@ def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
 
 
 def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
-          record: str | None = None) -> None:
+          record: str | None = None, record_segment_s: float | None = None) -> None:
     """`servo-hil run` / `servo-hil mirror`: log to stderr, run the daemon of `rig` until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s servo-hil %(levelname)s %(message)s")
     logging.getLogger("amqtt").setLevel(logging.WARNING)
     logging.getLogger("transitions").setLevel(logging.WARNING)
-    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record)
+    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record, record_segment_s=record_segment_s)
     try:
         daemon.run_until_signal()
     except zmq.ZMQError as exc:

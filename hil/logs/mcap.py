@@ -1,16 +1,21 @@
-"""Side-by-side MCAP recorder: real and simulated joint state, plus the bus commands (issue 6).
+"""Side-by-side MCAP recorder: real and simulated joint state, plus the bus commands.
 
 Each file holds JSON channels `/real/<joint>/state`, `/sim/<joint>/state` and `/bus/<joint>/commands`
-with jsonschema schemas, which is what Foxglove, PlotJuggler and rerun read without plugins.
+with jsonschema schemas, which Foxglove and PlotJuggler plot without plugins.
+Segments: files rotate every `rotate_s` s of log time and each one is self-contained (header,
+metadata, schemas, channels), so a kill can cut only the segment being written.
 Crash safety: the open chunk is closed and handed to the OS at least every `flush_s` seconds, so a
 SIGKILL loses at most that much and leaves a file whose complete chunks a linear scan reads
-(`read_side_by_side` does that scan when the footer is missing). Files rotate every `rotate_s` s of
-log time and each one is self-contained (header, metadata, schemas, channels).
+(`read_side_by_side` does that scan when the footer is missing). The next recorder started in the
+same folder, or `hil.logs.recover.recover` (`servo-hil recover`), rewrites such a file as a complete,
+indexed MCAP; a recorder holds an exclusive flock on the file it writes, so a recovery never touches it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import math
 import re
 import statistics
@@ -22,13 +27,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from mcap.exceptions import InvalidMagic
 from mcap.reader import make_reader
-from mcap.records import Channel, Chunk, Message
-from mcap.stream_reader import StreamReader, breakup_chunk
+from mcap.records import Channel, Message
 from mcap.writer import LIBRARY_IDENTIFIER, CompressionType, Writer
 
+from hil.logs.recover import check_magic, is_complete, recover_file, torn_records
+
 Side = Literal["real", "sim"]
+log = logging.getLogger(__name__)
 
 _NULLABLE_NUMBER = ["number", "null"]
 STATE_FIELDS: dict[str, Any] = {
@@ -64,7 +70,6 @@ _STATE_KEYS = frozenset(_STATE_NUMBERS + _STATE_OPTIONAL_NUMBERS + ("enable",))
 _JOINT = re.compile(r"[A-Za-z0-9_.-]+")  # one topic path segment
 _RESERVED_METADATA = ("time_base_ns", "file_index")
 _METADATA_NAME = "servo-hil"
-_MAGIC = b"\x89MCAP0\r\n"
 _FILE_NAME = re.compile(r"-(\d{8}T\d{6}Z)-(\d+)\.mcap$")
 _COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 
@@ -89,7 +94,7 @@ class SideBySideRecorder:
 
     directory: where files go (created if missing); files are named `<prefix>-<UTC>-<n>.mcap`, UTC
     being the file's first log time (YYYYmmddTHHMMSSZ) and n the file's index in this recording.
-    rotate_s: a new file every rotate_s seconds of log time [s].
+    rotate_s: a new file (segment) every rotate_s seconds of log time [s]; a kill cuts only the last.
     flush_s: longest time a message waits in memory before its chunk is written to the OS [s] (wall
     clock; a background thread enforces it when messages stop arriving).
     metadata: string key/values stored in every file's "servo-hil" metadata record, beside
@@ -98,7 +103,9 @@ class SideBySideRecorder:
     chunk_size: a chunk is also closed when it exceeds this many bytes (uncompressed).
 
     Thread-safe. Use as a context manager or call close(); a file that is never closed is still
-    readable up to its last flushed chunk with read_side_by_side.
+    readable up to its last flushed chunk with read_side_by_side. On start, every *.mcap file of
+    `directory` that a kill left unfinished (and no running recorder holds) is recovered as a complete
+    MCAP (hil.logs.recover), each one logged at WARNING.
     """
 
     def __init__(self, directory: str | Path, prefix: str = "servo-hil", rotate_s: float = 600.0,
@@ -117,6 +124,14 @@ class SideBySideRecorder:
             raise ValueError(f"metadata: {clash} are set by the recorder")
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
+        for file in sorted(self._dir.glob("*.mcap")):
+            try:
+                result = recover_file(file)
+            except OSError as exc:  # a file this process may not read or replace: recording goes on
+                log.warning("%s: not recovered (%s)", file, exc.strerror or exc)
+                continue
+            if result.status in ("recovered", "unreadable"):
+                log.warning("%s", result)
         self._prefix = prefix
         self._rotate_ns = round(rotate_s * 1e9)
         self._flush_s = flush_s
@@ -265,8 +280,14 @@ class SideBySideRecorder:
             path = self._dir / f"{self._prefix}-{stamp}-{n}.mcap"
             try:
                 stream = open(path, "xb")  # noqa: SIM115 (closed in _close_file)
-                break
             except FileExistsError:
+                n += 1
+                continue
+            try:  # held until close (or the kernel drops it at a kill): recover_file leaves the file alone
+                fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # a recovery opened the new, empty file first: leave it that one
+                stream.close()
                 n += 1
         writer = Writer(stream, chunk_size=self._chunk_size, compression=self._compression)
         writer.start(profile="", library=f"servo-hil recorder; {LIBRARY_IDENTIFIER}")
@@ -336,52 +357,30 @@ def _read_complete(f: IO[bytes], out: dict[str, list[dict]]) -> None:
         _decode(out, channel, message)
 
 
-def _read_torn(f: IO[bytes], size: int, out: dict[str, list[dict]]) -> None:
-    """Linear scan of a file without footer, chunk by chunk, stopping at the torn tail.
-
-    A SIGKILL cuts the file at an arbitrary byte, so the last record may be incomplete: any error
-    raised while the read position is at the end of the file is that tail and ends the scan; an error
-    with bytes still after it is corruption and is raised. Chunks are decoded whole (CRC-checked), so
-    a half-written chunk contributes nothing rather than garbage.
-    """
-    channels: dict[int, Channel] = {}
-    try:
-        for record in StreamReader(f, emit_chunks=True).records:
-            inner = breakup_chunk(record, validate_crc=True) if isinstance(record, Chunk) else [record]
-            for r in inner:
-                if isinstance(r, Channel):
-                    channels[r.id] = r
-                elif isinstance(r, Message):
-                    _decode(out, channels[r.channel_id], r)
-    except Exception:  # the tail may fail in struct, the decompressor, the CRC or UTF-8 decoding
-        if f.tell() < size:
-            raise
-
-
 def read_side_by_side(path: str | Path) -> dict[str, list[dict]]:
     """Messages by topic: {"/real/j/state": [{"t", "position", …, "log_time_ns"}, …], …}.
 
     path: one MCAP file, or a folder of rotated files (read in recording order and concatenated).
     Complete files are read through their summary and index; files cut short (no footer, e.g. after
-    a SIGKILL) by a linear scan that keeps every complete chunk and never raises for the torn tail.
+    a SIGKILL) by a linear scan that keeps every complete chunk and never raises for the torn tail
+    (the file is read as it is, not recovered). A file that is not MCAP, or is damaged before its
+    end, raises hil.logs.recover.DamagedMcap (a ValueError) naming it.
     Messages keep file order within a topic; log_time_ns is the message's log time [epoch ns].
     """
     out: dict[str, list[dict]] = defaultdict(list)
     for file in recording_files(path):
         with open(file, "rb") as f:
-            head = f.read(len(_MAGIC))
-            if head != _MAGIC:
-                if _MAGIC.startswith(head):  # killed before the magic was complete: an empty log
-                    continue
-                raise InvalidMagic(tuple(head))
-            size = f.seek(0, 2)
-            f.seek(size - len(_MAGIC))
-            complete = size >= 2 * len(_MAGIC) and f.read(len(_MAGIC)) == _MAGIC
-            f.seek(0)
-            if complete:
+            check_magic(f, file)
+            if is_complete(f):
                 _read_complete(f, out)
-            else:
-                _read_torn(f, size, out)
+                continue
+            channels: dict[int, Channel] = {}
+            for _from_chunk, records in torn_records(f):
+                for r in records:
+                    if isinstance(r, Channel):
+                        channels[r.id] = r
+                    elif isinstance(r, Message):
+                        _decode(out, channels[r.channel_id], r)
     return dict(out)
 
 
