@@ -1,4 +1,4 @@
-"""Side-by-side MCAP recorder (issue 6): round trip, time base, rotation, crash safety, bam export."""
+"""Side-by-side MCAP recorder: round trip, time base, rotation, crash safety, bam export."""
 
 import json
 import os
