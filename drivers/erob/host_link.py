@@ -2,9 +2,9 @@
 takes the current set-point of one cycle and returns the drive's state of that cycle, in SI.
 
 - `EtherbanLink`: an Etherban server, as bam's client talks to it (ZeroMQ REQ, protobuf; a TORQUE order whose
-  target is the current in A; notes/bam.md §5).
+  target is the current in A; bam/erob/etherban.py `Client.position_control`).
 - `CanopenLink`: CANopen with python-canopen over any python-can bus, in CST (CiA 402): RPDO + SYNC each cycle,
-  the state back in two synchronous TPDOs (notes/erob.md §3).
+  the state back in two synchronous TPDOs (CiA 301 PDO and SYNC services; CiA 402-2 cyclic synchronous torque mode).
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ class EtherbanLink:
         self._context.term()
 
 
-# CiA 301 / 402 objects and frames (notes/erob.md §3)
+# CiA 301 / CiA 402-2 objects and frames, as ZeroErr Driver_V1.5.eds lists them
 _CONTROLWORD, _STATUSWORD, _MODE, _TARGET_TORQUE = 0x6040, 0x6041, 0x6060, 0x6071
 _RATED_CURRENT, _RATED_TORQUE, _SYNC_PERIOD = 0x6075, 0x6076, 0x1006
 _CST = 10
 _NMT_START, _NMT_PRE_OPERATIONAL = 0x01, 0x80
 _SYNC = 0x080
-_COUNTS_PER_REV = 524288      # the eRob's 19-bit output encoder (notes/erob.md §1.2)
+_COUNTS_PER_REV = 524288      # the eRob's 19-bit output encoder (ZeroErr's demos: encoder_resolution)
 _OPERATION_ENABLED = (0x6F, 0x27)
 _FAULT = (0x4F, 0x08)
 _TPDO_WAIT_S = 0.02           # a cycle whose TPDOs do not come within this keeps the last state
@@ -232,7 +232,7 @@ def open_link(protocol: str, endpoint: str | None, device: int = 0, node: int | 
     if node is None:
         raise ConfigError("--node: give the eRob's CANopen node ID")
     try:
-        kwargs = can_bus_kwargs(endpoint, 1_000_000)     # the eRob's only CAN bit rate (notes/erob.md §1.1)
+        kwargs = can_bus_kwargs(endpoint, 1_000_000)     # the eRob's only CAN bit rate (EDS: BaudRate_1000)
     except ValueError as exc:
         raise ConfigError(f"--endpoint {exc}") from None
     return CanopenLink(kwargs, node, kt)

@@ -1,5 +1,5 @@
-"""Actuator diagrams: torque–speed envelope (seed 000 Fig. 1–3) and drive/backdrive diagram
-(friction paper, Fig. 2–4). Both are computed by the kernel itself, so they show what it simulates."""
+"""Actuator diagrams: torque–speed envelope (MuJoCo DC motor model §1.1–§1.2, Fig. 1–3) and drive/backdrive
+diagram (friction paper, Fig. 2–4). Both are computed by the kernel itself, so they show what it simulates."""
 
 from __future__ import annotations
 

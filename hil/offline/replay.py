@@ -33,7 +33,7 @@ class LogEntry(Strict):
 
 
 class ProcessedLog(Strict):
-    """bam's processed log (bam_logs/README.md); the Dynamixel recorder's `arm-mass` is accepted."""
+    """bam's processed log (bam/process.py); the Dynamixel recorder's `arm-mass` is accepted, as bam/logs.py does."""
 
     model_config = Strict.model_config | {"extra": "ignore", "populate_by_name": True}
     mass: NonNegativeFloat

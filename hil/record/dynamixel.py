@@ -1,6 +1,6 @@
 """Active mirror (`servo-hil record`): drive a Dynamixel servo through bam's excitation trajectories
-with dynamixel-sdk and record bam's raw JSON logs (notes/bam.md §4 "Raw format",
-bam_logs/README.md), plus the processed log (5 ms grid) that `replay`, `report` and bam's fitting read.
+with dynamixel-sdk and record bam's raw JSON logs (bam/dynamixel/record.py's format,
+data/bam/logs/SOURCE.md), plus the processed log (5 ms grid) that `replay`, `report` and bam's fitting read.
 
 The servo runs in Position mode with the Position P Gain under test (I = D = 0, as bam's recorder
 leaves them); each cycle writes the goal, then reads Present PWM … Present Temperature in one read.
@@ -18,7 +18,7 @@ from hil.logs.bam import check_trajectories, record_sweep
 from hil.params.config_file import ConfigError
 from hil.record.excitation import DURATION_S, TRAJECTORIES
 
-# Protocol 2.0 control table (MX(2.0), X series, XL330: the same addresses; notes/dynamixel.md §3.2)
+# Protocol 2.0 control table (MX(2.0), X series, XL330: the same addresses; e-manual §Control Table of RAM Area)
 _TORQUE_ENABLE, _OPERATING_MODE, _P_GAIN, _I_GAIN, _D_GAIN, _GOAL = 64, 11, 84, 82, 80, 116
 _BLOCK, _BLOCK_LEN = 124, 23          # Present PWM (124) … Present Temperature (146)
 _PULSE_RAD = 2.0 * math.pi / 4096
@@ -89,7 +89,7 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: 
         if block is None:
             continue                     # a lost reply: bam's loop skips the sample too
         entries.append({
-            "timestamp": (before + after) / 2 - t0,        # midpoint of the read (bam_logs/README.md)
+            "timestamp": (before + after) / 2 - t0,        # midpoint of the read, as bam/dynamixel/record.py
             "position": (_signed(block[8:12]) - _ZERO) * _PULSE_RAD,
             "speed": _signed(block[4:8]) * _VELOCITY_UNIT,
             "load": _signed(block[0:2]) / 885.0,          # Present PWM as a duty

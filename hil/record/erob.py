@@ -2,11 +2,11 @@
 excitation trajectories with bam's host-side PD and record bam's raw JSON logs (eRob flavour) plus the processed
 log (5 ms grid) that `replay`, `report` and bam's fitting read.
 
-As `bam/erob/record.py` does (notes/bam.md §2.3, §5): every 1 ms cycle the host computes
-amps = kp·(q* − q) + damping·√kp·(0 − q̇), clipped to ±12 A (the target velocity is 0, as bam's model assumes),
-from the last state, and sends it as the current set-point through a `host_link.Link` (Etherban or CANopen);
-torque off is 0 A, not a disconnection. Before each run it waits (at most 3 s, at 0 A) for the joint to be
-still, then brings it to the trajectory's start with the same PD on a 3 s cubic (choice: bam uses the server's
+As `bam/erob/record.py` does (with bam/erob/etherban.py `Client.position_control`): every 1 ms cycle the host
+computes amps = kp·(q* − q) + damping·√kp·(0 − q̇), clipped to ±12 A (the target velocity is 0, as bam's model
+assumes), from the last state, and sends it as the current set-point through a `host_link.Link` (Etherban or
+CANopen); torque off is 0 A, not a disconnection. Before each run it waits (at most 3 s, at 0 A) for the joint
+to be still, then brings it to the trajectory's start with the same PD on a 3 s cubic (choice: bam uses the server's
 POSITION mode there; the PD is one path for both transports). Raw entries, one per cycle: timestamp [s],
 position [rad, wrapped, minus `offset`], speed [rad/s], goal_position, torque_enable, torque_demand [A],
 control = present current [A]. Header: mass, length, arm_mass, kp [A/rad], damping, motor, trajectory.
@@ -26,8 +26,8 @@ from hil.record.excitation import DURATION_S, TRAJECTORIES
 
 __all__ = ["BAM_DAMPING", "pd_amps", "record"]
 
-MAX_AMPS = 12.0               # bam's clip (notes/bam.md §2.3)
-BAM_DAMPING = {"erob80_100": 2.0, "erob80_50": 1.0}   # bam's ErobActuator damping per motor (notes/bam.md §2.3)
+MAX_AMPS = 12.0               # bam's clip (bam/erob/actuator.py `ErobActuator.max_amps`)
+BAM_DAMPING = {"erob80_100": 2.0, "erob80_50": 1.0}   # bam's ErobActuator damping per motor (bam/actuators.py)
 _GOTO_S = 3.0                 # bam's goto_safe: a 3 s cubic to the start pose
 _STILL_S, _STILL_STD = 3.0, 1e-5   # bam waits for std(last 100 positions) < 1e-5 rad; we wait at most 3 s
 _ALREADY_THERE = 0.01         # [rad] no start move when this close

@@ -1,4 +1,4 @@
-"""bam's excitation trajectories (notes/bam.md §1: `bam/trajectory.py`), 6 s each.
+"""bam's excitation trajectories (`bam/trajectory.py`), 6 s each.
 
 Each maps the time since the start t [s] to (goal angle [rad], torque enable); 0 rad hangs down.
 Keyframed moves are cubic (Hermite) segments with zero slope at every keyframe, as bam's are.

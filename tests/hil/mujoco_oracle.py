@@ -1,4 +1,4 @@
-"""MuJoCo 3.11 `<dcmotor>` as a test oracle for the servo kernel (notes/mujoco_dcmotor.md).
+"""MuJoCo 3.11 `<dcmotor>` as a test oracle for the servo kernel (MuJoCo XML reference, `<dcmotor>`).
 
 One MJCF text drives both sides: MuJoCo compiles and steps it, and the same text, written to a file,
 goes through our importer (`load_dcmotor` → `DCMotor.resolve()` → kernel parameters). The model is
@@ -21,7 +21,7 @@ from hil.params.mjcf import load_dcmotor
 
 DT = 0.001          # [s]
 GRAVITY = 9.81      # [m/s²]
-SLOTS = ("slew", "integral", "temperature", "bristle", "current")  # order of data.act (notes §2)
+SLOTS = ("slew", "integral", "temperature", "bristle", "current")  # data.act order (mj_dcmotorSlots)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def import_motor(xml: str, directory: Path) -> MotorConstants:
 
 
 def slots(mc: MotorConstants) -> list[str]:
-    """The act slots MuJoCo allocates for these constants, in data.act order (notes §2)."""
+    """The act slots MuJoCo allocates for these constants, in data.act order (`mj_dcmotorSlots`)."""
     ki, slew = mc.controller[1], mc.controller[3]
     on = {"slew": slew > 0, "integral": ki > 0, "temperature": mc.thermal_r > 0,
           "bristle": mc.lugre[0] > 0, "current": mc.te > 0}

@@ -3,7 +3,7 @@
 * every entry and every identified model resolves to an ActuatorSpec;
 * each `[models.mN]` is bam's `params/<actuator>/mN.json`, key by key and bit for bit;
 * the `[motor]` built from the datasheet reproduces the datasheet's stall torque and no-load speed;
-* `nominal` resolves to (K, R) by MuJoCo's `<dcmotor>` rule (notes/mujoco_dcmotor.md §2);
+* `nominal` resolves to (K, R) by MuJoCo's `<dcmotor>` rule (XML reference, `nominal`; user_api.cc `mjs_setToDCMotor`);
 * every section names its source.
 """
 
@@ -99,7 +99,7 @@ def test_models_are_bam_files_exactly(name, bam_params):
 
 
 def test_erob80_100_files_have_no_resistance(bam_params):
-    # The catalog must not invent an R that bam never fitted (notes/bam.md §2.3).
+    # The catalog must not invent an R that bam never fitted (bam/params/erob80_100/m*.json have no "R").
     for m in ALL_MODELS:
         assert "R" not in json.loads((bam_params / "erob80_100" / f"{m}.json").read_text())
         assert "R" not in raw("erob80_100")["models"][m]
@@ -128,7 +128,8 @@ def test_motor_reproduces_the_datasheet(name):
 
 
 def test_nominal_rule_by_hand():
-    # notes/mujoco_dcmotor.md §2: nominal="12 0.3 240" damping="1e-4": K = V/ω0 − V·B/τ0, R = K·V/τ0.
+    # `<dcmotor>` nominal, as mjs_setToDCMotor resolves it:
+    # nominal="12 0.3 240" damping="1e-4": K = V/ω0 − V·B/τ0, R = K·V/τ0.
     c = DCMotor(nominal=[12.0, 0.3, 240.0], damping=[1e-4]).resolve()
     assert c.motorconst == pytest.approx(12 / 240 - 12 * 1e-4 / 0.3, rel=1e-12)
     assert c.motorconst == pytest.approx(0.046, rel=1e-12)

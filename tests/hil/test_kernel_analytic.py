@@ -1,4 +1,5 @@
-"""The kernel against closed-form physics (seed 000: eqs (2)–(8), §1.3 thermal, §1.3.5 derating, Table 19).
+"""The kernel against closed-form physics (MuJoCo DC motor model: eqs (2)–(8), §1.3 thermal,
+§1.3.5 derating, Table 19).
 
 Every check compares a kernel trajectory with an analytic or exact discrete solution computed here,
 independently of the kernel's code path; each tolerance is far tighter than the effect under test,
@@ -138,7 +139,7 @@ def test_no_load_speed_with_damping_and_efficiency_matches_derived():
     assert out["omega"][-1] == pytest.approx(mc.derived(V)["no_load_speed_rad_s"], rel=1e-6)
 
 
-# -- thermal model (seed 000 §1.3: dT/dt = P/C − (T − Ta)/t_T, R(T) = R0(1 + α(T − T0))) ---------------
+# -- thermal model (MuJoCo DC motor model §1.3: dT/dt = P/C − (T − Ta)/t_T, R(T) = R0(1 + α(T − T0)))
 
 RT, CT, TA = 3.0, 2.0, 25.0   # K/W, J/K, °C → t_T = 6 s
 
@@ -200,7 +201,7 @@ def test_temperature_is_nan_without_thermal_state():
     assert np.all(np.isnan(out["temperature"]))
 
 
-# -- thermal derating (seed 000 §1.3.5) ---------------------------------------------------------------
+# -- thermal derating (MuJoCo DC motor model §1.3.5) ---------------------------------------------------
 
 DERATE = dict(derate_i_rated=2.0, derate_i_safe=1.0, derate_t1=60.0, derate_t2=80.0)
 

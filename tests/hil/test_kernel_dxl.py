@@ -1,8 +1,8 @@
 """The kernel's Dynamixel firmware law (LAW_DXL): profile generator, modes, current loop, overload.
 
-Profile facts from the e-manual (notes/dynamixel.md §4.3): trapezoidal with t1 = V/A, triangular
-when the distance is too short to reach V, rectangular without acceleration, a step without
-velocity; time-based: the move takes t3 with ramps of t1 ≤ t3/2.
+Profile facts from the e-manual (§Profile Velocity(112), §Profile Acceleration(108)): trapezoidal with t1 = V/A,
+triangular when the distance is too short to reach V, rectangular without acceleration, a step without velocity;
+time-based: the move takes t3 with ramps of t1 ≤ t3/2.
 """
 
 import math

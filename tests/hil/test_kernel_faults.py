@@ -1,4 +1,4 @@
-"""Faults and sensor effects are visible in the kernel output (seed 003: Simscape DC motor faults).
+"""Faults and sensor effects are visible in the kernel output (MathWorks Simscape "DC Motor" block reference, Faults).
 
 Open-circuit armature (temporal and behavioural trigger, open for a fraction of each motor
 revolution), supply sag / surge, encoder quantization and noise, torque disable; and the same

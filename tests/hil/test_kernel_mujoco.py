@@ -3,7 +3,8 @@
 Each case is one MJCF text. MuJoCo compiles and steps it; the same text goes through our importer
 (`load_dcmotor` → `resolve()` → kernel parameters), so attribute parsing and parameter resolution
 are under test as well as the step. The trajectories must agree to 1e-9 rad over 2–3 s, and the
-current / temperature outputs must agree with MuJoCo's act slots (notes/mujoco_dcmotor.md §2–§3).
+current / temperature outputs must agree with MuJoCo's act slots (engine_util_misc.c `mj_dcmotorSlots`,
+engine_forward.c `mj_fwdActuation`).
 
 Every case must move, and each feature it names in `matters` must change the trajectory by far
 more than the tolerance when it is switched off in the kernel: a limit that never binds, or a
@@ -185,7 +186,7 @@ def test_trajectory_matches_mujoco(case: Case, tmp_path):
 
 
 def _compiled(model) -> dict[str, float]:
-    """The kernel parameters as MuJoCo compiled them (notes/mujoco_dcmotor.md §2)."""
+    """The kernel parameters as MuJoCo compiled them (gainprm/dynprm/biasprm, XML reference `<dcmotor>`)."""
     gp, dp, bp = model.actuator_gainprm[0], model.actuator_dynprm[0], model.actuator_biasprm[0]
     return dict(
         resistance=gp[0], motorconst=gp[1], tempcoef=gp[2], reftemp=gp[3], kp=gp[4], ki=gp[5], kd=gp[6],
@@ -224,7 +225,7 @@ MOTOR_CONSTANTS = [  # case id, hand-computed K [N·m/A], R [ohm]
     ("motorconst_pair", math.sqrt(0.04 * 0.0625), 2.0),
     ("nominal", 12 / 240, 12 / 240 * 12 / 0.3),
     ("nominal_resistance", 12 / 240, 1.5),
-    ("nominal_damping", 0.046, 1.84),  # K = V/ω0 − V·B/τ0, R = K·V/τ0 (notes §2)
+    ("nominal_damping", 0.046, 1.84),  # K = V/ω0 − V·B/τ0, R = K·V/τ0 (`mjs_setToDCMotor`)
     ("nominal_damping_resistance", K_NOM, 1.8),
 ]
 
@@ -244,8 +245,8 @@ def test_motor_constants_match_mujoco(case: Case, K: float, R: float, tmp_path):
 
 
 def test_voltage_mode_vmax_divergence(tmp_path):
-    """Deliberate divergence (notes §4 item 9): MuJoCo 3.11 voltage mode with Vmax clips V for the
-    current and heating ODEs but computes the stateless torque from the raw control; we clip it
+    """Deliberate divergence (engine_forward.c `mj_fwdActuation`, v1 voltage input): MuJoCo 3.11 voltage mode with
+    Vmax clips V for the current and heating ODEs but computes the stateless torque from the raw control; we clip it
     consistently. Our torque is K/R·(clip(u) − Kω), MuJoCo's is K/R·(u − Kω)."""
     case = Case("vmax_voltage", DC + ' controller="0 0 0 0 0 3"', steps(6.0, -5.0, 2.0, -1.0))
     mc, _, mj, ours, _, ctrl = _run(case, tmp_path)

@@ -10,7 +10,8 @@
 * `Dxl(path)`: `PortHandler(path)`, `openPort()`, `setBaudRate(1000000)`, `PacketHandler(2.0)`, plus
   helpers that check the comm result and the status error of every exchange.
 
-The expected values come from notes/dynamixel.md (the e-manual facts), never from the code under test.
+The expected values come from the ROBOTIS e-manual (Protocol 2.0 page, model control tables), never from the
+code under test.
 Only one daemon runs at a time in these modules: the SDK busy-waits on one of the two cores.
 """
 
@@ -33,7 +34,7 @@ from tests.hil.daemon import free_port
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
 # ------------------------------------------------------------------------------------- e-manual facts
-# (joint, catalog, ID, model number (notes §3.2; XL330-M288 e-manual: 1200), actuator extras)
+# (joint, catalog, ID, model number (e-manual control tables, Model Number(0)), actuator extras)
 SERVOS = (
     ("mx64", "mx64", 1, 311, 'model = "m6"\nload = { mass = 0.5, length = 0.1 }\n'),
     ("mx106", "mx106", 2, 321, 'model = "m6"\nload = { mass = 0.8, length = 0.1 }\n'),
@@ -45,7 +46,7 @@ IDS = tuple(s[2] for s in SERVOS)
 JOINT = {s[2]: s[0] for s in SERVOS}
 CATALOG = {s[2]: s[1] for s in SERVOS}
 MODEL = {s[2]: s[3] for s in SERVOS}
-X_IDS = (3, 4)       # Fast Sync / Bulk Read: X430 FW45+, X330 FW46+ (notes §2)
+X_IDS = (3, 4)       # Fast Sync / Bulk Read: X430 FW45+, X330 FW46+ (e-manual Protocol 2.0 §Fast Sync Read)
 MX_IDS = (1, 2)      # MX(2.0): no fast reads
 
 
@@ -55,7 +56,8 @@ def firmware_version(dxl_id: int) -> int:
         return tomllib.load(fh)["firmware_version"]
 
 
-# Control-table addresses and sizes (notes §3.2; same for MX(2.0), XM430 and XL330 at these addresses)
+# Control-table addresses and sizes (e-manual §Control Table of RAM Area; the same for MX(2.0), XM430 and XL330
+# at these addresses)
 class A:
     MODEL_NUMBER = (0, 2)
     FIRMWARE_VERSION = (6, 1)
@@ -102,10 +104,10 @@ class A:
     PRESENT_TEMPERATURE = (146, 1)
 
 
-# Protocol 2.0 error numbers (notes §1.4)
+# Protocol 2.0 error numbers (e-manual Protocol 2.0 §Status Packet, Error)
 RESULT_FAIL, INSTRUCTION_ERROR, CRC_ERROR, DATA_RANGE, DATA_LENGTH, DATA_LIMIT, ACCESS = 1, 2, 3, 4, 5, 6, 7
 ALERT = 0x80
-BAUD_VALUE = {57_600: 1, 115_200: 2, 1_000_000: 3, 2_000_000: 4}   # Baud Rate (8) register values (notes §3.2)
+BAUD_VALUE = {57_600: 1, 115_200: 2, 1_000_000: 3, 2_000_000: 4}   # e-manual §Baud Rate(8) values
 
 
 
@@ -201,7 +203,7 @@ def launcher(tmp_path):
 
 # ------------------------------------------------------------------------------------- the SDK side
 def to_bytes(value: int, size: int) -> list[int]:
-    """Little-endian, two's complement for negatives (notes §1.1)."""
+    """Little-endian, two's complement for negatives (e-manual Protocol 2.0 §Instruction Packet, Parameters)."""
     return list((value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
 
 
@@ -247,7 +249,8 @@ class Dxl:
 
     # raw results -----------------------------------------------------------------------------
     def try_read(self, dxl_id: int, item: tuple[int, int] | int, length: int | None = None):
-        """(data, comm, error) of a Read; `readTxRx` so an error reply does not raise (SDK defect §6.6-2)."""
+        """(data, comm, error) of a Read; `readTxRx` so an error reply does not raise (read1/2/4ByteTxRx would
+        index the CRC as data)."""
         address, size = item if isinstance(item, tuple) else (item, length)
         return self.ph.readTxRx(self.port, dxl_id, address, size if length is None else length)
 
@@ -277,8 +280,9 @@ class Dxl:
         return self.ph.ping(self.port, dxl_id)
 
     def raw_exchange(self, dxl_id: int, instruction: int, params: list[int] = (), rx_bytes: int = 11):
-        """Send an instruction the SDK's own method would not read the reply of (e.g. a unicast Action,
-        notes §6.6-3) and read one status packet: (rxpacket, comm) with the SDK's parser."""
+        """Send an instruction the SDK's own method would not read the reply of (e.g. a unicast Action: dynamixel-sdk
+        protocol2_packet_handler.py `action` only transmits) and read one status packet: (rxpacket, comm) with the SDK's
+        parser."""
         tx = [0] * (10 + len(params))
         tx[sdk.protocol2_packet_handler.PKT_ID] = dxl_id
         tx[sdk.protocol2_packet_handler.PKT_LENGTH_L] = (len(params) + 3) & 0xFF
@@ -303,7 +307,8 @@ def open_dxl(path: str, baud: int = 1_000_000, slack_ms: float = DEFAULT_SLACK_M
 
 
 def crc16(data: bytes) -> int:
-    """CRC-16/UMTS (poly 0x8005, init 0, MSB first; notes §1.2), bitwise: independent of the product's tables."""
+    """CRC-16/UMTS (poly 0x8005, init 0, MSB first; e-manual "CRC Calculation"), bitwise: independent of the
+    product's tables."""
     crc = 0
     for b in data:
         crc ^= b << 8

@@ -1,9 +1,9 @@
 """The C codec (drivers/dynamixel/codec.pyx) against independent references.
 
-The e-manual byte vectors are in test_protocol.py (they run through the same functions, which protocol.py
-re-exports); here the encoders are compared with a packet assembled from the notes' rules (§1.1, §1.3: stuff
-with bytes.replace, LEN of the stuffed body, CRC from the bitwise shift register) for arbitrary inputs,
-including runs of FF FF FD that need stuffing, and with every buffer type the Python callers pass.
+The e-manual byte vectors are in test_protocol.py (they run through the same functions, which protocol.py re-exports);
+here the encoders are compared with a packet assembled from the e-manual Protocol 2.0 rules (§Instruction Packet,
+§Packet Process: stuff with bytes.replace, LEN of the stuffed body, CRC from the bitwise shift register) for arbitrary
+inputs, including runs of FF FF FD that need stuffing, and with every buffer type the Python callers pass.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _params = st.one_of(st.binary(max_size=300), _stuffy)
 
 
 def _reference(id: int, head: bytes, params: bytes) -> bytes:
-    body = (head + params).replace(b"\xff\xff\xfd", b"\xff\xff\xfd\xfd")   # notes §1.3
+    body = (head + params).replace(b"\xff\xff\xfd", b"\xff\xff\xfd\xfd")   # §Packet Process
     prefix = b"\xff\xff\xfd\x00" + struct.pack("<BH", id, len(body) + 2)
     crc = _crc16_bitwise(prefix + body)
     return prefix + body + struct.pack("<H", crc)
@@ -53,7 +53,7 @@ def test_fast_status_running_crcs(segments):
     wire = codec.encode_fast_status(segments)
     assert wire[:8] == b"\xff\xff\xfd\x00\xfe" + struct.pack("<H", len(wire) - 7) + b"\x55"
     k = 8
-    for dev_id, error, data in segments:   # never stuffed; each CRC covers everything before it (notes §2.1)
+    for dev_id, error, data in segments:   # never stuffed; each CRC covers all before it (§Fast Sync Read)
         assert wire[k:k + 2 + len(data)] == bytes((error, dev_id)) + data
         k += 2 + len(data)
         assert wire[k] | wire[k + 1] << 8 == _crc16_bitwise(wire[:k])

@@ -1,7 +1,7 @@
 """Proxy mirror: bytes pass unchanged both ways, the twin executes the controller's instructions.
 
 The "real" bus is a pty whose far end this test plays (byte-exact checks), or a second servo-hil
-daemon (end to end with dynamixel-sdk), as issue 6 asks in place of hardware.
+daemon (end to end with dynamixel-sdk) in place of hardware.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tests for the Protocol 2.0 codec (drivers/dynamixel/protocol.py).
 
 Byte vectors are the e-manual's own examples (ROBOTIS e-manual "Protocol 2.0", Instruction Details; stored copy
-ROBOTIS-GIT/emanual docs/en/dxl/protocol2.md) and the Fast Sync Read example of notes/dynamixel.md §1.2 and §2.1.
+ROBOTIS-GIT/emanual docs/en/dxl/protocol2.md) including the Fast Sync Read example (§Fast Sync Read) and the
+"CRC Calculation" page.
 Compatibility tests drive the real dynamixel-sdk 4.1.0 PacketHandler and Group* classes through an in-memory port.
 """
 
@@ -57,7 +58,7 @@ def packet_of(wire: bytes) -> Packet:
 
 
 def _crc16_bitwise(data: bytes, crc: int = 0) -> int:
-    """Independent reference: plain MSB-first shift register, polynomial 0x8005 (notes §1.2)."""
+    """Independent reference: plain MSB-first shift register, polynomial 0x8005 (e-manual "CRC Calculation")."""
     for b in data:
         crc ^= b << 8
         for _ in range(8):
@@ -77,7 +78,7 @@ def test_crc_emanual_ping():
 
 
 def test_crc_fast_sync_read_instruction():
-    # notes §1.2/§2.1: ID FE, Fast Sync Read, Present Position (132), 4 bytes, IDs 3, 7, 4 -> CRC 20 F2
+    # Protocol 2.0 §Fast Sync Read example: ID FE, Present Position (132), 4 bytes, IDs 3, 7, 4 -> CRC 20 F2
     wire = encode_instruction(BROADCAST_ID, Instruction.FAST_SYNC_READ, bytes([132, 0, 4, 0, 3, 7, 4]))
     assert wire == H("FF FF FD 00 FE 0A 00 8A 84 00 04 00 03 07 04 20 F2")
 
@@ -142,7 +143,7 @@ EMANUAL_INSTRUCTIONS = [
         "FF FF FD 00 FE 10 00 93 01 20 00 02 00 A0 00 02 1F 00 01 00 50 B7 68",
     ),
     (
-        "fast sync read (notes §2.1)",
+        "fast sync read (e-manual example)",
         BROADCAST_ID,
         Instruction.FAST_SYNC_READ,
         H("84 00 04 00 03 07 04"),
@@ -185,7 +186,8 @@ def test_emanual_ping_reply_is_xm430_w210():
 
 
 def test_fast_sync_read_reply_emanual_example():
-    # notes §2.1: IDs 3, 7, 4; Present Position 166, 2079, 1023 (4 bytes); LEN 0x19; CRCs 84 08, 16 CA, D1 9E.
+    # Protocol 2.0 §Fast Sync Read example: IDs 3, 7, 4; Present Position 166, 2079, 1023 (4 bytes); LEN 0x19;
+    # CRCs 84 08, 16 CA, D1 9E.
     segs = [(3, 0, struct.pack("<i", 166)), (7, 0, struct.pack("<i", 2079)), (4, 0, struct.pack("<i", 1023))]
     wire = encode_fast_status(segs)
     assert wire == H("FF FF FD 00 FE 19 00 55 00 03 A6 00 00 00 84 08 00 07 1F 08 00 00 16 CA 00 04 FF 03 00 00 D1 9E")
@@ -814,7 +816,8 @@ def test_sdk_bulk_read(sdk_bus, fast):
     bus.mem[2][146] = 36
     bus.mem[3][144:146] = struct.pack("<H", 119)
     gbr = sdk.GroupBulkRead(port, ph)
-    # IDs chosen so that the SDK's fastBulkReadRx `param.index(id)` lookup (notes §6.6.1) finds the right entry
+    # IDs chosen so that the `param.index(id)` lookup of the SDK's fastBulkReadRx (protocol2_packet_handler.py)
+    # finds the right entry
     gbr.addParam(1, 132, 4)
     gbr.addParam(2, 146, 1)
     gbr.addParam(3, 144, 2)

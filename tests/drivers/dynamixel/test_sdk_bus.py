@@ -6,7 +6,7 @@ test steps it, so every value read is deterministic. After each test the rig is 
 powers up again: RAM to defaults, EEPROM kept) and every EEPROM byte must equal what it was at the start
 of the module: a test that changes EEPROM undoes it.
 
-Expected values: notes/dynamixel.md (e-manual facts), cited as §n.
+Expected values: the ROBOTIS e-manual, cited by section (e-manual Protocol 2.0 page, control-table items).
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def test_ping_reports_model_number(dxl, dxl_id):
 
 
 def test_ping_reply_carries_firmware_version(dxl):
-    """Ping's 3 parameters: Model Number L, H, Firmware Version (§2); the SDK's ping() drops the last one."""
+    """Ping's 3 parameters: Model Number L, H, Firmware Version (Protocol 2.0 §Ping); the SDK's ping() drops
+    the last one."""
     for i in IDS:
         rx, comm = dxl.raw_exchange(i, 0x01, rx_bytes=14)
         assert comm == OK, dxl.ph.getTxRxResult(comm)
@@ -117,7 +118,8 @@ def test_write_read_every_size(dxl, dxl_id):
 
 @pytest.mark.parametrize("dxl_id", IDS)
 def test_homing_offset_negative_shifts_present_position(dxl, dxl_id):
-    """Homing Offset is signed 4 bytes; Present Position = actual position + Homing Offset (§4.1)."""
+    """Homing Offset is signed 4 bytes; Present Position = actual position + Homing Offset
+    (e-manual §Homing Offset(20))."""
     p0 = dxl.read(dxl_id, A.PRESENT_POSITION, signed=True)
     try:
         dxl.write(dxl_id, A.HOMING_OFFSET, -1000)
@@ -164,7 +166,8 @@ def test_read_spanning_several_items(dxl, dxl_id):
 
 @pytest.mark.parametrize("dxl_id", IDS)
 def test_read_outside_the_table_is_access_error_without_data(dxl, dxl_id):
-    """§1.4: Access Error with no parameters. The SDK then hands the CRC back as data (§6.6-2): check `error`."""
+    """e-manual Protocol 2.0 §Status Packet: Access Error with no parameters. The SDK's read1/2ByteTxRx then hand the
+    CRC back as data: check `error`."""
     _, comm, err = dxl.try_read(dxl_id, 700, 4)
     assert comm == OK
     assert err == ACCESS
@@ -193,8 +196,8 @@ def test_eeprom_locked_while_torque_on(dxl, dxl_id):
 
 
 def test_id_change_with_torque_off(dxl):
-    # which ID the status of the ID write itself comes from (old or new) is not documented (notes §1.5
-    # is silent), so only its effect is checked; the SDK discards a reply from another ID
+    # which ID the status of the ID write itself comes from (old or new) is not documented (e-manual
+    # §ID(7) is silent), so only its effect is checked; the SDK discards a reply from another ID
     dxl.try_write(3, A.ID, 10)
     try:
         assert dxl.ping(3)[1] == TIMEOUT
@@ -208,10 +211,11 @@ def test_id_change_with_torque_off(dxl):
 
 @pytest.mark.parametrize("dxl_id", IDS)
 def test_range_limit_length_and_access_errors(dxl, dxl_id):
-    assert dxl.try_write(dxl_id, A.OPERATING_MODE, 2) == (OK, DATA_RANGE)        # no mode 2 (§4.1)
+    assert dxl.try_write(dxl_id, A.OPERATING_MODE, 2) == (OK, DATA_RANGE)        # no mode 2 (§Operating Mode(11))
     assert dxl.try_write(dxl_id, A.OPERATING_MODE, 17) == (OK, DATA_RANGE)
     assert dxl.read(dxl_id, A.OPERATING_MODE) == 3
-    # mode 3: Goal Position within Min..Max Position Limit (0..4095 by default), else Data Limit Error (§4.2)
+    # mode 3: Goal Position within Min..Max Position Limit (0..4095 by default), else Data Limit Error
+    # (§Goal Position(116))
     g0 = dxl.read(dxl_id, A.GOAL_POSITION, signed=True)
     assert dxl.try_write(dxl_id, A.GOAL_POSITION, 4096) == (OK, DATA_LIMIT)
     assert dxl.try_write(dxl_id, A.GOAL_POSITION, -1) == (OK, DATA_LIMIT)
@@ -226,7 +230,7 @@ def test_range_limit_length_and_access_errors(dxl, dxl_id):
     finally:
         dxl.write(dxl_id, A.MAX_POSITION, 4095)
         dxl.write(dxl_id, A.MIN_POSITION, 0)
-    # Goal PWM above PWM Limit, Goal Current above Current Limit: Data Limit Error (§4.2)
+    # Goal PWM above PWM Limit, Goal Current above Current Limit: Data Limit Error (§Goal PWM(100), §Goal Current(102))
     try:
         dxl.write(dxl_id, A.PWM_LIMIT, 500)
         assert dxl.try_write(dxl_id, A.GOAL_PWM, 600) == (OK, DATA_LIMIT)
@@ -238,7 +242,7 @@ def test_range_limit_length_and_access_errors(dxl, dxl_id):
     finally:
         dxl.write(dxl_id, A.PWM_LIMIT, 885)
         dxl.write(dxl_id, A.CURRENT_LIMIT, dxl_default_current_limit(dxl_id))
-    # 2 bytes into a 4-byte item: Data Length Error; read-only items: Access Error (§1.4)
+    # 2 bytes into a 4-byte item: Data Length Error; read-only items: Access Error (§Status Packet)
     assert dxl.try_write(dxl_id, A.GOAL_POSITION, 2048, size=2) == (OK, DATA_LENGTH)
     assert dxl.try_write(dxl_id, A.PRESENT_POSITION, 5) == (OK, ACCESS)
     assert dxl.try_write(dxl_id, A.MODEL_NUMBER, 5) == (OK, ACCESS)
@@ -247,14 +251,15 @@ def test_range_limit_length_and_access_errors(dxl, dxl_id):
 
 
 def dxl_default_current_limit(dxl_id: int) -> int:
-    """Current Limit (38) defaults: MX-64 1941, MX-106 2047, XM430-W350 1193 (§3.2); XL330-M288 1750 (e-manual)."""
+    """Current Limit (38) defaults: MX-64 1941, MX-106 2047, XM430-W350 1193; XL330-M288 1750 (e-manual control
+    tables)."""
     return {1: 1941, 2: 2047, 3: 1193, 4: 1750}[dxl_id]
 
 
 def test_goal_beyond_default_limit_is_data_limit_error(dxl):
-    """§3.2: the range of Goal PWM / Current / Velocity is ±PWM / Current / Velocity Limit, so a goal beyond the
-    limit is a Data Limit Error even when the limit sits at its maximum (§4.2). (Found by this suite: it was
-    Data Range Error 4 before commit 784ebe0.)"""
+    """e-manual control tables: the range of Goal PWM / Current / Velocity is ±PWM / Current / Velocity Limit, so a goal
+    beyond the limit is a Data Limit Error even when the limit sits at its maximum (§Goal PWM(100)), not a Data Range
+    Error."""
     assert dxl.try_write(1, A.GOAL_PWM, 886) == (OK, DATA_LIMIT)          # PWM Limit 885
     assert dxl.try_write(1, A.GOAL_CURRENT, 1942) == (OK, DATA_LIMIT)     # Current Limit 1941
     assert dxl.try_write(1, A.GOAL_VELOCITY, 1024) == (OK, DATA_LIMIT)    # Velocity Limit 435
@@ -288,7 +293,7 @@ def test_sync_write_then_sync_read_all_four(dxl):
         assert sr.getData(i, *A.GOAL_POSITION) == goals[i]
         assert dxl.read(i, A.GOAL_POSITION) == goals[i]
     pos = sdk.GroupSyncRead(dxl.port, dxl.ph, *A.PRESENT_POSITION)
-    for i in reversed(IDS):                      # replies must come in parameter order (§2.2)
+    for i in reversed(IDS):                      # the SDK's GroupSyncRead.rxPacket needs parameter order
         pos.addParam(i)
     assert pos.txRxPacket() == OK
     for i in IDS:
@@ -335,7 +340,7 @@ def test_fast_sync_read_x_series(dxl):
 
 
 def test_fast_bulk_read_x_series(dxl):
-    # ID 4 first: SDK defect §6.6-1 looks each ID up in the flat parameter list, so no address or length
+    # ID 4 first: the SDK's `fastBulkReadRx` looks each ID up in the flat parameter list, so no address or length
     # byte before an ID's own entry may equal that ID (here: 4, 132, 0, 4, 0 holds no 3)
     dxl.write(3, A.GOAL_POSITION, 3210)
     fb = sdk.GroupBulkRead(dxl.port, dxl.ph)
@@ -347,9 +352,9 @@ def test_fast_bulk_read_x_series(dxl):
 
 
 def test_fast_bulk_read_reply_is_valid_where_the_sdk_fails(dxl):
-    """SDK defect §6.6-1 on our bus: IDs [3 (132, len 4), 4 (0, len 2)]. The SDK finds ID 4 at the length
-    byte of ID 3's entry, reads length 0 and reports COMM_RX_CORRUPT; the bytes on the wire are a correct
-    Fast Bulk Read reply (checked here with our own decoder, §2.1)."""
+    """The SDK's `fastBulkReadRx` `param.index(id)` defect on our bus: IDs [3 (132, len 4), 4 (0, len 2)]. The SDK finds
+    ID 4 at the length byte of ID 3's entry, reads length 0 and reports COMM_RX_CORRUPT; the bytes on the wire are a
+    correct Fast Bulk Read reply (checked here with our own decoder, e-manual Protocol 2.0 §Fast Bulk Read)."""
     fb = sdk.GroupBulkRead(dxl.port, dxl.ph)
     fb.addParam(3, *A.PRESENT_POSITION)
     fb.addParam(4, *A.MODEL_NUMBER)
@@ -362,13 +367,13 @@ def test_fast_bulk_read_reply_is_valid_where_the_sdk_fails(dxl):
     assert seg1[:2] == bytes([0, 3]) and seg2[:2] == bytes([0, 4])
     assert int.from_bytes(seg1[2:6], "little") == dxl.read(3, A.PRESENT_POSITION)
     assert int.from_bytes(seg2[2:4], "little") == MODEL[4]
-    assert int.from_bytes(seg1[6:8], "little") == crc16(reply[:14])             # running CRC (§2.1)
+    assert int.from_bytes(seg1[6:8], "little") == crc16(reply[:14])             # running CRC (§Fast Sync Read)
     assert int.from_bytes(seg2[4:6], "little") == crc16(reply[:20])
 
 
 @pytest.mark.parametrize("ids", [(1, 3), (3, 4, 2), (4, 1)])
 def test_fast_reads_including_an_mx_time_out(dxl, ids):
-    """MX(2.0) has no Fast Sync / Bulk Read (§2): the combined reply never comes."""
+    """MX(2.0) has no Fast Sync / Bulk Read (e-manual Protocol 2.0 §Fast Sync Read): the combined reply never comes."""
     fr = sdk.GroupSyncRead(dxl.port, dxl.ph, *A.PRESENT_POSITION)
     for i in ids:
         fr.addParam(i)
@@ -397,17 +402,17 @@ def test_reg_write_then_broadcast_action(dxl):
         assert dxl.read(i, A.REGISTERED) == 1
         assert dxl.read(i, A.GOAL_POSITION) == g0[i], "a registered write waits for Action"
     assert dxl.read(1, A.REGISTERED) == 0
-    assert dxl.ph.action(dxl.port, sdk.BROADCAST_ID) == OK     # broadcast: no reply, no race (§6.6-3)
+    assert dxl.ph.action(dxl.port, sdk.BROADCAST_ID) == OK     # broadcast: no reply, no race with `action`
     for i in X_IDS:
         assert dxl.read(i, A.GOAL_POSITION) == 1700 + i
         assert dxl.read(i, A.REGISTERED) == 0
 
 
 def test_unicast_action(dxl):
-    """The status of a unicast Action, read with the raw exchange (the SDK's action() never reads it, §6.6-3)."""
+    """The status of a unicast Action, read with the raw exchange (the SDK's action() never reads it)."""
     rx, comm = dxl.raw_exchange(2, 0x05)
     assert comm == OK
-    assert rx[4] == 2 and rx[8] == INSTRUCTION_ERROR, "Action with nothing registered (§1.4)"
+    assert rx[4] == 2 and rx[8] == INSTRUCTION_ERROR, "Action with nothing registered (e-manual §Status Packet)"
     comm, err = dxl.ph.regWriteTxRx(dxl.port, 2, A.GOAL_POSITION[0], 4, to_bytes(2500, 4))
     assert (comm, err) == (OK, 0)
     rx, comm = dxl.raw_exchange(2, 0x05)
@@ -421,7 +426,7 @@ def test_unicast_action(dxl):
 
 # ------------------------------------------------------------------------------------------------ reply rules
 def test_status_return_level(dxl):
-    """SRL 0: only Ping is answered; 1: Ping and Read; 2: everything (§1.5)."""
+    """SRL 0: only Ping is answered; 1: Ping and Read; 2: everything (e-manual §Status Return Level(68))."""
     # whether the write that changes the level is answered under the old or the new level is undocumented:
     # the raw exchange reads its reply if there is one and is not checked
     pkt = [A.STATUS_RETURN_LEVEL[0], 0]
@@ -446,7 +451,8 @@ def test_broadcast_write_executes_everywhere_unanswered(dxl):
 
 
 def test_secondary_id(dxl):
-    """Secondary ID: RAM writes addressed to it are executed by every servo sharing it, without a reply (§1.5)."""
+    """Secondary ID: RAM writes addressed to it are executed by every servo sharing it, without a reply (e-manual
+    §Secondary(Shadow) ID(12))."""
     for i in X_IDS:
         dxl.write(i, A.SECONDARY_ID, 20)
     try:
@@ -464,7 +470,7 @@ def test_secondary_id(dxl):
 
 def test_bus_watchdog(daemon, dxl):
     """Bus Watchdog 5 (100 ms) with torque on, then no instruction for 200 ms: the servo stops, the register
-    reads -1 and Goal writes get Data Range Error until 0 is written (§4.5)."""
+    reads -1 and Goal writes get Data Range Error until 0 is written (e-manual §Bus Watchdog(98))."""
     dxl.write(3, A.BUS_WATCHDOG, 5)
     daemon.step(200)
     time.sleep(0.03)
@@ -481,8 +487,8 @@ def test_bus_watchdog(daemon, dxl):
 
 def test_bus_watchdog_trips_in_simulated_time(daemon, dxl):
     """Lock-step: 110 ms of simulated silence with a 100 ms watchdog trips it, however soon (in wall time) the next
-    instruction follows the `step`. (Found by this suite: the check ran only on the bus thread's 10 ms wall-clock
-    housekeeping, and the next instruction restarted the watchdog first.)"""
+    instruction follows the `step`: the watchdog counts simulated time, so the check runs before the next
+    instruction restarts it."""
     dxl.write(3, A.TORQUE_ENABLE, 1)
     for _ in range(5):
         dxl.write(3, A.BUS_WATCHDOG, 5)

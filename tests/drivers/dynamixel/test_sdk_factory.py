@@ -1,4 +1,4 @@
-"""Factory Reset through the real SDK (Protocol 2.0 instruction 0x06, notes/dynamixel.md §2): each test on a
+"""Factory Reset through the real SDK (e-manual Protocol 2.0 §Factory Reset, instruction 0x06): each test on a
 daemon of its own, because IDs and baud rates change."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ TIMEOUT = sdk.COMM_RX_TIMEOUT
 
 
 def test_factory_reset_options(launcher):
-    """0x02: all but ID and Baud Rate; 0x01: all but ID; 0xFF: everything (ID 1, 57600 bps) (§2, §3.2)."""
+    """0x02: all but ID and Baud Rate; 0x01: all but ID; 0xFF: everything (ID 1, 57600 bps) (§Factory Reset)."""
     d = launcher.start(write_dxl_rig(launcher.dir, "sdk-factory", fast=True, lockstep=True))
     with open_dxl(d.rig.port) as x:
         # 0x02 on the XM430 (ID 3), moved to ID 7 with a changed Return Delay Time first
@@ -54,8 +54,8 @@ def test_factory_reset_options(launcher):
 
 def test_same_id_at_another_baud(launcher):
     """A factory-reset servo (ID 1, 57600 bps) on a 1 Mbps bus that already has an ID 1: each answers at its own
-    baud (notes §8.6: only the servos at the SDK's baud hear a packet). (Found by this suite: the bus ID index of
-    commit 1af056a kept one servo per ID.)"""
+    baud (e-manual §Baud Rate(8): only the servos at the SDK's baud hear a packet), so the bus keeps both servos of
+    one ID."""
     d = launcher.start(write_dxl_rig(launcher.dir, "sdk-factory-dup", fast=True, lockstep=True))
     with open_dxl(d.rig.port) as x:
         comm, err = x.ph.factoryReset(x.port, 3, 0xFF)          # the XM430 becomes ID 1 at 57600 bps
@@ -66,7 +66,7 @@ def test_same_id_at_another_baud(launcher):
 
 
 def test_broadcast_factory_reset_all_is_refused(launcher):
-    """FW42+ on MX(2.0) and X refuse a broadcast Factory Reset with 0xFF (§2): nothing changes."""
+    """FW42+ on MX(2.0) and X refuse a broadcast Factory Reset with 0xFF (§Factory Reset): nothing changes."""
     d = launcher.start(write_dxl_rig(launcher.dir, "sdk-factory-bc", fast=True, lockstep=True))
     with open_dxl(d.rig.port) as x:
         for i in IDS:

@@ -1,7 +1,7 @@
 """Firmware behaviour through the real SDK: Reboot, hardware-error latching, operating modes and their side effects.
 
 A lock-step fast daemon for the module (the tests step the physics themselves). After each test: injected
-faults cleared, rig `reset`, every servo rebooted. Expected values: notes/dynamixel.md (§n).
+faults cleared, rig `reset`, every servo rebooted. Expected values: the e-manual control tables (items cited by name).
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from .conftest import (
 
 OK = sdk.COMM_SUCCESS
 TIMEOUT = sdk.COMM_RX_TIMEOUT
-# Position P Gain (84) defaults: MX-64/MX-106 850, XM430 800 (§3.2); XL330-M288 400 (its e-manual page)
+# Position P Gain (84) defaults: MX-64/MX-106 850, XM430 800 (e-manual control tables); XL330-M288 400
+# (its e-manual page)
 P_GAIN_DEFAULT = {1: 850, 2: 850, 3: 800, 4: 400}
 CURRENT_LIMIT_DEFAULT = {1: 1941, 2: 2047, 3: 1193, 4: 1750}
 MAX_VOLTAGE_LIMIT = {1: 160, 2: 160, 3: 160, 4: 70}     # 0.1 V; XL330: 7.0 V
-# Shutdown (63) defaults: 0x34 (§3.3); the XL330-M288 page gives 53 (0x35: Input Voltage Error shuts it down too)
+# Shutdown (63) defaults: 0x34 (e-manual §Shutdown(63)); the XL330-M288 page gives 53 (0x35: Input Voltage Error
+# shuts it down too)
 SHUTDOWN_DEFAULT = {1: 0x34, 2: 0x34, 3: 0x34, 4: 0x35}
 
 
@@ -79,7 +81,7 @@ def test_reboot_resets_ram_keeps_eeprom(dxl, dxl_id):
 @pytest.mark.parametrize("dxl_id", IDS)
 def test_input_voltage_error_latched_until_reboot(daemon, dxl, dxl_id):
     """Input Voltage Error (bit 0): the bit and the alert are set; torque stays on unless bit 0 is in Shutdown
-    (§3.3); the error stays latched after the voltage is back, and a reboot clears it."""
+    (e-manual §Shutdown(63)); the error stays latched after the voltage is back, and a reboot clears it."""
     joint = JOINT[dxl_id]
     shutdown = dxl.read(dxl_id, A.SHUTDOWN)
     assert shutdown == SHUTDOWN_DEFAULT[dxl_id]
@@ -108,7 +110,7 @@ def test_input_voltage_error_latched_until_reboot(daemon, dxl, dxl_id):
 @pytest.mark.parametrize("dxl_id", IDS)
 def test_mode_switch_side_effects(dxl, dxl_id):
     """A mode switch zeroes Profile Velocity/Acceleration and sets Goal PWM = PWM Limit and Goal Current =
-    Current Limit (§4.1)."""
+    Current Limit (e-manual §Operating Mode(11))."""
     try:
         dxl.write(dxl_id, A.PWM_LIMIT, 700)
         dxl.write(dxl_id, A.CURRENT_LIMIT, 900)
@@ -149,7 +151,7 @@ def test_velocity_mode_reaches_goal_velocity(daemon, dxl):
         assert abs(statistics.mean(samples[i]) - 100) <= 10, (i, samples[i])
         assert all(60 <= v <= 140 for v in samples[i]), (i, samples[i])   # the pendulum's gravity load ripples it
         assert dxl.read(i, A.MOVING) == 1
-        assert dxl.read(i, A.VELOCITY_TRAJECTORY, signed=True) == 100      # ends at Goal Velocity (§4.3)
+        assert dxl.read(i, A.VELOCITY_TRAJECTORY, signed=True) == 100      # ends at Goal Velocity
     for i in IDS:
         dxl.write(i, A.GOAL_VELOCITY, -100)
     daemon.step(1500)

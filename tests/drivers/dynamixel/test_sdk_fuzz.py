@@ -3,8 +3,8 @@ packet builder, through its pyserial handle, so with the SDK's termios), each fo
 SDK: the bus must still answer, and the daemon must stay up (ZeroMQ `status`).
 
 Between the garbage and the Ping the line is left idle for more than the e-manual's 1.5 ms inter-byte timeout
-(notes §1.1), so a partial packet the garbage started is dropped, as a servo drops it; replies the garbage
-provoked are drained before the Ping. The bounded run is ~50 examples; `-m soak` runs the long one.
+(Protocol 2.0 §Instruction Packet), so a partial packet the garbage started is dropped, as a servo drops it; replies the
+garbage provoked are drained before the Ping. The bounded run is ~50 examples; `-m soak` runs the long one.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 the bus can be compared tick by tick with an offline run of the same kernel and firmware model, and the
 profile generator can be sampled every millisecond.
 
-Expected profile shapes: notes/dynamixel.md §4.3 (t1 = 64·V/A ms; Moving Status bits 5..4: 3 trapezoidal,
-2 triangular, 1 rectangular, 0 step; bit 1 while the profile runs; time-based profile: Profile Velocity is the
-total time in ms).
+Expected profile shapes: e-manual §Profile Velocity(112) and §Moving Status(123) (t1 = 64·V/A ms; Moving Status bits
+5..4: 3 trapezoidal, 2 triangular, 1 rectangular, 0 step; bit 1 while the profile runs; time-based profile: Profile
+Velocity is the total time in ms).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Overheating shutdown through the real SDK (notes/dynamixel.md §3.3): a lock-step rig whose MX-64 (ID 1) holds a
-10 kg pendulum it cannot lift, so its current stays high and the winding heats (the catalog's thermal model,
-config/actuators/mx64.toml). Temperature Limit is lowered to 40 °C to keep the run short, Goal PWM to 600 so the
-current stays below the (estimated) Overload threshold and Overheating is the error that trips.
+"""Overheating shutdown through the real SDK (e-manual §Shutdown(63), §Temperature Limit(31)): a lock-step rig whose
+MX-64 (ID 1) holds a 10 kg pendulum it cannot lift, so its current stays high and the winding heats (the catalog's
+thermal model, config/actuators/mx64.toml). Temperature Limit is lowered to 40 °C to keep the run short, Goal PWM to 600
+so the current stays below the (estimated) Overload threshold and Overheating is the error that trips.
 
 Each test gets a daemon of its own: a latched hardware error is what is being tested.
 """
@@ -77,7 +77,7 @@ def test_overheating_shutdown(launcher):
 
 
 def test_reboot_after_cooling_clears_overheating(launcher):
-    """Cooled below the limit, one reboot clears the error and torque may come on again (§3.3)."""
+    """Cooled below the limit, one reboot clears the error and torque may come on again (§Shutdown(63))."""
     d = launcher.start(write_dxl_rig(launcher.dir, "sdk-thermal-cool", fast=True, lockstep=True, servos=HEAVY))
     with open_dxl(d.rig.port) as x:
         heat_until_shutdown(d, x)
@@ -97,7 +97,7 @@ def test_reboot_after_cooling_clears_overheating(launcher):
 
 def test_present_temperature_at_power_up_before_any_step(launcher):
     """Present Temperature is the winding temperature from power-up on, also before the first tick of a lock-step
-    rig. (Found by this suite: it read 0 °C, the kernel state's `temperature` being computed only in step().)"""
+    rig: the temperature is state from power-up on, not an output of step()."""
     d = launcher.start(write_dxl_rig(launcher.dir, "sdk-thermal-t0", fast=True, lockstep=True,
                                      actuator_extra={3: "initial = { temperature_c = 30.0 }\n"}))
     with open_dxl(d.rig.port) as x:

@@ -1,10 +1,10 @@
 """The wire as the SDK sees it, on a paced (fast = false) free-running rig: Return Delay Time and byte times at
 the baud rate the SDK set, baud mismatches, and the bus faults injected over the ZeroMQ command socket.
 
-Timing figures (notes/dynamixel.md §1.5, §6.3): a 4-byte Read is 14 instruction bytes and 15 status bytes,
-10 bit times each (8N1); the servo answers Return Delay Time × 2 µs (default 250 = 500 µs) after the
-instruction's last byte. A pty delivers instantly, so every microsecond beyond the SDK's own overhead must
-come from the emulator's pacing: the round trip may never be shorter than the wire.
+Timing figures (e-manual §Return Delay Time(9); dynamixel-sdk port_handler.py `setPacketTimeout`): a 4-byte Read is 14
+instruction bytes and 15 status bytes, 10 bit times each (8N1); the servo answers Return Delay Time × 2 µs (default 250
+= 500 µs) after the instruction's last byte. A pty delivers instantly, so every microsecond beyond the SDK's own
+overhead must come from the emulator's pacing: the round trip may never be shorter than the wire.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_wrong_baud_fault_silences_one_servo(daemon, dxl):
     sr = sdk.GroupSyncRead(dxl.port, dxl.ph, *A.PRESENT_POSITION)
     for i in IDS:
         sr.addParam(i)
-    assert sr.txRxPacket() == TIMEOUT, "a sync read over a silent servo fails (§2.2)"
+    assert sr.txRxPacket() == TIMEOUT, "a sync read over a silent servo fails (the SDK reads each ID in turn)"
     daemon.ok("clear_fault", actuator="xm430", fault="wrong_baud")
     assert dxl.ping(3)[:2] == (MODEL[3], OK)
     assert sr.txRxPacket() == OK

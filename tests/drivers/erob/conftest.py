@@ -14,8 +14,8 @@
   sleep_after_open=0`, as a controller connects; the client nodes are `canopen.BaseNode402(id, EDS)` built
   from the vendor EDS (config/erob/ZeroErr Driver_V1.5.eds), as a user builds them.
 
-Expected values come from notes/erob.md (§1.2 identity and ratings, §3 CiA 301/402 facts, §4 ZeroErr's demo
-sequence), CiA 301 / CiA 402 and the variant files config/erob/*.toml, never from the code under test.
+Expected values come from the EDS ([DeviceInfo], object defaults), CiA 301 / CiA 402-2, ZeroErr's eRobControl_PP.py demo
+sequence (ZeroErrControl/eRob_CANopen_Python) and the variant files config/erob/*.toml, never from the code under test.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tests.hil.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 EDS = ROOT / "config" / "erob" / "ZeroErr Driver_V1.5.eds"
-BITRATE = 1_000_000                   # the eRob's only CAN bit rate (notes §1.1: the EDS lists BaudRate_1000 only)
+BITRATE = 1_000_000                   # the eRob's only CAN bit rate (the EDS lists BaudRate_1000 only)
 
 # (joint, catalog, node id, load) — config/rigs/erob_demo.toml
 ACTUATORS = (
@@ -47,7 +47,7 @@ ACTUATORS = (
 NODE_IDS = tuple(a[2] for a in ACTUATORS)
 JOINT = {a[2]: a[0] for a in ACTUATORS}
 VARIANT = {a[2]: a[1] for a in ACTUATORS}
-COUNTS_PER_REV = 524288               # 19-bit output encoder (notes §1.2)
+COUNTS_PER_REV = 524288               # 19-bit output encoder (ZeroErr's demos: encoder_resolution)
 
 
 def variant_config(node_id: int) -> dict:

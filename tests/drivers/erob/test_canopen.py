@@ -6,9 +6,9 @@ what a controller runs: `canopen.Network().connect(interface="slcan", ...)` and 
 ZeroErr's EDS. Every test that needs a known state starts with an NMT reset of the nodes (CiA 301: every object
 back to its power-up value, boot-up, PRE-OPERATIONAL).
 
-Expected values: notes/erob.md (§1.2 identity, ratings; §3.1 CiA 301 services and abort codes; §3.3 CiA 402
-state machine; §4 ZeroErr's demo sequence "Controller A" and canopen's BaseNode402 "Controller B"), CiA 301,
-CiA 402, the EDS and config/erob/*.toml; never the code under test.
+Expected values: CiA 301 (services, abort codes), CiA 402-2 (finite state automaton, modes), the EDS ([DeviceInfo],
+defaults), ZeroErr's demo sequence (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python), canopen's BaseNode402
+and config/erob/*.toml; never the code under test.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from .conftest import (
     variant_config,
 )
 
-# NMT command specifiers and heartbeat states (CiA 301 §7.2.8; notes §3.1)
+# NMT command specifiers and heartbeat states (CiA 301 §7.2.8)
 NMT_START, NMT_STOP, NMT_PRE_OP, NMT_RESET_NODE, NMT_RESET_COMM = 0x01, 0x02, 0x80, 0x81, 0x82
 HB_STOPPED, HB_OPERATIONAL, HB_PRE_OP = 0x04, 0x05, 0x7F
 
-# SDO abort codes (CiA 301 §7.2.4.3.17; notes §3.1)
+# SDO abort codes (CiA 301 §7.2.4.3.17)
 ABORT_NO_OBJECT = 0x06020000
 ABORT_NO_SUBINDEX = 0x06090011
 ABORT_READ_ONLY = 0x06010002
@@ -63,7 +63,8 @@ EMCY_UNDERVOLTAGE = 0x3220
 EMCY_PDO_LENGTH = 0x8210
 REG_GENERIC, REG_VOLTAGE, REG_COMMUNICATION = 0x01, 0x04, 0x10
 
-# statusword values (notes §3.3 / §4 "Controller A": remote bit 9, voltage enabled bit 4)
+# statusword values (CiA 402-2 finite state automaton, as ZeroErr's PP demo reads them: remote bit 9,
+# voltage enabled bit 4)
 SW_SWITCH_ON_DISABLED = 0x0250
 SW_READY = 0x0231
 SW_SWITCHED_ON = 0x0233
@@ -130,7 +131,7 @@ def wait_heartbeat_state(node, state: str, timeout: float = WAIT_S) -> str:
 
 
 def remap(node, comm: int, mapping: int, cob: int, entries, transmission_type: int) -> None:
-    """One PDO remapped by SDO as ZeroErr's eRobControl_PP.py `configure_pdo` does (notes §3.1, §4): invalidate the
+    """One PDO remapped by SDO as ZeroErr's eRobControl_PP.py `configure_pdo` does (CiA 301 PDO mapping): invalidate the
     COB-ID, transmission type 1, sub0 = 0, the entries, sub0 = n, the transmission type, the valid COB-ID."""
     sdo = node.sdo
     sdo[comm][1].raw = cob | 0x80000000
@@ -154,7 +155,7 @@ def statusword(node) -> int:
 
 
 def state_of(sw: int) -> str:
-    """CiA 402 state of a statusword (notes §3.3 masks)."""
+    """CiA 402 state of a statusword (CiA 402-2 finite state automaton masks, as canopen's State402)."""
     for name, (mask, value) in canopen.profiles.p402.State402.SW_MASK.items():
         if sw & mask == value:
             return name
@@ -271,7 +272,7 @@ def test_boot_up_and_nmt_states_by_heartbeat(daemon, network, nodes, frames, rec
 
 # ------------------------------------------------------------------------------------- 2. SDO
 def test_sdo_identity_and_variant_objects(network, nodes):
-    """Identity (notes §1.2, EDS [DeviceInfo]) and the objects the EDS leaves without a default, per variant."""
+    """Identity (EDS [DeviceInfo], [1018]) and the objects the EDS leaves without a default, per variant."""
     reset_nodes(network)
     for node_id, node in nodes.items():
         cfg = variant_config(node_id)
@@ -280,19 +281,19 @@ def test_sdo_identity_and_variant_objects(network, nodes):
         assert ident[1].raw == 0x5A65726F == int.from_bytes(b"Zero", "big")
         assert ident[2].raw == cfg["identity"]["product_code"] == 0x26483052
         assert ident[3].raw == cfg["identity"]["revision_number"] == 0x00020111
-        assert node.sdo[0x6502].raw == 909                    # PP, PV, PT, CSP, CSV, CST (notes §1.2)
+        assert node.sdo[0x6502].raw == 909                    # PP, PV, PT, CSP, CSV, CST (EDS 0x6502)
         assert node.sdo[0x6075].raw == cfg["ratings"]["rated_current_ma"]
         assert node.sdo[0x6076].raw == cfg["ratings"]["rated_torque_mnm"]
         assert node.sdo[0x1200][1].raw == 0x600 + node_id and node.sdo[0x1200][2].raw == 0x580 + node_id
         assert node.sdo[0x1014].raw == 0x80 + node_id
-    assert nodes[2].sdo[0x6075].raw == 5500                  # 80H100T reading (notes §1.2)
+    assert nodes[2].sdo[0x6075].raw == 5500                  # 80H100T reading (third-party; config/erob)
     assert nodes[2].sdo[0x6076].raw == 31000 and nodes[3].sdo[0x6076].raw == 21000   # rated torque 31 / 21 N·m
 
 
 def test_every_eds_object_is_served(network, nodes):
-    """Every readable object of the EDS uploads with its EDS size: none aborts 0x060A0023 (notes §3.2: objects
-    without a DefaultValue must be served by the emulator). The data-type entries below 0x1000 (the EDS's
-    [DummyUsage] 0x0002–0x0007) only name RPDO dummy mappings and are left out."""
+    """Every readable object of the EDS uploads with its EDS size: none aborts 0x060A0023 (objects without a
+    DefaultValue in the EDS must be served by the drive, as canopen's LocalNode would abort them). The data-type entries
+    below 0x1000 (the EDS's [DummyUsage] 0x0002–0x0007) only name RPDO dummy mappings and are left out."""
     node = nodes[2]
     n = 0
     for obj in node.object_dictionary.values():
@@ -312,7 +313,7 @@ def test_every_eds_object_is_served(network, nodes):
 
 
 def test_sdo_abort_codes(network, nodes):
-    """The CiA 301 abort codes (notes §3.1, CiA 301 §7.2.4.3.17, §7.5.2.35–38) for each refused request."""
+    """The CiA 301 abort codes (CiA 301 §7.2.4.3.17, §7.5.2.35–38) for each refused request."""
     reset_nodes(network)
     node = nodes[2]
     sdo = node.sdo
@@ -479,7 +480,7 @@ def offline_csp(rig_path, node_id: int, start_counts: int, sent: list[int], sent
 
 
 def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_property):
-    """canopen's BaseNode402 (notes §4 "Controller B") drives node 2 in CSP at 1 kHz: SYNC every 1 ms
+    """canopen's BaseNode402 (canopen.profiles.p402) drives node 2 in CSP at 1 kHz: SYNC every 1 ms
     (`network.sync.start`), RPDO1 (controlword + target, remapped as ZeroErr's demo) every 1 ms; the statusword
     comes in TPDO1 (EDS default: 6041, event-driven) for BaseNode402's state machine, position and target in
     TPDO2 (remapped to 6064 + 607A, type 1: every SYNC).
@@ -593,11 +594,12 @@ def test_base_node_402_csp_at_1khz(daemon, network, nodes, frames, record_proper
 
 # ------------------------------------------------------------------------------------- 5. PP by SDO
 def test_profile_position_move_as_zeroerr_demo(network, nodes):
-    """ZeroErr's PP flow by SDO (notes §4 "Controller A"): 0x6060 = 1 read back in 0x6061, controlwords
-    0x80 → 0x06 → 0x07 → 0x0F give 0x0250 → 0x0231 → 0x0233 → 0x0637 (bit 9 remote; bit 10 target reached once the
-    drive has held its position within 0x6067 for 0x6068 ms; bit 12 clear: no set-point yet), then a trapezoidal
-    move with the set-point handshake (CiA 402 §10.3): bit 4 rising edge → bit 12 set-point acknowledge, cleared
-    after bit 4 falls; bit 10 once the actual position is within the position window 0x6067."""
+    """ZeroErr's PP flow by SDO (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python): 0x6060 = 1 read back in 0x6061,
+    controlwords 0x80 → 0x06 → 0x07 → 0x0F give 0x0250 → 0x0231 → 0x0233 → 0x0637 (bit 9 remote; bit 10 target reached
+    once the drive has held its position within 0x6067 for 0x6068 ms; bit 12 clear: no set-point yet), then a
+    trapezoidal move with the set-point handshake (CiA 402-2, profile position mode): bit 4 rising edge → bit 12
+    set-point acknowledge, cleared after bit 4 falls; bit 10 once the actual position is within the position window
+    0x6067."""
     reset_nodes(network)
     node = nodes[3]
     sdo = node.sdo
@@ -614,7 +616,7 @@ def test_profile_position_move_as_zeroerr_demo(network, nodes):
     assert statusword(node) & ~SW_TARGET_REACHED == 0x0237
     wait_status(node, lambda sw: sw == SW_PP_ENABLED_REACHED)
 
-    v, a = 100_000, 400_000                                # counts/s, counts/s² (units: notes §3.2)
+    v, a = 100_000, 400_000                                # counts/s, counts/s² (output encoder counts)
     distance = 60_000                                      # ≈ 0.72 rad
     sdo[0x6081].raw = v
     sdo[0x6083].raw = a
@@ -665,7 +667,7 @@ def test_profile_position_move_as_zeroerr_demo(network, nodes):
 
 # ------------------------------------------------------------------------------------- 6. EMCY
 def test_emcy_on_undervoltage_and_fault_reset(daemon, network, nodes):
-    """A supply sag to 30 V (below the 44 V DC-link minimum, notes §1.2) → EMCY 0x3220 with error register bit 2
+    """A supply sag to 30 V (below the 44 V DC-link minimum, eRob user manual) → EMCY 0x3220 with error register bit 2
     (voltage), statusword fault bit 3, 0x603F; fault reset (bit 7 rising edge) refused while the sag lasts, then
     EMCY 0x0000 and Switch on disabled once it is cleared (CiA 301 §7.2.7, CiA 402 transition 15)."""
     reset_nodes(network)
@@ -759,7 +761,7 @@ def test_bus_faults_drop_and_wrong_baud(daemon, network, nodes, frames):
 
 
 def test_host_at_500_kbit_hears_nothing(daemon, network, nodes):
-    """A python-can bus opened at 500 kbit/s on the 1 Mbit/s nodes' bus: no node answers (notes §1.1: the eRob
+    """A python-can bus opened at 500 kbit/s on the 1 Mbit/s nodes' bus: no node answers (the EDS: the eRob
     runs at 1 Mbit/s only), nor does an NMT reset sent at that rate reach them; back at 1 Mbit/s they answer."""
     nodes[2].sdo[0x6081].raw = 12345
     network.disconnect()

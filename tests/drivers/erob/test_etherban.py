@@ -5,7 +5,7 @@ The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in
 0.2 m with bam's m6 friction. Lifecycle tests (stop, port in use) and the fault-reset timing run
 a server in-process on drives over an offline kernel.
 
-Expected values come from the protocol as bam's client uses it (notes/erob.md §2, notes/bam.md §5) and
+Expected values come from the protocol as bam's client uses it (Rhoban/bam bam/erob/etherban.py, etherban.proto) and
 from the drive's data (config/erob/, config/actuators/), not from the code under test.
 """
 

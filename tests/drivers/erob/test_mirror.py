@@ -1,11 +1,11 @@
-"""Proxy mirror of an eRob CAN bus (issue 6): an unchanged python-canopen controller on the mirror's SLCAN pty, the
+"""Proxy mirror of an eRob CAN bus: an unchanged python-canopen controller on the mirror's SLCAN pty, the
 "real" eRob a second servo-hil daemon (bam m6 with encoder noise) on its own SLCAN pty, reached by the mirror
 through python-can's slcan; the twin is bam m1. Wiretaps (slcan_tap.py) on both serial lines see every frame:
 what the controller sent must reach the real bus unchanged and in order, and what the real bus sent must reach the
 controller unchanged and in order.
 
-Expected values: CiA 301 / CiA 402 (notes/erob.md §3), the eRob's 524 288 counts/rev (notes §1.2), never the code
-under test.
+Expected values: CiA 301 / CiA 402-2, the EDS, the eRob's 524 288 counts/rev (ZeroErr's demos: encoder_resolution),
+never the code under test.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
         uploads = []
         for _ in range(20):                        # SDO round trips through the mirror (and both taps)
             t0 = time.perf_counter()
-            assert node.sdo[0x1000].raw == 0x00420192    # device type, CiA 402 (notes §1.2)
+            assert node.sdo[0x1000].raw == 0x00420192    # device type, CiA 402 (EDS [1000])
             uploads.append(time.perf_counter() - t0)
         remap(node, 0x1800, 0x1A00, 0x182, (0x60640020, 0x606C0020), 1)              # TPDO1: position, velocity
         remap(node, 0x1801, 0x1A01, 0x282, (0x60410010, 0x60780010, 0x60770010), 1)  # TPDO2: status, current, torque

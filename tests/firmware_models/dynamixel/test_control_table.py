@@ -1,7 +1,7 @@
 """Control-table data (SDK maps + config/dynamixel/*.toml) and the engine's read/write rules.
 
-Numbers checked against: notes/dynamixel.md §3.2 (defaults), the e-manual model pages the TOML files
-cite (XL330-M288 values), notes §1.4 (error numbers) and §4.1/§4.5 (mode switch, Bus Watchdog).
+Numbers checked against: the e-manual control tables of each model (defaults), Protocol 2.0 §Status Packet
+(error numbers), §Operating Mode(11) and §Bus Watchdog(98) (mode switch, Bus Watchdog).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_56_indirect_slots_on_12v_models(name):
     assert spec.item_at(300) is None
 
 
-# notes §3.2 (MX-64 / MX-106 / XM430-W350 / XH540-W270) and the XL330-M288 e-manual page
+# e-manual control tables of MX-64(2.0) / MX-106(2.0) / XM430-W350 / XH540-W270 / XL330-M288
 DEFAULTS = {
     #                   Vel.Lim CurLim PosP VelI  VelP  TempL MaxV MinV Shutdown
     "mx64":            (435, 1941, 850, 1920, 100, 80, 160, 95, 52),
@@ -144,7 +144,7 @@ def test_key_defaults(name):
               "Bus Watchdog": 0, "Profile Velocity": 0, "Profile Acceleration": 0, "Position D Gain": 0}
     for item, want in common.items():
         assert t.get(item) == want, item
-    # Goal PWM / Goal Current start at their limits (the mode-switch rule, notes §4.1)
+    # Goal PWM / Goal Current start at their limits (the mode-switch rule, e-manual §Operating Mode(11))
     assert t.get("Goal PWM") == 885 and t.get("Goal Current") == DEFAULTS[name][1]
 
 
@@ -279,7 +279,7 @@ def test_range_errors():
                       (84, u(16384, 2)), (168, u(63, 2)), (168, u(662, 2))]:
         assert error_of(t.write, addr, raw) == RANGE, (addr, raw)
     # an item bounded by a limit item has that limit as its range: beyond it is a Limit error, even past
-    # the limit item's own maximum (notes §3.2 "±PWM Limit", §4.2)
+    # the limit item's own maximum (e-manual §Goal PWM(100): range ±PWM Limit)
     for addr, raw in [(100, u(886, 2)), (102, u(1194, 2)), (104, u(1024, 4)), (116, u(1_048_576, 4))]:
         assert error_of(t.write, addr, raw) == LIMIT, (addr, raw)
     assert t.write(10, b"\x0d") == ["Drive Mode"]  # bits 0, 2, 3 are valid on X430

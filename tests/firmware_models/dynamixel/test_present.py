@@ -1,7 +1,7 @@
-"""Present items computed in C (firmware_models/dynamixel/present.pyx) from the kernel state, read through a
-servo on an offline kernel. Expected values from the e-manual units (notes/dynamixel.md §3.2, §3.4, §4.1):
-4096 pulses per turn with 0 rad at 2048, Present Velocity in 0.229 rev/min, Realtime Tick in ms modulo 32768,
-registers that saturate at their width."""
+"""Present items computed in C (firmware_models/dynamixel/present.pyx) from the kernel state, read through a servo on an
+offline kernel. Expected values from the e-manual units (control tables, §Present Position(132), §Present
+Velocity(128)): 4096 pulses per turn with 0 rad at 2048, Present Velocity in 0.229 rev/min, Realtime Tick in ms modulo
+32768, registers that saturate at their width."""
 
 from __future__ import annotations
 

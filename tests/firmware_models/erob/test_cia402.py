@@ -1,9 +1,9 @@
 """The eRob CiA 402 drive (firmware_models/erob/cia402.py) and its object dictionary, offline.
 
-Numbers checked against: notes/erob.md §3.3 (controlword commands, statusword masks, transitions),
-§3.2 (units: counts 524 288/rev, ‰ of 0x6075/0x6076), §1.2 (identity, ratings), the EDS itself, and
-the catalog (config/actuators/erob80_*.toml). The kernel runs the catalog's eRob80:100 m6 parameters
-at 1 kHz, one drive tick per kernel step.
+Numbers checked against: CiA 402-2 finite state automaton (controlword commands, statusword masks, transitions), the
+units of ZeroErr's demos (counts 524 288/rev, ‰ of 0x6075/0x6076), the EDS itself (identity, ratings), and the catalog
+(config/actuators/erob80_*.toml). The kernel runs the catalog's eRob80:100 m6 parameters at 1 kHz, one drive tick per
+kernel step.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ TWO_PI = 2.0 * math.pi
 SW = {S.NOT_READY_TO_SWITCH_ON: 0x0010, S.SWITCH_ON_DISABLED: 0x0250, S.READY_TO_SWITCH_ON: 0x0231,
       S.SWITCHED_ON: 0x0233, S.OPERATION_ENABLED: 0x0237, S.QUICK_STOP_ACTIVE: 0x0217,
       S.FAULT_REACTION_ACTIVE: 0x021F, S.FAULT: 0x0218}
-# and the canopen / notes §3.3 masks they must satisfy
+# and the canopen State402 / CiA 402-2 masks they must satisfy
 MASKS = {S.NOT_READY_TO_SWITCH_ON: (0x4F, 0x00), S.SWITCH_ON_DISABLED: (0x4F, 0x40),
          S.READY_TO_SWITCH_ON: (0x6F, 0x21), S.SWITCHED_ON: (0x6F, 0x23), S.OPERATION_ENABLED: (0x6F, 0x27),
          S.QUICK_STOP_ACTIVE: (0x6F, 0x07), S.FAULT_REACTION_ACTIVE: (0x4F, 0x0F), S.FAULT: (0x4F, 0x08)}
@@ -121,7 +121,7 @@ def test_eds_loads_with_identity_and_variant_values(variant, current_ma, torque_
     od = eod.load_object_dictionary(variant, node)
     assert od.node_id == node
     values = eod.default_values(od)
-    # identity and device type (EDS [DeviceInfo], notes §1.2)
+    # identity and device type (EDS [DeviceInfo], [1000])
     assert values[(0x1018, 1)] == 0x5A65726F == int.from_bytes(b"Zero", "big")
     assert values[(0x1018, 2)] == 0x26483052
     assert values[(0x1018, 3)] == 0x00020111
@@ -188,7 +188,7 @@ def test_units():
     u = Rig().u
     assert (u.position_counts(TWO_PI), u.position_counts(-math.pi / 2), u.position_counts(0.0)) == (524288, -131072, 0)
     assert u.position_rad(262144) == pytest.approx(math.pi)
-    assert u.velocity_counts(TWO_PI / 60) == round(524288 / 60) == 8738            # 1 rpm (notes §3.2)
+    assert u.velocity_counts(TWO_PI / 60) == round(524288 / 60) == 8738            # 1 rpm
     assert u.velocity_rad(524288) == pytest.approx(TWO_PI)
     assert (u.torque_permille(31.0), u.torque_permille(-15.5), u.torque_nm(250)) == (1000, -500, 7.75)
     assert (u.current_permille(5.5), u.current_permille(1.1), u.current_a(2000)) == (1000, 200, 11.0)
@@ -220,7 +220,8 @@ def test_power_up_transitions_0_and_1():
     assert rig.r(0x6061) == 0 and rig.joint.enable == 0.0
 
 
-# (state, controlword) → state; every pair not listed stays put (notes §3.3 transitions 2–12, 15, 16)
+# (state, controlword) → state; every pair not listed stays put (CiA 402-2 finite state automaton,
+# transitions 2–12, 15, 16)
 TRANSITIONS = {
     (S.SWITCH_ON_DISABLED, SHUTDOWN): S.READY_TO_SWITCH_ON,              # 2
     (S.READY_TO_SWITCH_ON, SWITCH_ON): S.SWITCHED_ON,                    # 3

@@ -1,7 +1,7 @@
 """Loop timing: medians and overrun fraction with generous margins, only when the host is not stealing.
 
 On shared VMs hypervisor steal produces multi-millisecond stalls that no loop can avoid
-(notes/ecosystem.md §2.2), so the verdict is "inconclusive" (skip) when the daemon reports ≥ 2 % steal.
+(the steal column of /proc/stat, proc(5)), so the verdict is "inconclusive" (skip) when the daemon reports ≥ 2 % steal.
 """
 
 from __future__ import annotations

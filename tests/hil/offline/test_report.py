@@ -1,4 +1,4 @@
-"""`servo-hil report` on the real XL330 logs (bam_logs/xl330/processed), and on side-by-side MCAP logs.
+"""`servo-hil report` on the real XL330 logs (data/bam/logs/xl330/processed), and on side-by-side MCAP logs.
 
 The replay path must report exactly `servo-hil replay`'s MAE; the PNGs are read back and checked for
 shape. Three 6 s logs (lift_and_drop kp 100, sin_sin kp 400, up_and_down kp 800) with m1 and m5.
@@ -265,7 +265,7 @@ def test_figure_with_current_panel(tmp_path):
 
 
 needs_recorder = pytest.mark.skipif(not HAVE_RECORDER,
-                                    reason="hil.logs.mcap (read_side_by_side, issue 6) is not in this tree yet")
+                                    reason="hil.logs.mcap (read_side_by_side) is not in this tree yet")
 
 
 def record(folder: Path, seconds: float = 3.0, rotate_s: float = 600.0,

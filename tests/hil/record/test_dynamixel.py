@@ -1,6 +1,6 @@
 """Active mirror: `servo-hil record` drives a servo through bam's trajectories and writes bam's logs;
-replaying them through the servo's own model closes the loop (issue 6: record → replay round trip).
-The "real" servo is a servo-hil daemon (XL330, bam m6) on its own pty, as the issue asks."""
+replaying them through the servo's own model closes the loop (record → replay round trip).
+The "real" servo is a servo-hil daemon (XL330, bam m6) on its own pty, in place of hardware."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Active mirror for eRobs: `servo-hil record --protocol etherban|canopen` drives an eRob with bam's host PD through
-bam's trajectories and writes bam's logs (issue 6). The "real" eRob is a servo-hil daemon (eRob80:100, bam m6, a
+bam's trajectories and writes bam's logs. The "real" eRob is a servo-hil daemon (eRob80:100, bam m6, a
 2 kg pendulum at 0.2 m): through Etherban the record → replay round trip must be explained by m6 far better than
 by m1; through CANopen (python-canopen over python-can's slcan on the daemon's pty) a short run must drive the
 drive in CST and log what it reported.
 
-Expected values: bam's raw eRob format and host PD (notes/bam.md §2.3, §4, §5), bam's m6 kt for the eRob80:100
-(config/actuators/erob80_100.toml [models.m6], copied from bam's params), never the code under test.
+Expected values: bam's raw eRob format and host PD (bam/erob/record.py, bam/erob/etherban.py `Client.position_control`),
+bam's m6 kt for the eRob80:100 (config/actuators/erob80_100.toml [models.m6], copied from bam's params), never the code
+under test.
 """
 
 from __future__ import annotations
