@@ -365,6 +365,18 @@ def bench_kernel(ctx: typer.Context) -> None:
     raise typer.Exit(bench(ctx.args))
 
 
+@bench_app.command("first-run")
+def bench_first_run(
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="no pip cache, as on a new machine")] = False,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """A fresh clone of this checkout to a running daemon (`make run`), against pip installing the same
+    runtime dependencies in the same run, as JSON."""
+    from bench.first_run import run as bench
+
+    _print_json(bench(no_cache), out)
+
+
 @bench_app.command("loop")
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,
