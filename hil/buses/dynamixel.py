@@ -15,7 +15,7 @@ from hil.params.config_file import ConfigError
 
 if TYPE_CHECKING:
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import BusConfig
+    from hil.rig import BusConfig
 
 
 def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | MirrorServer:

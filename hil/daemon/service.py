@@ -14,10 +14,10 @@ import zmq
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
-from hil.daemon.rig import BusConfig, Rig, load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
 from hil.loop.rt import lock_memory
 from hil.params.config_file import ConfigError, validate
+from hil.rig import BusConfig, Rig, load_rig
 
 log = logging.getLogger("servo-hil")
 
