@@ -46,6 +46,7 @@ class Daemon:
         self.commands: CommandServer | None = None
         self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
         self.mqtt: MqttPlane | None = None
+        self.started = False      # start() completed: only then is a stop worth a log line
 
     def start(self) -> None:
         rig = self.rig
@@ -84,6 +85,7 @@ class Daemon:
         log.info("rig %r: %d actuators at %g Hz%s, loop %s", rig.name, len(self.live.names), rig.loop.rate_hz,
                  " (lock-step)" if rig.loop.lockstep else "", mode)
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
+        self.started = True
 
     def stop(self) -> None:
         """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s).
@@ -104,7 +106,7 @@ class Daemon:
         if self.mqtt is not None and self.mqtt.ident is not None:
             self.mqtt.stop(1.0)
         self.context.destroy(linger=0)
-        if self.live.loop.telemetry()["tick"] > 0 or self.live.running:
+        if self.started:        # a start that failed (a bad bus setting) ends in its error line alone
             log.info("stopped")
 
     def run_until_signal(self) -> None:
