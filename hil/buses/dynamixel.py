@@ -37,7 +37,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
                               f"(one of {', '.join(str(b) for b in sorted(bauds))})")
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
-            registers[name] = _power_up_value(spec, a.catalog, f"{where}: registers.{name}", name, value)
+            registers[name] = _power_up_value(spec, a.catalog, where, name, value)
         servos.append(DynamixelServo(spec, LiveJoint(live, j), registers))
         faults.append(live.bus_faults[j])
     if not servos:
@@ -67,15 +67,16 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
 _SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "the bus's baud = ..."}
 
 
-def _power_up_value(spec: ModelSpec, model: str, key: str, name: str, value: int) -> int:
+def _power_up_value(spec: ModelSpec, model: str, where: str, name: str, value: int) -> int:
     """`value` for register `name` at power-up, if a Write of it would be accepted (e-manual, Protocol 2.0:
     a read-only item is an Access Error; outside its range, choices or bit mask a Data Range Error)."""
+    key = f"{where}: registers.{name}"
     if name in _SET_BY_THE_RIG:
         raise ConfigError(f"{key}: set by {_SET_BY_THE_RIG[name]}, not in registers")
     try:
         item = spec.item(name)
     except KeyError:
-        raise ConfigError(f"{key}: {model} has no such item") from None
+        raise ConfigError(f"{where}: registers: {model} has no item {name!r}") from None
     if item.access != Access.RW:
         raise ConfigError(f"{key}: a read-only item")
     if not item.min <= value <= item.max:
