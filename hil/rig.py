@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -384,21 +383,22 @@ def read_rig(path: str | Path) -> Rig:
     return _parse(Path(path))[0]
 
 
-def _build_kernel(rig: Rig, path: Path, dt: float, integrator: str,
-                  where: Callable[[int], str]) -> tuple[Kernel, list[ActuatorSpec]]:
+def _build_kernel(rig: Rig, path: Path, single: bool, dt: float,
+                  integrator: str) -> tuple[Kernel, list[ActuatorSpec]]:
     """A kernel of the actuators of `rig` (read from `path`: file names are relative to its folder) in their
-    initial state; a problem is a ConfigError prefixed by where(j)."""
+    initial state; a problem is a ConfigError naming the file and, unless it is `single`-spelled, the actuator."""
     kernel = Kernel(len(rig.actuators), dt)
     specs = []
     for j, a in enumerate(rig.actuators):
+        where = str(path) if single else f"{path}: actuators[{j}] ({a.joint})"
         try:
             spec = a.spec(path.parent)
             kernel.set_params(j, kernel_params(spec, a.load, a.encoder, a.faults, integrator))
         except ConfigError as exc:
             text = str(exc)
-            raise ConfigError(text if text.startswith(str(path)) else f"{where(j)}: {text}") from None
+            raise ConfigError(text if text.startswith(str(path)) else f"{where}: {text}") from None
         except ValidationError as exc:
-            raise ConfigError(describe(exc, where(j))) from None
+            raise ConfigError(describe(exc, where)) from None
         kernel.set_state(j, theta=a.initial.theta, omega=a.initial.omega, temperature=a.initial.temperature_c)
         specs.append(spec)
     return kernel, specs
@@ -408,9 +408,8 @@ def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
     """Read a rig for the daemon and build its kernel (dt = 1/(rate·substeps)) in the initial state."""
     path = Path(path)
     rig, single = _parse(path)
-    kernel, specs = _build_kernel(
-        rig, path, 1.0 / (rig.loop.rate_hz * rig.loop.substeps), rig.loop.integrator,
-        lambda j: str(path) if single else f"{path}: actuators[{j}] ({rig.actuators[j].joint})")
+    kernel, specs = _build_kernel(rig, path, single, 1.0 / (rig.loop.rate_hz * rig.loop.substeps),
+                                  rig.loop.integrator)
     return rig, specs, kernel
 
 
@@ -428,6 +427,5 @@ def load_offline_rig(path: str | Path, integrator: str | None = None) -> tuple[R
         if integrator not in INTEGRATORS:
             raise ConfigError(f"integrator: unknown {integrator!r} (known: {', '.join(INTEGRATORS)})")
         step = step.model_copy(update={"integrator": integrator})
-    kernel, specs = _build_kernel(rig, path, step.dt, step.integrator,
-                                  lambda j: str(path) if single else f"{path}: actuators[0] ({rig.actuators[0].joint})")
+    kernel, specs = _build_kernel(rig, path, single, step.dt, step.integrator)
     return rig, kernel, specs[0]
