@@ -173,10 +173,9 @@ def mirror(
     bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
     side by side)."""
     if not real:
-        from hil.daemon.rig import Rig
-        from hil.params.config_file import read_toml, validate
+        from hil.rig import read_rig
 
-        if not any(b.real for b in validate(Rig, read_toml(rig), str(rig)).buses):
+        if not any(b.real for b in read_rig(rig).buses):
             raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
     from hil.daemon.service import serve
 

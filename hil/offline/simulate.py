@@ -94,7 +94,7 @@ def write_outputs(path: str | Path, out: dict[str, np.ndarray]) -> None:
 def simulate(rig_path: str | Path, in_path: str | Path, out_path: str | Path,
              integrator: str | None = None) -> dict[str, np.ndarray]:
     """`servo-hil simulate`: read the rig and IN.csv, run, write OUT.csv; returns the columns."""
-    rig, kernel, _ = load_offline_rig(rig_path, integrator=integrator)
-    out = run(kernel, read_inputs(in_path, rig.sim.dt))
+    _, kernel, _ = load_offline_rig(rig_path, integrator=integrator)
+    out = run(kernel, read_inputs(in_path, kernel.dt))
     write_outputs(out_path, out)
     return out
