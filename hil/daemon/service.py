@@ -11,12 +11,13 @@ from pathlib import Path
 
 import zmq
 
+from drivers.server import BusServer
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.rig import BusConfig, Rig, load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
-from hil.loop.rt import lock_memory
+from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
 
 log = logging.getLogger("servo-hil")
@@ -39,7 +40,7 @@ class Daemon:
                 raise ConfigError(f"{rig_path}: --record needs a mirrored bus: give --real or real = ... in the rig")
             for k in mirrored:
                 self.rig.buses[k] = self.rig.buses[k].model_copy(update={"record": record})
-        self.buses: list = []
+        self.buses: list[BusServer] = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
