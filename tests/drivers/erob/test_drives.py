@@ -27,8 +27,8 @@ from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.drivers.can.test_slcan import RawHost, wait_for
 from tests.drivers.erob.test_etherban import Master
-from tests.drivers.test_slcan import RawHost, wait_for
 from tests.realtime_verdict import check, disturbance
 
 PERIOD = 1e-3
