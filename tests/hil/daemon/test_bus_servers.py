@@ -88,3 +88,57 @@ def test_the_erob_buses_share_one_drive_set_with_one_reset_hook(live):
     finally:
         can.stop()
         ether.stop()
+
+
+def test_the_mirrors_are_bus_servers_too(tmp_path):
+    """A Dynamixel mirror in front of a serial device (a pty's far end here) and a CAN mirror in front of a
+    python-can bus (its `virtual` interface here)."""
+    master, slave = os.openpty()
+    rig = f"""name = "mirrors"
+[loop]
+lockstep = true
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+port = "{tmp_path / 'tty-dxl'}"
+baud = 1000000
+real = "{os.ttyname(slave)}"
+[[buses]]
+name = "can"
+protocol = "canopen"
+port = "{tmp_path / 'tty-can'}"
+baud = 1000000
+real = "virtual:servo-hil-test-mirrors"
+[[actuators]]
+joint = "x"
+catalog = "xm430_w350"
+load = {{ mass = 0.3, length = 0.1 }}
+bus = "dxl"
+id = 1
+[[actuators]]
+joint = "e100"
+catalog = "erob80_100"
+load = {{ mass = 2.0, length = 0.2 }}
+bus = "can"
+id = 2
+"""
+    try:
+        with running_rig(tmp_path / "rig.toml", rig) as live:
+            servers = [open_bus(cfg, live) for cfg in live.rig.buses]
+            try:
+                for server in servers:
+                    assert isinstance(server, BusServer), type(server).__name__
+                    server.start()
+                dxl, can = servers
+                assert "mirroring " + os.ttyname(slave) in dxl.summary
+                assert "mirroring virtual:servo-hil-test-mirrors" in can.summary
+                assert [s.error for s in servers] == [None, None]
+            finally:
+                for server in servers:
+                    server.stop()
+            assert [s.error for s in servers] == [None, None]
+    finally:
+        os.close(master)
+        os.close(slave)
