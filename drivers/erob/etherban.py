@@ -84,7 +84,6 @@ CYCLIC_MODE = {pb.POSITION: Mode.CSP, pb.VELOCITY: Mode.CSV, pb.TORQUE: Mode.CST
 _SHUTDOWN, _SWITCH_ON, _ENABLE_OPERATION, _FAULT_RESET = 0x06, 0x07, 0x0F, 0x80
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT16 = (-(1 << 15), (1 << 15) - 1)
-_POLL_MS = 50     # stop() is noticed within this
 
 
 def _clamp(value: int, limits: tuple[int, int]) -> int:
@@ -131,7 +130,7 @@ class EtherbanServer(ServerThread):
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop serving, close the socket (the port is free on return) and release the drives, all within
-        `timeout` [s] (the thread notices within 50 ms); idempotent."""
+        `timeout` [s]; idempotent."""
         self._deadline = time.monotonic() + timeout
         super().stop(timeout)
 
@@ -150,9 +149,13 @@ class EtherbanServer(ServerThread):
             self._context.term()
 
     def serve(self) -> None:
-        while not self.stopping.is_set():
-            if not self._sock.poll(_POLL_MS, zmq.POLLIN):
-                continue
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self.stop_fd, zmq.POLLIN)     # stop() wakes the wait at once
+        while True:
+            ready = dict(poller.poll())
+            if self.stop_fd in ready:
+                return
             frames = self._sock.recv_multipart(zmq.NOBLOCK)
             self._sock.send(self.handle(frames))
             self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
