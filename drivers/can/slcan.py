@@ -46,7 +46,7 @@ device that NAKs: no frame from the host is lost.
 
 A host that stops reading the pty: frames for it fill the pty's input queue (about 20 kB on Linux)
 and then our buffer, up to `OUT_LIMIT` bytes (what a USB serial driver's buffer holds: python-can reads
-byte by byte, ~3000 frames/s here, slower than a fully loaded 1 Mbit/s bus); later ones are dropped
+byte by byte, slower than a fully loaded 1 Mbit/s bus delivers); later ones are dropped
 (counted in `stats.dropped`, status flag bit 0), so the thread never stalls on a write. A controller
 restarted after dying with the channel open therefore reads at most that buffer of old frames (pyserial
 flushes the pty's queue on open), then whatever the bus carries until its python-can sends `C` (after
