@@ -35,7 +35,8 @@ KERNEL_HEADERS = tuple(f"hil/kernel/{h}.h" for h in ("vmath", "vexp", "noise", "
 KERNEL_FLAGS = ("-fno-tree-loop-distribute-patterns",)
 
 extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS, flags=KERNEL_FLAGS),
-              extension("hil.loop.rt"), extension("bench.zmq_receiver"),
+              extension("hil.loop.rt"), extension("hil.loop.realtime"), extension("hil.loop.publisher"),
+              extension("bench.zmq_receiver"),
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec"),
               extension("drivers.dynamixel.bus"), extension("firmware_models.dynamixel.present"),
               extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks"),

@@ -78,7 +78,7 @@ class LiveRig:
         self.stopping = threading.Event()   # set by stop(): the loop is told to end and produces no more ticks
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
         self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
-        self.erob_drives = None   # drivers/erob/drives.ErobDrives once a bus or server reaches an eRob
+        self._shared: dict[str, Any] = {}                   # what several buses of the rig share (shared())
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -94,6 +94,13 @@ class LiveRig:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+    def shared(self, key: str, create: Callable[[], Any]) -> Any:
+        """The rig's resource `key` that several of its buses share (the eRob drives behind its CAN buses and
+        Etherban servers): made by `create()` on first use, the same object afterwards."""
+        if key not in self._shared:
+            self._shared[key] = create()
+        return self._shared[key]
 
     def emit(self, event: dict) -> None:
         event.setdefault("t_wall", time.time())
@@ -413,7 +420,8 @@ class _Batch:
 
 
 class LiveJoint:
-    """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` protocol)."""
+    """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` and
+    `hil.joint.GoalPort` protocols)."""
 
     def __init__(self, live: LiveRig, j: int):
         self.live = live
@@ -434,6 +442,21 @@ class LiveJoint:
 
     def params(self) -> dict:
         return self.live.params[self.j]
+
+    @property
+    def loop(self) -> RealtimeLoop:
+        return self.live.loop
+
+    @property
+    def period_s(self) -> float:
+        return self.live.period_s
+
+    @property
+    def batch_thread(self) -> int | None:
+        return self.live.batch_thread
+
+    def queue_goal(self, u: float) -> None:
+        self.live._push("set_u", self.j, u)
 
     def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
                 clear_latches: bool = False) -> None:

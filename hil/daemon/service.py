@@ -11,11 +11,12 @@ from pathlib import Path
 
 import zmq
 
+from drivers.server import BusServer
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
 from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
-from hil.loop.rt import lock_memory
+from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
 from hil.rig import BusConfig, Rig, load_rig
 
@@ -43,7 +44,7 @@ class Daemon:
             for k, bus in enumerate(self.rig.buses):
                 self.rig.buses[k] = validate(BusConfig, bus.model_dump() | {"record_segment_s": record_segment_s},
                                              f"--record-segment-s {record_segment_s}")
-        self.buses: list = []
+        self.buses: list[BusServer] = []
         self.live = LiveRig(self.rig, self.specs, kernel)
         self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
