@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hmac
 import json
 import logging
 import math
@@ -30,13 +29,9 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import aiomqtt
-from amqtt.adapters import StreamReaderAdapter, StreamWriterAdapter
-from amqtt.broker import Broker
-from amqtt.plugins.base import BaseAuthPlugin
 
 from hil.daemon.arguments import CommandError, shown
 from hil.daemon.live_rig import LiveRig
@@ -45,7 +40,6 @@ from hil.params.config_file import ConfigError
 
 log = logging.getLogger("servo-hil")
 MAX_PAYLOAD = 64 * 1024                # a command's JSON [bytes]
-MAX_PACKET = MAX_PAYLOAD + 1024        # the embedded broker's largest packet [bytes]: a command and its topic
 
 
 def _json(obj) -> bytes:
@@ -59,57 +53,6 @@ def _json(obj) -> bytes:
         return x
 
     return json.dumps(clean(obj), separators=(",", ":")).encode()
-
-
-class RigCredentials(BaseAuthPlugin):
-    """amqtt authentication plugin of the embedded broker: a client is admitted with the rig's username and
-    password only (compared in constant time); anonymous clients and other credentials are refused."""
-
-    @dataclass
-    class Config:
-        username: str = ""
-        password: str = ""
-
-    async def authenticate(self, *, session) -> bool:
-        def same(given, expected: str) -> bool:
-            given = given.encode() if isinstance(given, str) else bytes(given or b"")
-            return hmac.compare_digest(given, expected.encode())
-
-        ok = session.username is not None and same(session.username, self.config.username) \
-            and same(session.password, self.config.password)
-        if not ok:
-            log.warning("embedded MQTT broker: refused client %s (username %s): wrong or no credentials",
-                        shown(session.client_id), shown(session.username))
-        return ok
-
-
-class _BoundedReader(StreamReaderAdapter):
-    """A broker connection's reader that drops the client instead of reading a packet body over `limit`
-    bytes (amqtt reads a packet's body with one read of its remaining length, MQTT 3.1.1 §2.2.3)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int, on_drop) -> None:
-        super().__init__(reader)
-        self._writer, self._limit, self._on_drop = writer, limit, on_drop
-
-    async def read(self, n: int = -1) -> bytes:
-        if n > self._limit:
-            self._writer.transport.abort()   # the body is never buffered; amqtt sees the end of the stream
-            self._on_drop(n)
-            raise ConnectionResetError(f"MQTT packet of {n} bytes (limit {self._limit})")
-        return await super().read(n)
-
-
-class EmbeddedBroker(Broker):
-    """amqtt's broker with a largest packet size (amqtt has no such setting)."""
-
-    def __init__(self, config: dict, on_oversize) -> None:
-        super().__init__(config)
-        self._on_oversize = on_oversize
-
-    async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                               listener_name: str) -> None:
-        await self._client_connected(listener_name, _BoundedReader(reader, writer, MAX_PACKET, self._on_oversize),
-                                     StreamWriterAdapter(writer))
 
 
 def check_embedded_port(cfg: MqttConfig) -> None:
@@ -184,22 +127,25 @@ class MqttPlane(threading.Thread):
             log.error("MQTT plane stopped: %s", exc)
 
     async def _start_embedded_broker(self) -> None:
+        from hil.daemon.embedded_broker import MAX_PACKET, EmbeddedBroker  # amqtt: only when it is used
+
         cfg = self.cfg
         if cfg.username is not None or cfg.password is not None:
-            auth = {f"{__name__}.RigCredentials": {"username": cfg.username or "", "password": cfg.password or ""}}
+            auth = {"hil.daemon.embedded_broker.RigCredentials": {"username": cfg.username or "",
+                                                                  "password": cfg.password or ""}}
         else:
             auth = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
         config = {"listeners": {"default": {"type": "tcp", "bind": f"{cfg.embedded_host}:{self.port}"}},
                   "plugins": auth}
-        self._broker = EmbeddedBroker(config, self._oversize)
+        self._broker = EmbeddedBroker(config, lambda n: self._oversize(n, MAX_PACKET))
         await self._broker.start()
         log.info("embedded MQTT broker on %s:%d (%s)", cfg.embedded_host, self.port,
                  "anonymous clients" if "amqtt.plugins.authentication.AnonymousAuthPlugin" in auth
                  else "the rig's credentials only")
 
-    def _oversize(self, n: int) -> None:
+    def _oversize(self, n: int, limit: int) -> None:
         self.live.command_errors["mqtt"] += 1
-        log.warning("embedded MQTT broker: dropped a client sending a %d-byte packet (limit %d)", n, MAX_PACKET)
+        log.warning("embedded MQTT broker: dropped a client sending a %d-byte packet (limit %d)", n, limit)
 
     def _client(self) -> aiomqtt.Client:
         tls_params = None
