@@ -57,8 +57,8 @@ def _json(obj) -> bytes:
 
 def check_embedded_port(cfg: MqttConfig) -> None:
     """ConfigError (one line saying what to do) if the embedded broker's port is taken, e.g. by a system
-    mosquitto on 1883; nothing when the rig names a broker URL or has MQTT off."""
-    if cfg.url or not cfg.enabled:
+    mosquitto on 1883; nothing when the rig names a broker URL."""
+    if cfg.url:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as asyncio's server binds it

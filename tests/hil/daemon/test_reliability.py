@@ -18,7 +18,7 @@ import zmq.auth
 from dynamixel_sdk import COMM_SUCCESS, PacketHandler, PortHandler
 
 from hil.daemon.live_rig import settable_params
-from hil.daemon.rig import load_rig
+from hil.daemon.rig import load_rig, loopback
 from hil.daemon.service import Daemon, DaemonFailure
 from tests.daemon_process import SERVO_HIL
 
@@ -277,6 +277,15 @@ def test_a_killed_daemons_link_is_replaced(make_rig, start_daemon, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- exposure
+@pytest.mark.parametrize(("endpoint", "local"), [
+    ("tcp://127.0.0.1:9873", True), ("tcp://127.8.9.10:1", True), ("tcp://localhost:5", True),
+    ("tcp://[::1]:5", True), ("ipc:///tmp/servo-hil", True), ("inproc://x", True), ("127.0.0.1", True),
+    ("tcp://0.0.0.0:9873", False), ("tcp://*:9873", False), ("tcp://eth0:9873", False),
+    ("tcp://192.168.1.5:9873", False), ("tcp://[::]:9873", False), ("0.0.0.0", False)])
+def test_loopback_endpoints(endpoint, local):
+    assert loopback(endpoint) is local
+
+
 def test_a_non_loopback_command_socket_needs_an_explicit_opt_in(make_rig, start_daemon):
     port = free_port()
     rig = make_rig(cmd_port=port)
