@@ -49,10 +49,14 @@ class _BoundedReader(StreamReaderAdapter):
                  on_drop: Callable[[int], None]) -> None:
         super().__init__(reader)
         self._writer, self._limit, self._on_drop = writer, limit, on_drop
+        self._dropped = False
 
     async def read(self, n: int = -1) -> bytes:
+        if self._dropped:
+            return b""   # end of stream: what is buffered of the dropped packet is never parsed as packets
         if n > self._limit:
-            self._writer.transport.abort()   # the body is never buffered; amqtt sees the end of the stream
+            self._dropped = True
+            self._writer.transport.abort()   # the body is never read whole
             self._on_drop(n)
             raise ConnectionResetError(f"MQTT packet of {n} bytes (limit {self._limit})")
         return await super().read(n)
