@@ -22,7 +22,7 @@ from hil.daemon.rig import load_rig, loopback
 from hil.daemon.service import Daemon, DaemonFailure
 from tests.daemon_process import SERVO_HIL
 
-from . import MqttClient, command, free_port, ok, raw_request, refused, wait_port
+from . import MqttClient, command, free_port, ok, raw_request, refused
 from .test_lifecycle import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,8 +153,14 @@ def guarded(make_rig, start_daemon):
     port = free_port()
     rig = embedded_rig(make_rig, port, 'username = "rig"\npassword = "s3cret"\nmax_commands_per_s = 20\n')
     d = start_daemon(rig, no_mqtt_flag=False)
-    wait_port(port, 20.0, alive=lambda: d.alive)   # the broker starts after the command socket answers
-    client = MqttClient(port, [f"servo-hil/{rig.name}/#"], username="rig", password="s3cret")
+    deadline = time.monotonic() + 20.0   # the broker starts after the command socket answers
+    while True:
+        try:
+            client = MqttClient(port, [f"servo-hil/{rig.name}/#"], username="rig", password="s3cret")
+            break
+        except aiomqtt.MqttError:
+            assert time.monotonic() < deadline and d.alive, f"no embedded broker on {port}:\n{d.stderr()}"
+            time.sleep(0.2)
     client.wait(lambda m: m.topic.endswith("/online") and m.payload == b"online", 10.0, "online")
     yield d, client
     client.close()
