@@ -132,7 +132,7 @@ class Daemon:
                 return f"bus {bus.name} failed: {bus.error}"
         for part, what in ((self.commands, "command socket"), (self.publisher, "state publisher")):
             if part is not None and part.ident is not None and not part.is_alive():
-                return f"the {what} thread ended: {getattr(part, 'error', None) or 'no reason given'}"
+                return f"the {what} thread ended: {part.error or 'no reason given'}"
         return None
 
     def run_until_signal(self) -> None:

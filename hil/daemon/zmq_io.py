@@ -104,6 +104,7 @@ class StatePublisher(threading.Thread):
         self.flags = np.zeros(len(live.names), dtype=np.int64)   # fault flags last published (C updates)
         self._reported = [0] * len(live.names)                    # … and last reported as events
         self.published = 0
+        self.error: str | None = None   # why run() ended, if not by stop()
         self._halt = threading.Event()
         # epoch time = monotonic time + this offset [ns] (both clocks read once, back to back)
         self._epoch_minus_monotonic_ns = time.time_ns() - time.monotonic_ns()
@@ -140,15 +141,20 @@ class StatePublisher(threading.Thread):
     def run(self) -> None:
         # woken by the loop every published tick: at normal priority that wake-up waits behind other processes
         self.rt_mode = realtime_thread(self.fifo_priority)
-        while not self._halt.is_set():
-            if self.live.stopping.is_set():
-                # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
-                # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
-                self._halt.wait()
-                break
-            self.publish_pending(wait_s=0.1)
-        self.publish_pending()  # flush what the loop produced before it stopped
-        self.sock.close()
+        try:
+            while not self._halt.is_set():
+                if self.live.stopping.is_set():
+                    # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
+                    # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
+                    self._halt.wait()
+                    break
+                self.publish_pending(wait_s=0.1)
+            self.publish_pending()  # flush what the loop produced before it stopped
+        except BaseException as exc:  # seen by the daemon's watchdog, which stops the daemon with this reason
+            self.error = f"{type(exc).__name__}: {shown(str(exc))}"
+            raise
+        finally:
+            self.sock.close()
 
 
 # Limits on a command request: a command is a small map. libzmq drops a peer that sends a bigger message
