@@ -32,6 +32,7 @@ class Daemon:
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
                  real: list[str] = (), record: str | None = None):
         self.rig, self.specs, kernel = load_rig(rig_path)
+        self.rig_dir = Path(rig_path).parent   # relative paths in the rig are from its folder
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
@@ -58,7 +59,7 @@ class Daemon:
         if rig.loop.mlockall and (err := lock_memory()):
             log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
         # sockets first: a port already in use fails before the loop starts
-        curve, self.authenticator = curve_keys(rig.zmq, self.context)
+        curve, self.authenticator = curve_keys(rig.zmq, self.context, self.rig_dir)
         if self.mqtt_enabled:
             check_embedded_port(rig.mqtt)
         if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:

@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -245,16 +246,17 @@ class CommandServer(threading.Thread):
 
 def curve_server(sock: zmq.Socket, curve: tuple[bytes, bytes] | None) -> None:
     """Make `sock` a CURVE server with the key pair `curve` (public, secret; Z85) before it binds; None:
-    plain. Which clients may connect is the context's authenticator's business (`curve_authenticator`)."""
+    plain. Which clients may connect is the context's authenticator's business (`curve_keys`)."""
     if curve is not None:
         sock.curve_publickey, sock.curve_secretkey = curve
         sock.curve_server = True
 
 
-def curve_keys(cfg: ZmqConfig, context: zmq.Context) -> tuple[tuple[bytes, bytes] | None, object]:
+def curve_keys(cfg: ZmqConfig, context: zmq.Context, base: Path) -> tuple[tuple[bytes, bytes] | None, object]:
     """The daemon's CURVE key pair (public, secret) from `[zmq] curve_secret_key` and an authenticator (a
     started zmq.auth ThreadAuthenticator: stop() it before destroying `context`) admitting only the public
-    keys in `curve_clients` (RFC 27 ZAP); (None, None) without CURVE.
+    keys in `curve_clients` (RFC 27 ZAP); (None, None) without CURVE. Relative paths are from `base`, the
+    rig file's folder.
     Every endpoint of the rig that is not loopback without CURVE is reported at WARNING (allow_remote)."""
     if cfg.curve_secret_key is None:
         for endpoint in (cfg.pub, cfg.command):
@@ -264,18 +266,18 @@ def curve_keys(cfg: ZmqConfig, context: zmq.Context) -> tuple[tuple[bytes, bytes
         return None, None
     from zmq.auth.thread import ThreadAuthenticator
 
+    key_file, clients = base / cfg.curve_secret_key, base / cfg.curve_clients
     try:
-        public, secret = zmq.auth.load_certificate(cfg.curve_secret_key)
+        public, secret = zmq.auth.load_certificate(key_file)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"zmq.curve_secret_key: cannot read {cfg.curve_secret_key!r}: {exc}") from None
+        raise ConfigError(f"zmq.curve_secret_key: cannot read {str(key_file)!r}: {exc}") from None
     if secret is None:
-        raise ConfigError(f"zmq.curve_secret_key: {cfg.curve_secret_key!r} holds no secret key (give the "
-                          ".key_secret file)")
-    if not os.path.isdir(cfg.curve_clients):
-        raise ConfigError(f"zmq.curve_clients: {cfg.curve_clients!r} is not a folder of client public keys")
+        raise ConfigError(f"zmq.curve_secret_key: {str(key_file)!r} holds no secret key (give the .key_secret file)")
+    if not clients.is_dir():
+        raise ConfigError(f"zmq.curve_clients: {str(clients)!r} is not a folder of client public keys")
     auth = ThreadAuthenticator(context, log=logging.getLogger("servo-hil.zap"))
     auth.start()
-    auth.configure_curve(domain="*", location=cfg.curve_clients)
+    auth.configure_curve(domain="*", location=str(clients))
     return (public, secret), auth
 
 
