@@ -19,9 +19,9 @@ which is the rig of one `[[actuators]]` entry with joint = "actuator" and those 
 
     name = "default"                       # topic prefix part: servo-hil/<name>/…
     [loop]    rate_hz, substeps, integrator, fifo_priority, mlockall, spin_us, lockstep
-    [zmq]     pub, command, publish_every
-    [mqtt]    url ("" = embedded broker), embedded_port, username, password, tls_ca, tls_cert,
-              tls_key, tls_insecure, status_period_s
+    [zmq]     pub, command, publish_every, curve_secret_key, curve_clients, allow_remote
+    [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
+              tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
     [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
     [[buses]]                               # optional: impersonate the servos on their own bus
     name = "dxl"  protocol = "dynamixel"    # or "canopen" (eRob CiA 402 nodes behind an SLCAN adapter)
@@ -45,6 +45,7 @@ Every float is finite (config_file.Strict): `nan` and `inf` are refused with the
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from pathlib import Path
@@ -260,15 +261,48 @@ class LoopConfig(Strict):
         return max(self.fifo_priority - 1, 0)
 
 
+def loopback(endpoint: str) -> bool:
+    """Whether a ZeroMQ endpoint (tcp://host:port, ipc://, inproc://) or a bare host is reachable only from
+    this machine: a loopback address or `localhost`, or not TCP at all."""
+    scheme, sep, rest = endpoint.partition("://")
+    if sep and scheme != "tcp":
+        return True
+    host = (rest.rpartition(":")[0] if sep else endpoint).strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:   # `*`, an interface name, a host name: reachable from elsewhere
+        return False
+
+
 class ZmqConfig(Strict):
     pub: str = "tcp://127.0.0.1:9872"
     command: str = "tcp://127.0.0.1:9873"
     publish_every: int = Field(1, ge=1, description="publish one tick in N (decimation)")
+    curve_secret_key: str | None = Field(
+        None, description="CURVE: the daemon's secret key file (zmq.auth.create_certificates' NAME.key_secret); "
+                          "both sockets then encrypt and admit only the clients of curve_clients")
+    curve_clients: str | None = Field(None, description="CURVE: folder of the public key files (*.key) of the "
+                                                        "clients admitted")
+    allow_remote: bool = Field(False, description="bind a non-loopback address without CURVE (anyone on the "
+                                                  "network may command the rig)")
+
+    @model_validator(mode="after")
+    def _exposure(self) -> ZmqConfig:
+        if (self.curve_secret_key is None) != (self.curve_clients is None):
+            raise ValueError("give curve_secret_key and curve_clients together")
+        exposed = [e for e in (self.pub, self.command) if not loopback(e)]
+        if exposed and self.curve_secret_key is None and not self.allow_remote:
+            raise ValueError(f"{exposed[0]} is reachable from other machines: set curve_secret_key and "
+                             "curve_clients (CURVE), or allow_remote = true to expose it unauthenticated")
+        return self
 
 
 class MqttConfig(Strict):
     url: str = Field("", description="mqtt://host:port or mqtts://host:port; empty = embedded broker")
     embedded_port: int = Field(1883, ge=1, le=65535)
+    embedded_host: str = Field("127.0.0.1", description="address the embedded broker binds")
     username: str | None = None
     password: str | None = None
     tls_ca: str | None = None
@@ -277,6 +311,18 @@ class MqttConfig(Strict):
     tls_insecure: bool = False
     status_period_s: PositiveFloat = 1.0
     enabled: bool = True
+    max_commands_per_s: float = Field(1000.0, ge=1.0, le=1e6, description="commands executed per second at "
+                                                                          "most; the excess is dropped")
+    allow_remote: bool = Field(False, description="embedded broker on a non-loopback address without "
+                                                  "username/password (anyone on the network may command the rig)")
+
+    @model_validator(mode="after")
+    def _exposure(self) -> MqttConfig:
+        if (self.enabled and not self.url and not loopback(self.embedded_host) and self.username is None
+                and not self.allow_remote):
+            raise ValueError(f"embedded_host = {self.embedded_host!r} is reachable from other machines: set "
+                             "username and password, or allow_remote = true to expose the broker unauthenticated")
+        return self
 
 
 class RigSettings(Strict):
