@@ -1,9 +1,9 @@
-/* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
+/* sin, exp, log and pow over the kernel's short per-block arrays (step.pxi step_all, pass 2), in place.
 
    The vector paths call glibc's libmvec for sin and log (the x86-64 vector ABI: _ZGVdN4v_* for AVX2,
    _ZGVeN8v_* for AVX-512; ≤ 4 ulp, the functions gcc emits for `omp simd` loops under -ffast-math) and
    compute exp, and pow as exp(y·log x), with vexp.h's exp, which GCC vectorizes inline; the path is
-   picked at run time (hil_simd, from __builtin_cpu_supports; core.pyx defaults to AVX2, see there).
+   picked at run time (hil_simd, from __builtin_cpu_supports; api.pxi defaults to AVX2, see there).
    Each lane's result depends only on its argument (libmvec's padded last vector, GCC's scalar remainder
    of the same operations), so an actuator's step does not depend on its position in a block
    (tests/hil/test_kernel_vmath.py). Without glibc on x86-64, without FMA, or when forced
