@@ -57,8 +57,8 @@ def _vmath(str fn, x, a=None):
 LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
         "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE,
         "dxl": LAW_DXL}
-DXL_MODES = {"current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
-             "extended_position": DXL_EXTENDED_POSITION, "current_position": DXL_CURRENT_POSITION, "pwm": DXL_PWM}
+DXL_MODES = {"pwm": DXL_PWM, "current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
+             "current_position": DXL_CURRENT_POSITION}
 INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
 FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
@@ -73,22 +73,12 @@ cdef inline double stribeck(const Params* p, double w) noexcept nogil:
 
 cdef Params _zero_params() noexcept:
     cdef Params p
-    memset(&p, 0, sizeof(Params))
-    p.efficiency = 1.0
-    p.gear = 1.0
-    p.oc_time = INFINITY
-    p.oc_current = INFINITY
-    p.supply_override = NAN
-    p.max_duty = 1.0
-    p.seed = 1
-    p.shutdown_mask = FAULT_OVERHEAT | FAULT_OVERLOAD
-    p.dxl_mode = DXL_POSITION
-    p.dxl_goal_duty = 1.0
+    params_neutral(&p)
     return p
 
 
 def default_params():
-    """Every kernel parameter with its neutral value (a dict; see core.pxd for names and units)."""
+    """Every kernel parameter with its neutral value (a dict; params.def gives their units)."""
     return _zero_params()
 
 

@@ -161,7 +161,7 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
         if p.dxl_kvi > 0 and (fabs(duty) < clamp or duty * ev < 0):
             s.vel_integral += ev * dt    # anti-windup: integrate only while unsaturated
         duty = clip(duty, -clamp, clamp)
-    else:   # position modes 3, 4, 5
+    else:   # DXL_POSITION, DXL_CURRENT_POSITION
         if u != s.dxl_goal:
             dxl_plan(p, s, u)
         dxl_profile(s, dt)

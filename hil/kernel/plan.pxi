@@ -1,6 +1,8 @@
 # The plan (plan.h; core.pyx includes this): `prepare` derives the Params fields and writes an actuator's
 # row of the struct-of-arrays copy the lane passes read.
 
+include "plan_columns.pxi"
+
 cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil:
     """Fill the derived fields of actuator j's P[j] for step size dt and its row of the plan, and its
     block's PL_BLOCK_KINDS (call after any change of P[j])."""
@@ -32,73 +34,26 @@ cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
 
 
 cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept nogil:
-    """The plan's columns of one actuator (plan.h), from its prepared Params; c[k·st] is column k."""
-    c[PL_GEAR * st] = p.gear
-    c[PL_GRAVITY_TORQUE * st] = p._gravity_torque
-    c[PL_DAMPING_B1 * st] = p.damping_b1
-    c[PL_DAMPING_B2 * st] = p.damping_b2
-    c[PL_DAMPING_B3 * st] = p.damping_b3
-    c[PL_INERTIA * st] = p._inertia
-    c[PL_INV_DT * st] = p._inv_dt
+    """The plan's columns of one actuator (plan.h), from its prepared Params; c[k·st] is column k: the
+    fields params.def plans as they are (plan_copy), then the columns derived from them."""
+    plan_copy(p, c, st)
     c[PL_EULER * st] = p.integrator == INTEGRATOR_EULER
     c[PL_BUDGET * st] = p.budget != 0
     c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
     c[PL_QUADRATIC * st] = p.budget_quadratic != 0
-    c[PL_KC * st] = p.friction_base
-    c[PL_KV * st] = p.friction_viscous
-    c[PL_KCS * st] = p.friction_stribeck
-    c[PL_KL * st] = p.load_friction_base
-    c[PL_KLS * st] = p.load_friction_stribeck
-    c[PL_KM * st] = p.load_friction_motor
-    c[PL_KE * st] = p.load_friction_external
-    c[PL_KMS * st] = p.load_friction_motor_stribeck
-    c[PL_KES * st] = p.load_friction_external_stribeck
-    c[PL_KMQ * st] = p.load_friction_motor_quad
-    c[PL_KEQ * st] = p.load_friction_external_quad
     c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
-    c[PL_MOTORCONST * st] = p.motorconst
     c[PL_INDUCTIVE * st] = p.te > 0
-    c[PL_TE * st] = p.te
-    c[PL_INV_TE * st] = p._inv_te
-    c[PL_DECAY * st] = p._decay
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0
-    c[PL_DIDT_MAX * st] = p.didt_max
     c[PL_THERMAL * st] = p.thermal_r > 0
-    c[PL_INV_THERMAL_R * st] = p._inv_thermal_r
-    c[PL_INV_THERMAL_C * st] = p._inv_thermal_c
-    c[PL_AMBIENT * st] = p.ambient
     c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
     c[PL_TAU_LIMITED * st] = p.tau_max > 0
-    c[PL_TAU_MAX * st] = p.tau_max
     c[PL_DERATE * st] = p.derate_i_rated > 0
-    c[PL_DERATE_I_RATED * st] = p.derate_i_rated
-    c[PL_DERATE_I_SAFE * st] = p.derate_i_safe
-    c[PL_DERATE_T1 * st] = p.derate_t1
-    c[PL_DERATE_T2 * st] = p.derate_t2
     c[PL_DERATE_INV_SPAN * st] = 1.0 / (p.derate_t2 - p.derate_t1) if p.derate_t2 != p.derate_t1 else 0.0
-    c[PL_EFFICIENCY * st] = p.efficiency
     c[PL_COG * st] = p.cog_amplitude != 0
-    c[PL_COG_AMPLITUDE * st] = p.cog_amplitude
     c[PL_LUGRE * st] = p.lugre_s0 > 0
-    c[PL_LUGRE_S0 * st] = p.lugre_s0
-    c[PL_LUGRE_S1 * st] = p.lugre_s1
-    c[PL_LUGRE_TC * st] = p.lugre_tc
-    c[PL_LUGRE_TS * st] = p.lugre_ts
-    c[PL_COG_POLES * st] = p.cog_poles
-    c[PL_COG_PHASE * st] = p.cog_phase
-    c[PL_Q_OFFSET * st] = p.q_offset
-    c[PL_INV_LUGRE_WS * st] = p._inv_lugre_ws
-    c[PL_INV_DTHETA_STRIBECK * st] = p._inv_dtheta_stribeck
-    c[PL_ALPHA * st] = p.alpha
     c[PL_DC_LAW * st] = p.law <= LAW_VELOCITY
     c[PL_LAW_POSITION * st] = p.law == LAW_POSITION
     c[PL_LAW_VELOCITY * st] = p.law == LAW_VELOCITY
-    c[PL_KP * st] = p.kp
-    c[PL_KI * st] = p.ki
-    c[PL_KD * st] = p.kd
-    c[PL_SLEW * st] = p.slew
-    c[PL_IMAX * st] = p.imax
-    c[PL_VMAX * st] = p.vmax
     c[PL_VMODE * st] = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
     c[PL_LAW_DXL_PWM * st] = p.law == LAW_DXL_PWM
     c[PL_LAW_EROB_PD * st] = p.law == LAW_EROB_PD
@@ -106,37 +61,16 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_LAW_TORQUE * st] = p.law == LAW_TORQUE
     c[PL_LAW_DXL * st] = p.law == LAW_DXL
     c[PL_CTRL_LIMITED * st] = p.ctrl_limited != 0
-    c[PL_CTRL_LO * st] = p.ctrl_lo
-    c[PL_CTRL_HI * st] = p.ctrl_hi
-    c[PL_DUTY_GAIN * st] = p.error_gain * p.fw_kp
-    c[PL_MAX_DUTY * st] = p.max_duty
-    c[PL_MAX_CURRENT * st] = p.max_current
-    c[PL_PD_KP * st] = p.pd_kp
     c[PL_PD_D * st] = p.pd_damping * sqrt(p.pd_kp)
-    c[PL_MAX_AMPS * st] = p.max_amps
     c[PL_VS * st] = p.supply_v if isnan(p.supply_override) else p.supply_override
     c[PL_INV_VS * st] = 1.0 / c[PL_VS * st]   # ±inf for no supply: dxl_pwm's limiter bounds stay infinite
     c[PL_STATIC_FLAGS * st] = ((FAULT_ENCODER_NOISE if p.encoder_noise > 0 else 0)
                                + (FAULT_ENCODER_STUCK if p.encoder_stuck else 0)
                                + (0 if isnan(p.supply_override) else FAULT_SUPPLY))
     c[PL_ENC_STUCK * st] = p.encoder_stuck != 0
-    c[PL_ENC_SLIP * st] = p.encoder_slip
-    c[PL_ENC_NOISE * st] = p.encoder_noise
     c[PL_ENC_QUANTIZED * st] = p.encoder_counts > 0
-    c[PL_COUNTS_PER_RAD * st] = p._counts_per_rad
-    c[PL_RAD_PER_COUNT * st] = p._rad_per_count
-    c[PL_RESISTANCE * st] = p.resistance
-    c[PL_TEMPCOEF * st] = p.tempcoef
-    c[PL_REFTEMP * st] = p.reftemp
-    c[PL_TEMP_LIMIT * st] = p.temp_limit
     c[PL_SHUT_OVERHEAT * st] = (p.shutdown_mask & FAULT_OVERHEAT) != 0
     c[PL_SHUT_OVERLOAD * st] = (p.shutdown_mask & FAULT_OVERLOAD) != 0
-    c[PL_OC_FRACTION * st] = p.oc_fraction
-    c[PL_OC_TIME * st] = p.oc_time
-    c[PL_OC_CURRENT * st] = p.oc_current
-    c[PL_OC_DURATION * st] = p.oc_duration
-    c[PL_OL_CURRENT * st] = p.overload_current
-    c[PL_OL_TIME * st] = p.overload_time
     c[PL_KINDS * st] = kinds(p)
 
 
