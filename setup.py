@@ -42,6 +42,8 @@ def kernel_params_pxi(table: Path = KERNEL_PARAMS) -> None:
         if section := re.fullmatch(r"\s*/\* (-- .*) \*/", line):
             struct.append(f"    # {section[1]}")
         if not (row := re.fullmatch(r'HIL_(PARAM|PLANNED|COLUMN)\((.*), "(.*)"\)', line)):
+            if line.startswith("HIL_"):
+                raise SystemExit(f"{table}: a row is one line HIL_KIND(args, \"doc\"): {line}")
             continue
         kind, args, doc = row[1], [a.strip() for a in row[2].split(",")], row[3]
         comment = f"   # {doc}" if doc else ""

@@ -28,9 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from kernel_ab import load_core  # noqa: E402  (bench/kernel_ab.py)
+from kernel_ab import load_core, spelled_for  # noqa: E402  (bench/kernel_ab.py)
 
-from firmware_models.dynamixel.servo import KERNEL_MODES  # noqa: E402
 from tests.hil.test_kernel_plan import DT, GAIN, MOTOR, SENSING, VARIANTS  # noqa: E402
 
 DXL = {"law": 7, "resistance": 2.0, "motorconst": 0.5, "dxl_kpp": 8.0, "dxl_kpi": 2.0, "dxl_kpd": 0.05,
@@ -62,19 +61,6 @@ def inputs(amplitudes: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
     enable = np.ones_like(u)
     enable[300:350, ::2] = 0.0
     return u, enable
-
-
-def spelled_for(core, p: dict) -> dict:
-    """The parameters `p` (this tree's names) as `core`'s build names them: a kernel that predates the
-    SI duty gain takes it as fw_kp with error_gain 1 (the same product), and one whose Dynamixel modes are
-    the Operating Mode register values takes the register value."""
-    p = dict(p)
-    fields = core.default_params()
-    if "duty_gain" not in fields and "duty_gain" in p:
-        p["fw_kp"], p["error_gain"] = p.pop("duty_gain"), 1.0
-    if "extended_position" not in core.DXL_MODES and p["law"] == core.LAWS["dxl"]:
-        p["dxl_mode"] = KERNEL_MODES[p["dxl_mode"]]
-    return p
 
 
 def make(core, members: list[tuple[dict, float]], seeds: list[int]):
