@@ -1,0 +1,1 @@
+"""Offline tools over recorded logs: replay, reports and identification."""
