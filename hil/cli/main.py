@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape  # "[rad]" in a header is rich markup, not text
 from rich.table import Table
 
+from hil.offline.identify.command import identify
 from hil.params.config_file import ConfigError
 
 # help texts are plain text: units in brackets ("[kg]") must not be read as rich markup and vanish
@@ -87,6 +88,9 @@ def replay(
         table.add_row(r.file, str(len(r.t)), f"{1e3 * r.mae:.2f}")
     table.add_row("mean", "", f"{1e3 * doc['mae']:.2f}", style="bold")
     console.print(table)
+
+
+app.command()(one_line_errors(identify))
 
 
 @app.command()

@@ -93,7 +93,8 @@ class Objective:
         cases, case_delays = [], []
         for v, d in zip(values, delays, strict=True):
             spec = self.spec(self.space.params(v))
-            cases += [(a, log_params(spec, log, self.integrator)) for a, log in zip(self.arrays, self.logs, strict=True)]
+            cases += [(a, log_params(spec, log, self.integrator))
+                      for a, log in zip(self.arrays, self.logs, strict=True)]
             case_delays += [d] * len(self.logs)
         rolled = rollout_batch(cases, case_delays)
         mae = np.array([np.mean(np.abs(q - self.arrays[i % len(self.logs)].q)) for i, (q, _) in enumerate(rolled)])
@@ -129,7 +130,7 @@ def run_fit(task: FitTask, progress: Callable[[int, float], None] | None = None)
 
     def decode(x: np.ndarray) -> tuple[np.ndarray, int]:
         if task.delay:
-            return sp.from_unit(x[:-1]), int(round(lo_d + np.clip(x[-1], 0, 1) * (hi_d - lo_d)))
+            return sp.from_unit(x[:-1]), round(float(lo_d + np.clip(x[-1], 0, 1) * (hi_d - lo_d)))
         return sp.from_unit(x), 0
 
     try:

@@ -1,8 +1,9 @@
 """The search space of an identification: which bam parameters are free, their bounds and start.
 
 By default it is exactly bam 1.0.2's `bam.fit` space for the actuator and model
-(config/identify/bounds.toml); `fix` pins parameters to a value; `free` frees only the parameters it
-names, the others held at the catalog's published set of that model (bam's start value without one). CMA-ES works on the unit cube: x = (value − low) / (high − low).
+(config/identify/bounds.toml); `fix` pins parameters to a value; `free` frees only the parameters
+it names, the others held at the catalog's published set of that model (bam's start value without
+one). CMA-ES works on the unit cube: x = (value − low) / (high − low).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def space(actuator: str, model: str, fix: dict[str, float] | None = None, free: 
     return Space(actuator, model, names, b[:, 0], b[:, 1], b[:, 2], fix)
 
 
-def parse_assignments(items: list[str]) -> dict[str, float]:
+def parse_assignments(items: list[str], option: str = "--fix") -> dict[str, float]:
     """["kt=0.4", …] → {"kt": 0.4}; a malformed item names itself."""
     out = {}
     for item in items:
@@ -113,5 +114,5 @@ def parse_assignments(items: list[str]) -> dict[str, float]:
                 raise ValueError
             out[name.strip()] = float(value)
         except ValueError:
-            raise ConfigError(f"--fix {item!r}: expected NAME=VALUE with a number") from None
+            raise ConfigError(f"{option} {item!r}: expected NAME=VALUE with a number") from None
     return out
