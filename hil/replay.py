@@ -123,8 +123,9 @@ class LogArrays:
 
 def _delayed(x: np.ndarray, steps: int, length: int) -> np.ndarray:
     """x applied `steps` late (its first value held meanwhile), then its last value held up to `length`."""
-    x = np.concatenate([np.full(steps, x[0]), x])[:len(x)]
-    return np.pad(x, (0, length - len(x)), mode="edge")
+    if steps:
+        x = np.concatenate([np.full(steps, x[0]), x])[:len(x)]
+    return x if len(x) == length else np.pad(x, (0, length - len(x)), mode="edge")
 
 
 def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None = None

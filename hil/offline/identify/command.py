@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -63,6 +64,8 @@ def identify(
     pairs = splits(train, held, validation_kp, split, repeats, seed)
     tasks = plan(actuator, models, pairs, trials, seed, fixed, list(free or []), delay)
 
+    console.print(f"fitting {len(tasks)} fit(s) of {trials} evaluations: {', '.join(models)}, {len(pairs)} "
+                  f"split(s), {len(train)} logs{f' + {len(held)} validation logs' if held else ''}")
     t0 = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
@@ -78,8 +81,14 @@ def identify(
             bars = {id(t): progress.add_task(f"{t.model} split {t.split}", total=t.trials, best="-")
                     for t in tasks}
 
-            def on_generation(t, evaluations, best):
+            saved = [-math.inf, math.inf]   # when, and the MAE of the set params.json holds
+
+            def on_generation(t, evaluations, best, params):
                 progress.update(bars[id(t)], completed=evaluations, best=f"{1e3 * best:.2f} mrad")
+                # the best set so far on disk (at most once a second), as bam's fit keeps its output file
+                if params is not None and best < saved[1] and time.monotonic() - saved[0] > 1.0:
+                    outputs.write_json(out / "params.json", params)
+                    saved[:] = time.monotonic(), best
 
             results = execute(tasks, on_generation=on_generation)
     if not results:

@@ -111,8 +111,12 @@ def _optimizer(mean: np.ndarray, dim: int, seed: int, popsize: int | None, delay
     return cmaes.CMAwM(mean=mean, sigma=SIGMA0, bounds=bounds, steps=steps, seed=seed, population_size=popsize)
 
 
-def run_fit(task: FitTask, progress: Callable[[int, float], None] | None = None) -> FitResult:
-    """Fit `task.model` on `task.train`; Ctrl-C ends it early with the best parameters found so far."""
+def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] | None = None) -> FitResult:
+    """Fit `task.model` on `task.train`; Ctrl-C ends it early with the best parameters found so far.
+
+    `progress(evaluations, best MAE [rad], best parameters when they improved else None)` follows
+    every generation.
+    """
     t0 = time.perf_counter()
     sp = space(task.actuator, task.model, task.fix, task.free)
     objective = Objective(sp, task.train, task.integrator)
@@ -133,6 +137,10 @@ def run_fit(task: FitTask, progress: Callable[[int, float], None] | None = None)
             return sp.from_unit(x[:-1]), round(float(lo_d + np.clip(x[-1], 0, 1) * (hi_d - lo_d)))
         return sp.from_unit(x), 0
 
+    def params_of(x: np.ndarray) -> dict:
+        values, delay = decode(x)
+        return sp.params_dict(values) | ({"delay_steps": delay} if task.delay else {})
+
     try:
         while True:
             opt = _optimizer(mean, dim, int(rng.integers(2**31)), popsize, task.delay)
@@ -145,11 +153,12 @@ def run_fit(task: FitTask, progress: Callable[[int, float], None] | None = None)
                 evaluations += len(f)
                 generations += 1
                 i = int(np.argmin(f))
-                if f[i] < best_f:
+                improved = f[i] < best_f
+                if improved:
                     best_f, best_x = float(f[i]), evals[i]
                 history.append((evaluations, best_f))
                 if progress:
-                    progress(evaluations, best_f)
+                    progress(evaluations, best_f, params_of(best_x) if improved else None)
                 if opt.should_stop():
                     break
             if evaluations + opt.population_size * INC_POPSIZE > task.trials:
@@ -159,10 +168,8 @@ def run_fit(task: FitTask, progress: Callable[[int, float], None] | None = None)
             mean = rng.uniform(0.0, 1.0, dim)
     except KeyboardInterrupt:
         interrupted = True
-    values, delay = decode(best_x)
-    params = sp.params_dict(values)
-    if task.delay:
-        params["delay_steps"] = delay
+    params = params_of(best_x)
+    delay = params.get("delay_steps", 0)
     bam = BamParams.model_validate(params)
     spec = objective.spec(bam)
     # the reported MAE is replay's, log by log, as `servo-hil replay --params` computes it

@@ -45,6 +45,13 @@ def _score(r: FitResult) -> float:
     return r.validation if r.validation is not None else r.train
 
 
+def write_json(path: Path, doc: dict) -> None:
+    """`doc` as indented JSON, replacing `path` at once (a reader never sees half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
 def check_writable(out: Path) -> None:
     """Create `out` and prove a file can be written there, before any fitting (OSError otherwise)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +154,7 @@ def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, 
     ranked = rank(results)
     doc = report_doc(tasks, results, ranked, seed, seconds, list(argv if argv is not None else sys.argv))
     winner = ranked[0].fit
-    (out / "params.json").write_text(json.dumps(winner.params, indent=2) + "\n")
+    write_json(out / "params.json", winner.params)
     if len(ranked) > 1:
         (out / "models").mkdir(exist_ok=True)
         for x in ranked:
