@@ -103,6 +103,22 @@ def log_params(spec: ActuatorSpec, log: ProcessedLog, integrator: str) -> dict:
     return kernel_params(log_spec(spec, log), load, EncoderConfig(), FaultConfig(), integrator)
 
 
+def batch_params(specs: list[ActuatorSpec], logs: list[ProcessedLog], integrator: str) -> list[dict]:
+    """`log_params(spec, log)` for every spec × log, spec-major, from one dict per spec and one per log.
+
+    A log sets the load and the firmware's gain and supply, a spec everything else (motor, friction), so
+    the keys where a log's dict differs from the first log's are taken from the log and the rest from the
+    spec: the same dicts as log_params, at the cost of len(specs) + len(logs) of them.
+    """
+    per_log = [log_params(specs[0], log, integrator) for log in logs]
+    keys = [[k for k, v in p.items() if v != per_log[0][k] and v == v] for p in per_log]   # NaN: unset
+    out = []
+    for spec in specs:
+        base = log_params(spec, logs[0], integrator)
+        out += [base | {k: p[k] for k in ks} for p, ks in zip(per_log, keys, strict=True)]
+    return out
+
+
 @dataclass(frozen=True)
 class LogArrays:
     """What a rollout needs of a log, as arrays: dt [s], goal [rad], torque enable [0/1] and measured
@@ -121,11 +137,12 @@ class LogArrays:
                    np.array([e.position for e in log.entries]), log.entries[0].speed)
 
 
-def _delayed(x: np.ndarray, steps: int, length: int) -> np.ndarray:
-    """x applied `steps` late (its first value held meanwhile), then its last value held up to `length`."""
-    if steps:
-        x = np.concatenate([np.full(steps, x[0]), x])[:len(x)]
-    return x if len(x) == length else np.pad(x, (0, length - len(x)), mode="edge")
+def _fill(column: np.ndarray, x: np.ndarray, steps: int) -> None:
+    """x applied `steps` late (its first value held meanwhile), then its last value held to the column's end."""
+    n = len(x)
+    column[:steps] = x[0]
+    column[steps:n] = x[:n - steps]
+    column[n:] = x[-1]
 
 
 def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None = None
@@ -148,11 +165,11 @@ def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None 
         kernel = Kernel(len(idx), dt)
         for col, i in enumerate(idx):
             log, params = cases[i]
-            goal[:, col] = _delayed(log.goal, delays[i], T)
-            enable[:, col] = _delayed(log.enable, delays[i], T)
+            _fill(goal[:, col], log.goal, delays[i])
+            _fill(enable[:, col], log.enable, delays[i])
             kernel.set_params(col, params)
             kernel.set_state(col, theta=log.q[0], omega=log.dq0)
-        res = kernel.run(goal, enable)
+        res = kernel.run(goal, enable, record="state")
         for col, i in enumerate(idx):
             n = len(cases[i][0].q)
             out[i] = (res["theta"][:n, col], res["omega"][:n, col])

@@ -22,7 +22,7 @@ from hil.offline.identify.logs import NamedLog
 from hil.offline.identify.space import Space, bounds_table, space
 from hil.params import catalog
 from hil.params.bam import BamParams
-from hil.replay import LogArrays, log_params, replay_log, rollout_batch
+from hil.replay import LogArrays, batch_params, replay_log, rollout_batch
 
 SIGMA0 = 0.25          # initial step size on the unit cube: a quarter of every bound's range
 INC_POPSIZE = 2        # IPOP's population factor per restart
@@ -90,13 +90,10 @@ class Objective:
         return self.base.with_bam(params).bam_only()
 
     def __call__(self, values: list[np.ndarray], delays: list[int]) -> np.ndarray:
-        cases, case_delays = [], []
-        for v, d in zip(values, delays, strict=True):
-            spec = self.spec(self.space.params(v))
-            cases += [(a, log_params(spec, log, self.integrator))
-                      for a, log in zip(self.arrays, self.logs, strict=True)]
-            case_delays += [d] * len(self.logs)
-        rolled = rollout_batch(cases, case_delays)
+        specs = [self.spec(self.space.params(v)) for v in values]
+        params = batch_params(specs, self.logs, self.integrator)
+        cases = [(self.arrays[i % len(self.logs)], p) for i, p in enumerate(params)]
+        rolled = rollout_batch(cases, [d for d in delays for _ in self.logs])
         mae = np.array([np.mean(np.abs(q - self.arrays[i % len(self.logs)].q)) for i, (q, _) in enumerate(rolled)])
         return mae.reshape(len(values), len(self.logs)).mean(axis=1)
 
