@@ -77,7 +77,9 @@ def bam_fit_python() -> tuple[Path | None, str]:
     py, how = bam_python()
     if py is None:
         return None, how
-    probe = ["-c", "import " + ", ".join(FIT_REQUIREMENTS) + ", bam.fit"]
+    # bam.fit parses its arguments on import: find it, do not import it
+    probe = ["-c", f"import importlib.util, {', '.join(FIT_REQUIREMENTS)}; "
+                   "assert importlib.util.find_spec('bam.fit')"]
     if _run([str(py), *probe], 120).returncode != 0:
         log(f"[bam] installing {' '.join(FIT_REQUIREMENTS)} into {py.parent.parent} (bam.fit imports them)")
         r = _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *FIT_REQUIREMENTS], 900)

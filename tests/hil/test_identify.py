@@ -22,7 +22,8 @@ from hil.params.bam import load_bam_params
 from hil.params.catalog import CatalogEntry
 from hil.params.config_file import read_toml, validate
 from hil.recorder import SideBySideRecorder
-from hil.replay import ProcessedLog, load_log, log_params, replay, replay_log
+from hil.rig import load_offline_rig
+from hil.replay import LogArrays, ProcessedLog, batch_params, load_log, log_params, replay, replay_log, rollout_batch
 
 REPO = Path(__file__).resolve().parents[2]
 ACTUATOR = "xl330_m288"
@@ -70,6 +71,37 @@ def synthesize(logdir: Path, params_of: str, steps: int = 600, noise_rad: float 
              "goal_position": float(goal[j]), "torque_enable": bool(enable[j])} for j in range(len(goal))]}
         out.append(NamedLog(f"synthetic_{i}.json", name, ProcessedLog.model_validate(doc)))
     return out
+
+
+# --- the objective is replay's path ------------------------------------------------------------------------
+
+def test_a_generation_is_replays_path_batched(xl330_logs):
+    """A generation (candidates × logs, one kernel run) gives each case the kernel dict `replay` builds and the
+    MAE `replay` computes, to round-off (the batch runs the vector math path, a single log the scalar one)."""
+    logs = [load_log(f) for f in sorted(xl330_logs.glob("*.json"))]
+    sp = space(ACTUATOR, "m6")
+    rng = np.random.default_rng(1)
+    base = catalog.entry(ACTUATOR).actuator()
+    specs = [base.with_bam(sp.params(sp.from_unit(rng.uniform(size=sp.dim)))).bam_only() for _ in range(3)]
+    batch = batch_params(specs, logs, "bam")
+    single = [log_params(s, log, "bam") for s in specs for log in logs]
+    assert len(batch) == len(single) == 36
+    for a, b in zip(batch, single, strict=True):
+        assert a.keys() == b.keys()
+        assert all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)   # NaN: unset
+    rolled = rollout_batch([(LogArrays.of(logs[i % 12]), p) for i, p in enumerate(batch)])
+    for i, (q, _) in enumerate(rolled):
+        one = replay_log(logs[i % 12], specs[i // 12], "bam", "x")
+        assert np.mean(np.abs(q - one.q_log)) == pytest.approx(one.mae, rel=1e-9)
+    # record="state" keeps exactly the state a full record has
+    k1, k2 = Kernel(3, 0.005), Kernel(3, 0.005)
+    for j in range(3):
+        k1.set_params(j, batch[j])
+        k2.set_params(j, batch[j])
+    goal = np.array([[e.goal_position for e in logs[0].entries[:300]]] * 3).T
+    full, state = k1.run(goal), k2.run(goal, record="state")
+    assert np.array_equal(full["theta"], state["theta"]) and np.array_equal(full["omega"], state["omega"])
+    assert state["torque"].shape == (0, 3)
 
 
 # --- recovery ----------------------------------------------------------------------------------------------
@@ -157,6 +189,11 @@ def test_real_xl330_fit_beats_the_published_set_and_replay_reproduces_it(xl330_l
     assert VALIDATION[0] in (out / "catalog.toml").read_text()
     assert f"{1e3 * fit['validation_mae']:.3f} mrad" in entry.models["m4"].source
     assert (out / "validation_m4.png").stat().st_size > 1000 and (out / "convergence.png").stat().st_size > 1000
+    # and a rig's `params = "…"` runs it
+    (out / "rig.toml").write_text('[actuator]\ncatalog = "xl330_m288"\nparams = "params.json"\n'
+                                  '[load]\nmass = 0.49\nlength = 0.1\n')
+    _, _, spec = load_offline_rig(out / "rig.toml")
+    assert spec.friction.model == "m4" and spec.motor.motorconst == params["kt"]
 
 
 # --- MCAP path ---------------------------------------------------------------------------------------------
