@@ -22,8 +22,8 @@ from hil.params.bam import load_bam_params
 from hil.params.catalog import CatalogEntry
 from hil.params.config_file import read_toml, validate
 from hil.recorder import SideBySideRecorder
-from hil.rig import load_offline_rig
 from hil.replay import LogArrays, ProcessedLog, batch_params, load_log, log_params, replay, replay_log, rollout_batch
+from hil.rig import load_offline_rig
 
 REPO = Path(__file__).resolve().parents[2]
 ACTUATOR = "xl330_m288"
