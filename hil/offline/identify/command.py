@@ -68,23 +68,26 @@ def identify(
                   f"split(s), {len(train)} logs{f' + {len(held)} validation logs' if held else ''}")
     t0 = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
+               TextColumn("generation {task.fields[generation]}, best {task.fields[best]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         if workers > 1 or scheduler:
-            bar = progress.add_task(f"{len(tasks)} fits", total=len(tasks), best="-")
+            bar = progress.add_task(f"{len(tasks)} fits", total=len(tasks), best="-", generation="-")
 
             def on_fit(r):
-                progress.update(bar, advance=1, best=f"{r.model} {1e3 * r.train:.2f} mrad")
+                progress.update(bar, advance=1, best=f"{r.model} {1e3 * r.train:.2f} mrad",
+                                generation=r.generations)
 
             results = execute(tasks, workers, scheduler, on_fit=on_fit)
         else:
-            bars = {id(t): progress.add_task(f"{t.model} split {t.split}", total=t.trials, best="-")
+            bars = {id(t): progress.add_task(f"{t.model} split {t.split}", total=t.trials, best="-", generation=0)
                     for t in tasks}
 
             saved = [-math.inf, math.inf]   # when, and the MAE of the set params.json holds
 
             def on_generation(t, evaluations, best, params):
-                progress.update(bars[id(t)], completed=evaluations, best=f"{1e3 * best:.2f} mrad")
+                bar = progress.tasks[bars[id(t)]]
+                progress.update(bar.id, completed=evaluations, best=f"{1e3 * best:.2f} mrad",
+                                generation=bar.fields["generation"] + 1)
                 # the best set so far on disk (at most once a second), as bam's fit keeps its output file
                 if params is not None and best < saved[1] and time.monotonic() - saved[0] > 1.0:
                     outputs.write_json(out / "params.json", params)
