@@ -317,4 +317,6 @@ def test_bad_input_is_one_line_and_exit_2(xl330_logs, tmp_path):
     (tmp_path / "afile").write_text("")
     _one_line_exit_2([log, "--actuator", ACTUATOR, "--out", str(tmp_path / "afile" / "sub")], "afile")
     _one_line_exit_2([str(tmp_path / "rec.mcap"), "--actuator", ACTUATOR, "--out", out], "rec.mcap")
+    _one_line_exit_2([log, "--validation", log, "--actuator", ACTUATOR, "--out", out], SYNTH_FROM[0], "validation")
+    _one_line_exit_2([log, "--validation-kp", "5", "--actuator", ACTUATOR, "--out", out], "--validation-kp 5")
     assert not Path(out).exists() or not any(Path(out).iterdir())

@@ -61,6 +61,9 @@ def identify(
     outputs.check_writable(out)
     train = read_logs(logs, header, joint, dt)
     held = read_logs(validation, header, joint, dt) if validation else []
+    both = sorted({x.name for x in train} & {x.name for x in held})
+    if both:
+        raise ConfigError(f"{both[0]}: given as a training and as a validation log")
     pairs = splits(train, held, validation_kp, split, repeats, seed)
     tasks = plan(actuator, models, pairs, trials, seed, fixed, list(free or []), delay)
 
