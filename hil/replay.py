@@ -140,6 +140,7 @@ class LogArrays:
 def _fill(column: np.ndarray, x: np.ndarray, steps: int) -> None:
     """x applied `steps` late (its first value held meanwhile), then its last value held to the column's end."""
     n = len(x)
+    steps = min(steps, n)
     column[:steps] = x[0]
     column[steps:n] = x[:n - steps]
     column[n:] = x[-1]
@@ -181,7 +182,6 @@ def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str
     arrays = LogArrays.of(log)
     ((q, dq),) = rollout_batch([(arrays, log_params(spec, log, integrator))], [delay])
     return ReplayResult(name, np.arange(len(q)) * log.dt, q, dq, arrays.q, float(np.mean(np.abs(q - arrays.q))))
-
 
 
 def replay(path: str | Path, actuator: str, model: str | None = None, params: BamParams | None = None,
