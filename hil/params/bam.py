@@ -1,8 +1,8 @@
 """bam's identified actuator parameter sets (Rhoban/bam `params/<actuator>/mN.json`).
 
 Key names are bam's own, so a bam JSON file loads unchanged. Meanings and the friction budget
-they feed are in notes/bam.md §2.1; `kt` [N·m/A], `R` [ohm] and `armature` [kg·m²] are at the
-output shaft (bam models no gear).
+they feed: bam/model.py `Model.compute_frictions` (friction paper §II-B, §III); `kt` [N·m/A], `R` [ohm]
+and `armature` [kg·m²] are at the output shaft (bam models no gear).
 """
 
 from __future__ import annotations
