@@ -7,7 +7,7 @@
   an upload of these with abort 0x060A0023. Configurable ones (rated current 0x6075, rated torque 0x6076,
   windows, slopes, …) come from `config/erob/<variant>.toml`, every number with its source there; the
   live ones (actual values, demands, targets, controlword, error code, …) start at 0 and the CiA 402 drive
-  (`firmware_models/erob/cia402.py`) overwrites them at every tick;
+  (`firmware_models/erob/cia402/`) overwrites them at every tick;
 - the identity 0x1018:1..3 from the same file (the EDS carries them too; a variant may differ);
 - CiA 402 objects the CANopen EDS lacks but that the drive model uses (the first ones are used over EtherCAT:
   ESI "ZeroErr Driver_V3.2.0.xml", eRob_pysoem_demo `pysoem_cst.py`): 0x605A quick stop option code,

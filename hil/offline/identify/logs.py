@@ -1,10 +1,10 @@
 """Identification inputs read into one log form, bam's processed log (`hil.offline.replay.ProcessedLog`).
 
 Two sources: bam's processed JSON logs (`servo-hil record`, bam's own recorder) and the side-by-side
-MCAP recordings of `servo-hil mirror --record` (hil/recorder.py), whose `/real/<joint>/state`
+MCAP recordings of `servo-hil mirror --record` (hil/logs/mcap.py), whose `/real/<joint>/state`
 positions are the servo's and whose goals are those the controller sent. An MCAP log carries no
 pendulum or gain, so its bam header (mass, length, kp, …) is given by the caller; it is resampled
-onto a fixed grid as `bam.process` does (hil/bam_logs.py).
+onto a fixed grid as `bam.process` does (hil/logs/bam.py).
 """
 
 from __future__ import annotations
