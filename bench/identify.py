@@ -7,7 +7,7 @@ Both tools fit the same models (m4 and m6 by default) with the same budget of ev
 logs at gain 800 are held out (bam's `--validation_kp 800` convention). bam's fit gets a folder of the
 training logs only, so that its per-trial cost is not inflated by its monitor's validation rollouts.
 Both results are then scored on the held-out logs by `hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
-tests/hil/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
+tests/hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
 of the process and its children) with the host's steal over the run from /proc/stat.
 
 bam (better-actuator-models 1.0.2) runs in the Python 3.12 venv that bench/kernel.py builds at

@@ -8,8 +8,8 @@ ZeroMQ latency from each tick's deadline (the message's timestamp frame) to its 
 drops counted from sequence gaps. Targets are judged only when steal stays under 2 %.
 
 The subscriber that is judged receives and stamps in C (`zmq_receiver.pyx`), so that its own interpreter
-time (≈ 5 µs per message, i.e. ≈ 150 µs behind the first message for the last of 32 in a tick) is not
-charged to the transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
+time per message (which the last of 32 messages in a tick waits behind 31 times) is not charged to the
+transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
 cyclictest's measuring thread does), so that its own wake-ups behind other processes are not either;
 the same stream received from Python at normal priority follows in the same run
 (`zmq_python_subscriber`), as a Python script sees it.
