@@ -21,7 +21,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-BIN = Path(sys.executable).parent
 
 
 def _steps() -> dict[int, list[tuple[str, str]]]:
@@ -43,9 +42,7 @@ def clone(tmp_path) -> Path:
     """A folder laid out as the repository's root (the tour's commands are relative to it)."""
     for name in ("config", "data"):
         (tmp_path / name).symlink_to(REPO / name)
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    for tool in BIN.iterdir():
-        (tmp_path / ".venv" / "bin" / tool.name).symlink_to(tool)
+    (tmp_path / ".venv").symlink_to(sys.prefix)   # the venv the tests run in, as `make` made it
     return tmp_path
 
 
