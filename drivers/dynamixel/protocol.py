@@ -181,7 +181,13 @@ class Parser:
     (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
 
     Inter-byte gap (e-manual, notes §1.1): if more than `inter_byte_timeout_s` seconds passed since the previous
-    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh.
+    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh. Bytes read together
+    carry no arrival times (a reader that was late reads a stale partial packet and the next packet at once), so
+    the gap is also inferred from the bytes: when what has arrived ends with a complete packet with a good CRC
+    whose header lies inside the span an earlier header claims (incomplete, or complete with a bad CRC), the
+    earlier header is taken as stale, as if the gap had been seen: a controller that sent a whole packet and
+    waits for its answer has left the line silent. Only a complete, CRC-checked packet at the very end of the
+    received bytes does this, so a packet still arriving is never cut.
 
     Python dynamixel-sdk 4.1.0 never stuffs (txPacket discards addStuffing's result), so its packets may carry a
     raw FF FF FD 00 in their data. That is harmless because the body is taken by LEN, not searched; raw
@@ -191,7 +197,7 @@ class Parser:
 
     Counters: garbage_bytes (bytes skipped while hunting for a header, including rejected headers and the rescanned
     bytes of CRC-failed packets), crc_errors, status_packets_ignored, timeouts (partial packets dropped by the gap
-    rule).
+    rule, measured or inferred).
     """
 
     def __init__(self, inter_byte_timeout_s: float = 1.5e-3, *, accept_status: bool = False) -> None:
@@ -237,7 +243,7 @@ class Parser:
         out: list[Packet | CorruptPacket] = []
         if buf:
             buf += data
-            if len(buf) < self._need:
+            if len(buf) < self._need and self._tail_packet(buf, 1) < 0:
                 return out
             keep = self._scan(buf, out)
             del buf[:keep]
@@ -262,6 +268,7 @@ class Parser:
         n = len(buf)
         pos = 0
         find = buf.find
+        tail = -2   # start of the complete packet that ends the bytes (-1: none); found on first need
         while True:
             i = find(HEADER, pos)
             if i < 0:
@@ -279,10 +286,19 @@ class Parser:
                 pos = i + 1
                 continue
             end = i + _PREFIX_LEN + length
+            bad = end > n or crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8)
+            if bad:
+                if tail == -2:
+                    tail = self._tail_packet(buf, i + 1)
+                if i < tail < end:   # the line went silent after a whole packet: this header was stale
+                    self.timeouts += 1
+                    self.garbage_bytes += tail - i
+                    pos = tail
+                    continue
             if end > n:
                 self._need = _PREFIX_LEN + length
                 return i
-            if crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8):
+            if bad:
                 # The LEN field may be the corrupt byte: resynchronise from the next byte, not from `end`.
                 self.crc_errors += 1
                 out.append(CorruptPacket(buf[i + 4], buf[i + 7], end - i))
@@ -298,3 +314,16 @@ class Parser:
             if _STUFFED in body:
                 body = body.replace(_STUFFED, _STUFF_PATTERN)
             out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), end - i))
+
+    @staticmethod
+    def _tail_packet(buf: bytes | bytearray, start: int) -> int:
+        """Index of the first header at or after `start` whose packet is complete, has a good CRC and ends
+        exactly at the end of `buf`; -1 if there is none."""
+        n = len(buf)
+        k = buf.find(HEADER, start)
+        while 0 <= k <= n - _PREFIX_LEN - _MIN_LENGTH:
+            if k + _PREFIX_LEN + (buf[k + 5] | (buf[k + 6] << 8)) == n \
+                    and crc16(buf[k : n - 2]) == buf[n - 2] | (buf[n - 1] << 8):
+                return k
+            k = buf.find(HEADER, k + 1)
+        return -1
