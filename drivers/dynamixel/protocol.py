@@ -125,8 +125,11 @@ class Packet(NamedTuple):   # a tuple: built per packet, a frozen dataclass cost
     """A received packet with a good CRC.
 
     id: Packet ID (0..252 device, 0xFE broadcast). instruction: instruction byte (unknown values are kept, so
-    the bus can answer Instruction Error). params: parameters, already unstuffed. wire_len: bytes it occupied on
-    the wire, header to CRC inclusive (stuffed), for wire-time accounting.
+    the bus can answer Instruction Error). params: parameters, already unstuffed. wire_len: bytes the line carried
+    from the end of the previous packet the parser returned (or from this one's header, if later) to this one's
+    last CRC byte, for wire-time accounting: a packet after a clean gap counts header to CRC inclusive (stuffed);
+    one that overlaps a CRC-failed span already returned counts only its bytes past that span, so the wire
+    time summed over the packets never exceeds the bytes that arrived.
     """
 
     id: int
@@ -138,7 +141,8 @@ class Packet(NamedTuple):   # a tuple: built per packet, a frozen dataclass cost
 class CorruptPacket(NamedTuple):
     """Framing was recognised (header and LEN) but the CRC did not match.
 
-    id / instruction are as received and may themselves be corrupt; wire_len is 7 + LEN as claimed, in bytes.
+    id / instruction are as received and may themselves be corrupt; wire_len as for Packet (7 + LEN as claimed,
+    less what earlier returned packets already covered), in bytes.
     The bus may answer CRC Error (0x03) where a reply is due (notes §8.1, unverified on hardware).
     """
 
@@ -213,6 +217,7 @@ class Parser:
         self.timeouts = 0
         self._buf = bytearray()  # unparsed tail: empty, a header prefix, or one incomplete packet
         self._need = 0  # len(_buf) below which parsing cannot progress
+        self._covered = 0  # leading bytes of _buf whose wire time a returned packet already counted
         self._last = 0.0  # arrival time of the last non-empty chunk
 
     @property
@@ -237,6 +242,7 @@ class Parser:
                 self.garbage_bytes += len(buf)
             buf.clear()
             self._need = 0
+            self._covered = 0
         if not data:
             return []
         self._last = now
@@ -247,6 +253,7 @@ class Parser:
                 return out
             keep = self._scan(buf, out)
             del buf[:keep]
+            self._covered = max(0, self._covered - keep)
         else:
             if type(data) is not bytes:
                 data = bytes(data)
@@ -255,9 +262,11 @@ class Parser:
             if packet is not None:
                 out.append(packet)
                 return out
+            self._covered = 0
             keep = self._scan(data, out)
             if keep < len(data):
                 buf += data[keep:]
+            self._covered = max(0, self._covered - keep)
         return out
 
     def _scan(self, buf: bytes | bytearray, out: list[Packet | CorruptPacket]) -> int:
@@ -267,6 +276,7 @@ class Parser:
         """
         n = len(buf)
         pos = 0
+        covered = self._covered
         find = buf.find
         tail = -2   # start of the complete packet that ends the bytes (-1: none); found on first need
         while True:
@@ -275,10 +285,12 @@ class Parser:
                 keep = n - _header_prefix_len(buf, pos)
                 self.garbage_bytes += keep - pos
                 self._need = 0
+                self._covered = covered
                 return keep
             self.garbage_bytes += i - pos
             if n - i < _PREFIX_LEN:
                 self._need = _PREFIX_LEN
+                self._covered = covered
                 return i
             length = buf[i + 5] | (buf[i + 6] << 8)
             if length < _MIN_LENGTH:  # impossible LEN: not a header after all
@@ -297,11 +309,13 @@ class Parser:
                     continue
             if end > n:
                 self._need = _PREFIX_LEN + length
+                self._covered = covered
                 return i
             if bad:
                 # The LEN field may be the corrupt byte: resynchronise from the next byte, not from `end`.
                 self.crc_errors += 1
-                out.append(CorruptPacket(buf[i + 4], buf[i + 7], end - i))
+                out.append(CorruptPacket(buf[i + 4], buf[i + 7], max(0, end - max(i, covered))))
+                covered = max(covered, end)
                 self.garbage_bytes += 1
                 pos = i + 1
                 continue
@@ -313,7 +327,8 @@ class Parser:
             body = buf[i + 7 : end - 2]  # instruction + params, still stuffed
             if _STUFFED in body:
                 body = body.replace(_STUFFED, _STUFF_PATTERN)
-            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), end - i))
+            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), max(0, end - max(i, covered))))
+            covered = max(covered, end)
 
     @staticmethod
     def _tail_packet(buf: bytes | bytearray, start: int) -> int:
