@@ -32,6 +32,7 @@ from drivers.dynamixel.protocol import (
     Parser,
     ProtocolError,
     encode_instruction,
+    unstuff,
 )
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
@@ -104,7 +105,7 @@ def _stale_then_probe(garbage: bytes, probe: bytes, split: int) -> None:
     cut = len(garbage) + (len(probe) * split) // 4
     chunks = [(stream[:cut], 0.0), (stream[cut:], 1e-4)] if 0 < cut < len(stream) else [(stream, 0.0)]
     got = _feed_all(parser, chunks)
-    expected = (probe[4], probe[7], probe[8:-2])
+    expected = (probe[4], probe[7], unstuff(probe[8:-2]))
     assert got and isinstance(got[-1], Packet), f"{stream.hex()}: {got}"
     assert (got[-1].id, got[-1].instruction, got[-1].params) == expected, f"{stream.hex()}: {got}"
     assert parser.buffered == 0
@@ -125,7 +126,7 @@ def _gap_then_probe(chunks: list[tuple[bytes, float]], probe: bytes) -> None:
     t = sum(g for _, g in chunks)
     _feed_all(parser, chunks)
     got = parser.feed(probe, t + 2e-3)
-    assert [(p.id, p.instruction, p.params) for p in got] == [(probe[4], probe[7], probe[8:-2])]
+    assert [(p.id, p.instruction, p.params) for p in got] == [(probe[4], probe[7], unstuff(probe[8:-2]))]
 
 
 @_fuzz
