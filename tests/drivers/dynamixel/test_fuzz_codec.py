@@ -363,3 +363,31 @@ def test_parser_soak(garbage, probe, split):
 @given(st.sampled_from([1, 3, 0xFE, 7]), st.sampled_from(READS), _read_params)
 def test_bus_reads_soak(bus, pid, ins, params):
     _check_handled(bus, pid, ins, params)
+
+
+def test_the_bus_thread_serves_on_after_an_isolated_failure(tmp_path, monkeypatch):
+    """The same injected failure under the server's thread on a real pty: the Fast Sync Read gets no answer, the
+    Ping after it does, the thread is still alive and `errors_isolated` (what `status` reports) counts one."""
+    import serial
+
+    from drivers.dynamixel.server import BusServer
+    from drivers.ports import PtyPort
+
+    kernel = Kernel(1, 1e-3)
+    server = BusServer(DynamixelBus([_servo("xm430_w350", 3, kernel, 0)]), PtyPort(tmp_path / "tty"), fast=True)
+
+    def too_long(segments):
+        raise ValueError("packet too long")
+
+    monkeypatch.setattr(bus_module, "encode_fast_status", too_long)
+    server.start()
+    client = serial.Serial(str(tmp_path / "tty"), 1_000_000, timeout=1.0)
+    try:
+        client.write(encode_instruction(0xFE, Instruction.FAST_SYNC_READ, struct.pack("<HHB", 132, 4, 3)))
+        client.write(encode_instruction(3, Instruction.PING))
+        reply = client.read(14)
+        assert len(reply) == 14 and reply[4] == 3 and reply[7:9] == b"\x55\x00"
+        assert server.errors_isolated == 1 and server.is_alive() and server.error is None
+    finally:
+        client.close()
+        server.stop()
