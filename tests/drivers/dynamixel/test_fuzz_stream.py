@@ -4,7 +4,8 @@ state.
 A seeded, header-biased stream (random bytes; FF FF FD 00 headers with random IDs and LEN; valid reads with
 absurd lengths, among them the issue's Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte
 flipped) is written to the pty in bursts, straight through pyserial. After each burst the test waits until the
-line has been silent for `QUIET_S` (> the e-manual's 1.5 ms inter-byte timeout, notes §1.1), then sends one probe:
+line has been silent for `QUIET_S` (> the e-manual's 1.5 ms inter-byte timeout, notes §1.1) plus the burst's wire
+time, counted from when the burst would have left a real wire, then sends one probe:
 a Sync Read of Present Position from IDs 1-4. Every probe must be answered on its first attempt, by the four
 servos in order, with error 0 and the position the loop's state gives (lock-step rig, so the state cannot move
 between the `step` reply and the probe). The daemon must stay up, log no traceback and isolate no failure, and its
@@ -138,10 +139,13 @@ def run(daemon, n_pieces: int, burst: int) -> dict:
         while stream.pieces < n_pieces:
             chunk = b"".join(stream.piece() for _ in range(burst))
             # the pty takes the burst at once; the emulated 1 Mbit/s wire carries it for its wire time, which the
-            # server models (replies to it come after that), so the silence counts from then
-            busy_until = time.monotonic() + wire_time_s(len(chunk), BAUD)
+            # server models (replies to it come after that), so the silence counts from then. On the half-duplex
+            # wire the replies to the burst delay the rest of it too, and a reply may wait for as long as the
+            # burst took on the wire (a CRC-failed packet can claim all of it): the silence must last that long
+            burst_s = wire_time_s(len(chunk), BAUD)
+            busy_until = time.monotonic() + burst_s
             ser.write(chunk)
-            probe.drain(QUIET_S, busy_until)
+            probe.drain(QUIET_S + burst_s, busy_until)
             got, raw = probe.ask()
             probes += 1
             context = f"probe {probes} after {stream.pieces} pieces, replies {raw.hex(' ')}"
