@@ -31,8 +31,11 @@ test: .stamp-install
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
+# the soak-marked fuzz and soak tests, then the 1 kHz dynamixel-sdk soak benchmark (JSON on stdout)
+soak: SOAK_SECONDS ?= 3600
 soak: .stamp-install
 	$(BIN)/pytest -q -m soak
+	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS)
 
 # drivers/erob/etherban_pb2.py is generated and committed (the runtime needs only protobuf); its gencode
 # version must not exceed the protobuf lower bound in pyproject.toml.

@@ -17,6 +17,7 @@ from libc.math cimport fabs
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
+import logging
 from typing import NamedTuple
 
 import numpy as np
@@ -56,6 +57,20 @@ cdef int SYNC_WRITE = Instruction.SYNC_WRITE, BULK_WRITE = Instruction.BULK_WRIT
 cdef int BROADCAST = BROADCAST_ID, ALERT_BIT = ALERT
 cdef frozenset _KNOWN = frozenset(int(i) for i in Instruction) - {STATUS}
 cdef int64_t WRONG_BAUD_BIT = BUS_FLAG_BITS["wrong_baud"]   # in BusFaults.active
+_LOGGED_BYTES = 48   # bytes of a packet shown in the log line of an isolated failure
+
+log = logging.getLogger("servo-hil")
+
+
+def packet_hex(packet) -> str:
+    """A received packet as it was on the wire (header, ID, LEN, instruction, unstuffed parameters; no CRC), in
+    hex, cut after `_LOGGED_BYTES` bytes with the total length named."""
+    params = packet.params if hasattr(packet, "params") else b""
+    body = bytes([packet.instruction]) + params
+    wire = b"\xff\xff\xfd\x00" + bytes([packet.id & 0xFF]) + ((len(body) + 2) & 0xFFFF).to_bytes(2, "little") + body
+    if len(wire) <= _LOGGED_BYTES:
+        return wire.hex(" ")
+    return f"{wire[:_LOGGED_BYTES].hex(' ')} ... ({len(wire)} bytes)"
 
 
 cdef inline bint _is_read(int ins) noexcept:
@@ -96,6 +111,8 @@ cdef class DynamixelBus:
     cdef public list servos
     cdef readonly list faults
     cdef public dict stats
+    cdef readonly long errors_isolated   # packets whose handling raised: answered with silence, counted, logged
+    cdef set _logged                    # (exception type, instruction) already logged at WARNING
     cdef double _now           # simulation time of the packet being handled [s]
     cdef list _all, _identity
     cdef dict _ids, _addressed
@@ -129,6 +146,8 @@ cdef class DynamixelBus:
             self._flag_sinks.append(view)
             self._flags[i] = &view[0]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
+        self.errors_isolated = 0
+        self._logged = set()
         self._now = 0.0
         self._all = list(range(len(self.servos)))
         self._reindex()
@@ -136,7 +155,26 @@ cdef class DynamixelBus:
     # ------------------------------------------------------------------ entry point
     def handle(self, packet, baud):
         """Execute `packet` (a Packet or CorruptPacket) on every servo it addresses that listens at `baud`
-        (None: all listen); the list of Transmissions the servos send back."""
+        (None: all listen); the list of Transmissions the servos send back.
+
+        Whatever one packet raises stays with that packet: it gets no answer (a device that cannot carry an
+        instruction out stays silent, and the controller times out as on a real bus), the failure is counted in
+        `errors_isolated` and logged at WARNING with the packet's bytes (once per kind of failure and
+        instruction; later ones at DEBUG), and the bus serves the next packet."""
+        try:
+            return self._handle(packet, baud)
+        except Exception as exc:
+            self.errors_isolated += 1
+            key = (type(exc), packet.instruction)
+            level = logging.DEBUG if key in self._logged else logging.WARNING
+            if len(self._logged) < 4096:
+                self._logged.add(key)
+            log.log(level, "dynamixel packet not answered (%s: %s): %s", type(exc).__name__, exc, packet_hex(packet))
+            if self._identities() != self._identity:
+                self._reindex()      # a write carried out before the failure may have changed an ID
+            return []
+
+    cdef list _handle(self, packet, baud):
         cdef list listening, targets, out
         cdef Py_ssize_t i
         cdef ServoCore s
@@ -363,6 +401,7 @@ cdef class DynamixelBus:
     cdef list _fast_read(self, int ins, list wanted, list listening):
         """Fast Sync / Fast Bulk Read: one packet from ID 0xFE, each device appends its segment (notes §2.1)."""
         cdef ServoCore s
+        cdef Reply r
         cdef Py_ssize_t i
         members = []
         for sid, address, length in wanted:
@@ -374,7 +413,12 @@ cdef class DynamixelBus:
             s = self.servos[i]
             if s.status_return_level < 1:
                 continue
-            members.append((s, s.read_at(address, length), length))
+            r = s.read_at(address, length)
+            if r.error and length > len(s.table.data):
+                # a segment is `length` bytes whatever the error: no device can fill more than its control table
+                # holds, the chain breaks and nobody completes the packet (as for a missing member above)
+                return []
+            members.append((s, r, length))
         if not members:
             return []
         segs = [(s.id, _error_byte(s, r.error), r.params if not r.error else bytes(n)) for s, r, n in members]

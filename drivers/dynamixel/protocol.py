@@ -125,8 +125,11 @@ class Packet(NamedTuple):   # a tuple: built per packet, a frozen dataclass cost
     """A received packet with a good CRC.
 
     id: Packet ID (0..252 device, 0xFE broadcast). instruction: instruction byte (unknown values are kept, so
-    the bus can answer Instruction Error). params: parameters, already unstuffed. wire_len: bytes it occupied on
-    the wire, header to CRC inclusive (stuffed), for wire-time accounting.
+    the bus can answer Instruction Error). params: parameters, already unstuffed. wire_len: bytes the line carried
+    from the end of the previous packet the parser returned (or from this one's header, if later) to this one's
+    last CRC byte, for wire-time accounting: a packet after a clean gap counts header to CRC inclusive (stuffed);
+    one that overlaps a CRC-failed span already returned counts only its bytes past that span, so the wire
+    time summed over the packets never exceeds the bytes that arrived.
     """
 
     id: int
@@ -138,7 +141,8 @@ class Packet(NamedTuple):   # a tuple: built per packet, a frozen dataclass cost
 class CorruptPacket(NamedTuple):
     """Framing was recognised (header and LEN) but the CRC did not match.
 
-    id / instruction are as received and may themselves be corrupt; wire_len is 7 + LEN as claimed, in bytes.
+    id / instruction are as received and may themselves be corrupt; wire_len as for Packet (7 + LEN as claimed,
+    less what earlier returned packets already covered), in bytes.
     The bus may answer CRC Error (0x03) where a reply is due (notes §8.1, unverified on hardware).
     """
 
@@ -181,7 +185,13 @@ class Parser:
     (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
 
     Inter-byte gap (e-manual, notes §1.1): if more than `inter_byte_timeout_s` seconds passed since the previous
-    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh.
+    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh. Bytes read together
+    carry no arrival times (a reader that was late reads a stale partial packet and the next packet at once), so
+    the gap is also inferred from the bytes: when what has arrived ends with a complete packet with a good CRC
+    whose header lies inside the span an earlier header claims (incomplete, or complete with a bad CRC), the
+    earlier header is taken as stale, as if the gap had been seen: a controller that sent a whole packet and
+    waits for its answer has left the line silent. Only a complete, CRC-checked packet at the very end of the
+    received bytes does this, so a packet still arriving is never cut.
 
     Python dynamixel-sdk 4.1.0 never stuffs (txPacket discards addStuffing's result), so its packets may carry a
     raw FF FF FD 00 in their data. That is harmless because the body is taken by LEN, not searched; raw
@@ -191,7 +201,7 @@ class Parser:
 
     Counters: garbage_bytes (bytes skipped while hunting for a header, including rejected headers and the rescanned
     bytes of CRC-failed packets), crc_errors, status_packets_ignored, timeouts (partial packets dropped by the gap
-    rule).
+    rule, measured or inferred).
     """
 
     def __init__(self, inter_byte_timeout_s: float = 1.5e-3, *, accept_status: bool = False) -> None:
@@ -207,6 +217,7 @@ class Parser:
         self.timeouts = 0
         self._buf = bytearray()  # unparsed tail: empty, a header prefix, or one incomplete packet
         self._need = 0  # len(_buf) below which parsing cannot progress
+        self._covered = 0  # leading bytes of _buf whose wire time a returned packet already counted
         self._last = 0.0  # arrival time of the last non-empty chunk
 
     @property
@@ -231,16 +242,18 @@ class Parser:
                 self.garbage_bytes += len(buf)
             buf.clear()
             self._need = 0
+            self._covered = 0
         if not data:
             return []
         self._last = now
         out: list[Packet | CorruptPacket] = []
         if buf:
             buf += data
-            if len(buf) < self._need:
+            if len(buf) < self._need and self._tail_packet(buf, 1) < 0:
                 return out
             keep = self._scan(buf, out)
             del buf[:keep]
+            self._covered = max(0, self._covered - keep)
         else:
             if type(data) is not bytes:
                 data = bytes(data)
@@ -249,9 +262,11 @@ class Parser:
             if packet is not None:
                 out.append(packet)
                 return out
+            self._covered = 0
             keep = self._scan(data, out)
             if keep < len(data):
                 buf += data[keep:]
+            self._covered = max(0, self._covered - keep)
         return out
 
     def _scan(self, buf: bytes | bytearray, out: list[Packet | CorruptPacket]) -> int:
@@ -261,17 +276,21 @@ class Parser:
         """
         n = len(buf)
         pos = 0
+        covered = self._covered
         find = buf.find
+        tail = -2   # start of the complete packet that ends the bytes (-1: none); found on first need
         while True:
             i = find(HEADER, pos)
             if i < 0:
                 keep = n - _header_prefix_len(buf, pos)
                 self.garbage_bytes += keep - pos
                 self._need = 0
+                self._covered = covered
                 return keep
             self.garbage_bytes += i - pos
             if n - i < _PREFIX_LEN:
                 self._need = _PREFIX_LEN
+                self._covered = covered
                 return i
             length = buf[i + 5] | (buf[i + 6] << 8)
             if length < _MIN_LENGTH:  # impossible LEN: not a header after all
@@ -279,13 +298,24 @@ class Parser:
                 pos = i + 1
                 continue
             end = i + _PREFIX_LEN + length
+            bad = end > n or crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8)
+            if bad:
+                if tail == -2:
+                    tail = self._tail_packet(buf, i + 1)
+                if i < tail < end:   # the line went silent after a whole packet: this header was stale
+                    self.timeouts += 1
+                    self.garbage_bytes += tail - i
+                    pos = tail
+                    continue
             if end > n:
                 self._need = _PREFIX_LEN + length
+                self._covered = covered
                 return i
-            if crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8):
+            if bad:
                 # The LEN field may be the corrupt byte: resynchronise from the next byte, not from `end`.
                 self.crc_errors += 1
-                out.append(CorruptPacket(buf[i + 4], buf[i + 7], end - i))
+                out.append(CorruptPacket(buf[i + 4], buf[i + 7], max(0, end - max(i, covered))))
+                covered = max(covered, end)
                 self.garbage_bytes += 1
                 pos = i + 1
                 continue
@@ -297,4 +327,18 @@ class Parser:
             body = buf[i + 7 : end - 2]  # instruction + params, still stuffed
             if _STUFFED in body:
                 body = body.replace(_STUFFED, _STUFF_PATTERN)
-            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), end - i))
+            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), max(0, end - max(i, covered))))
+            covered = max(covered, end)
+
+    @staticmethod
+    def _tail_packet(buf: bytes | bytearray, start: int) -> int:
+        """Index of the first header at or after `start` whose packet is complete, has a good CRC and ends
+        exactly at the end of `buf`; -1 if there is none."""
+        n = len(buf)
+        k = buf.find(HEADER, start)
+        while 0 <= k <= n - _PREFIX_LEN - _MIN_LENGTH:
+            if k + _PREFIX_LEN + (buf[k + 5] | (buf[k + 6] << 8)) == n \
+                    and crc16(buf[k : n - 2]) == buf[n - 2] | (buf[n - 1] << 8):
+                return k
+            k = buf.find(HEADER, k + 1)
+        return -1

@@ -51,6 +51,11 @@ class BusThread(ServerThread, abc.ABC):
         return self.port.path
 
     @property
+    def errors_isolated(self) -> int:
+        """Packets whose handling raised, left unanswered and counted (DynamixelBus.handle), for `status`."""
+        return self.bus.errors_isolated
+
+    @property
     def summary(self) -> str:
         """The start-up banner's detail: IDs and line speed."""
         ids = ", ".join(str(s.id) for s in self.bus.servos)

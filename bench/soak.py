@@ -1,0 +1,181 @@
+"""Soak of the Dynamixel bus under a 1 kHz control loop of unchanged dynamixel-sdk code, as JSON.
+
+`python -m bench.soak --seconds S` starts `servo-hil run` on `bench dynamixel`'s rig (12 XM430-W350, IDs 1..12,
+pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process, the loop a controller
+runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then `GroupSyncWrite(116, 4)` of
+goal = present `txPacket()`, for S seconds. In the same run the same client loop runs for S seconds against the
+echo peer of bench/dynamixel.py (a separate process answering canned correct replies at once on a pty: the SDK's
+and the pty's own floor on this host), so that failures under host load can be told from failures of ours.
+
+Per server: cycles, COMM failures by class (the SDK's `getTxRxResult` text), loop overruns (a cycle that ended
+after its successor's slot began: the loop then starts at once and skips the slots already past, `missed_slots`,
+as a fixed-rate control loop does), lateness of each cycle's start behind its 1 ms slot (p50 / p99 / max), RSS
+of the server process at the start (after a 1 s warm-up) and at the end (/proc/<pid>/status VmRSS), and
+hypervisor steal over the run. Targets: 0 lost replies (failures) on a quiet
+host; under load, no more failures than the echo peer's. The process exits 0 even when a target is missed: it is
+a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.dynamixel import (
+    DATA_LEN,
+    GOAL_POSITION,
+    IDS,
+    MODEL,
+    PRESENT_POSITION,
+    SERVOS,
+    _Daemon,
+    _peer_replies,
+    echo_peer,
+    u32,
+)
+from bench.host import PeerProcess, disturbance_notes, latency_stats, loadavg, machine
+from hil.daemon.telemetry import StealMeter
+
+PERIOD_S = 1e-3        # the control loop's period [s]
+WARMUP_S = 1.0         # cycles before the counted run (the SDK's and the server's first packets) [s]
+BAUD = 4_000_000       # 12 Sync Read replies fit in 1 ms at 4 Mbit/s with Return Delay Time 0, not at 1 Mbit/s
+RETURN_DELAY = 0       # Return Delay Time register [2 µs]
+
+
+def rss_kb(pid: int) -> int | None:
+    """VmRSS of process `pid` [kB], None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def control_loop(path: str, baud: int, seconds: float, server_pid: int) -> dict:
+    """The 1 kHz Sync Read + Sync Write loop on `path` for `seconds` (after WARMUP_S); its figures."""
+    from dynamixel_sdk import COMM_SUCCESS, GroupSyncRead, GroupSyncWrite, PacketHandler, PortHandler
+
+    port = PortHandler(path)
+    if not port.openPort() or not port.setBaudRate(baud):
+        raise RuntimeError(f"cannot open {path} at {baud} bit/s")
+    try:
+        ph = PacketHandler(2.0)
+        gsr = GroupSyncRead(port, ph, PRESENT_POSITION, DATA_LEN)
+        gsw = GroupSyncWrite(port, ph, GOAL_POSITION, DATA_LEN)
+        for i in IDS:
+            gsr.addParam(i)
+            gsw.addParam(i, list(u32(2048)))
+        failures: dict[str, int] = {}
+        late_ns: list[int] = []
+        cycles = overruns = missed = 0
+        clock = time.perf_counter_ns
+        period_ns = int(PERIOD_S * 1e9)
+        rss_start = None
+        steal = None
+        start = clock()
+        counted_from = start + int(WARMUP_S * 1e9)
+        end = counted_from + int(seconds * 1e9)
+        k = 0
+        while True:
+            due = start + k * period_ns
+            if due >= end:
+                break
+            counted = due >= counted_from
+            now = clock()
+            if now < due:
+                if due - now > 300_000:
+                    time.sleep((due - now - 200_000) / 1e9)
+                while clock() < due:
+                    pass
+                now = clock()
+            if counted and rss_start is None:
+                rss_start, steal = rss_kb(server_pid), StealMeter()
+            r = gsr.txRxPacket()
+            if r == COMM_SUCCESS:
+                for i in IDS:
+                    v = gsr.getData(i, PRESENT_POSITION, DATA_LEN)
+                    gsw.changeParam(i, list(u32(v)))
+            w = gsw.txPacket()
+            done = clock()
+            k += 1
+            if done > due + period_ns:   # overrun: the slots already past are skipped, the next starts at once
+                skip = (done - due) // period_ns - 1
+                k += skip
+                if counted:
+                    overruns += 1
+                    missed += skip
+            if not counted:
+                continue
+            cycles += 1
+            late_ns.append(now - due)
+            for what, result in (("sync read", r), ("sync write", w)):
+                if result != COMM_SUCCESS:
+                    key = f"{what}: {ph.getTxRxResult(result)}"
+                    failures[key] = failures.get(key, 0) + 1
+        return {"cycles": cycles, "failures": sum(failures.values()), "failures_by_class": failures,
+                "overruns": overruns, "missed_slots": missed, "lateness": latency_stats(late_ns),
+                "rss_start_kb": rss_start, "rss_end_kb": rss_kb(server_pid),
+                "steal_fraction": steal.fraction() if steal else 0.0, "seconds": seconds}
+    finally:
+        port.closePort()
+
+
+def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
+    t0, load_start = time.monotonic(), loadavg()
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="servo-hil-soak-") as tmpdir:
+        with _Daemon(Path(tmpdir), baud, False, RETURN_DELAY) as d:
+            runs["servo_hil"] = control_loop(d.path, baud, seconds, d.proc.pid)
+            runs["servo_hil"]["server_exit_code"] = d.proc.poll()    # None: still running, as it must be
+        with PeerProcess(echo_peer, _peer_replies(), "servo-hil-soak-echo-peer") as peer:
+            runs["echo_peer"] = control_loop(peer.address, baud, seconds, peer.proc.pid)
+    ours, floor = runs["servo_hil"], runs["echo_peer"]
+    rss_growth = (ours["rss_end_kb"] - ours["rss_start_kb"]
+                  if ours["rss_end_kb"] is not None and ours["rss_start_kb"] is not None else None)
+    targets = {
+        "no_failures": ours["failures"] == 0,
+        "no_more_failures_than_echo_peer": ours["failures"] <= floor["failures"],
+        "server_alive": ours["server_exit_code"] is None,
+        "rss_growth_below_5MB": rss_growth is not None and rss_growth < 5 * 1024,
+    }
+    max_steal = max(ours["steal_fraction"], floor["steal_fraction"])
+    return {
+        "config": {"servos": SERVOS, "model": MODEL, "baud": baud, "return_delay_register": RETURN_DELAY,
+                   "period_s": PERIOD_S, "seconds_per_server": seconds, "warmup_s": WARMUP_S,
+                   "cycle": f"GroupSyncRead({PRESENT_POSITION}, {DATA_LEN}) over {SERVOS} IDs txRxPacket() + "
+                            f"GroupSyncWrite({GOAL_POSITION}, {DATA_LEN}) goal = present txPacket(), every 1 ms",
+                   "overrun": "a cycle that ends after the next slot began: the next cycle starts at once, in the "
+                              "slot it falls in, and the slots already past are counted as missed_slots",
+                   "lateness": "a cycle's start behind its due time"},
+        "machine": {**machine(), "loadavg_start": load_start, "loadavg_end": loadavg()},
+        "runs": runs,
+        "rss_growth_kb": rss_growth,
+        "targets": targets,
+        "all_targets_met": all(targets.values()),
+        **disturbance_notes(max_steal, 0.0, "the SDK's busy wait and the server"),
+        "elapsed_s": time.monotonic() - t0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=3600.0, help="counted run per server [s] (default 3600)")
+    ap.add_argument("--baud", type=int, default=BAUD, help=f"line speed [bit/s] (default {BAUD})")
+    args = ap.parse_args(argv)
+    if args.seconds <= 0:
+        print(f"--seconds must be > 0, got {args.seconds}", file=sys.stderr)
+        return 2
+    json.dump(run(args.seconds, args.baud), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
