@@ -242,8 +242,9 @@ def test_daemon_runs_healthy_answers_the_host_and_stops(podman, image):
             while subprocess.run([*podman, "healthcheck", "run", daemon], capture_output=True,
                                  timeout=60).returncode != 0:
                 state = _run([*podman, "inspect", "--format", "{{.State.Status}}", daemon], "inspect").stdout
-                assert state.strip() == "running", f"the daemon container is {state.strip()}:\n{_logs(podman, daemon)}"
-                assert time.monotonic() < deadline, f"not healthy within {HEALTHY_TIMEOUT_S} s:\n{_logs(podman, daemon)}"
+                log = _logs(podman, daemon)
+                assert state.strip() == "running", f"the daemon container is {state.strip()}:\n{log}"
+                assert time.monotonic() < deadline, f"not healthy within {HEALTHY_TIMEOUT_S} s:\n{log}"
                 time.sleep(1.0)
             FIGURES["healthy_s"] = round(time.monotonic() - t0, 1)
             health = _run([*podman, "inspect", "--format", "{{.State.Health.Status}}", daemon], "inspect").stdout
