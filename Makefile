@@ -37,6 +37,12 @@ soak: .stamp-install
 	$(BIN)/pytest -q -m soak
 	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS)
 
+# docker/Dockerfile built and run under podman (tests/container; docs/docker.md): needs root, podman, runc,
+# debootstrap, catatonit (Debian packages); skipped with that hint when podman is missing
+.PHONY: container-test
+container-test: .stamp-install
+	$(BIN)/pytest -q -s -m container
+
 # drivers/erob/etherban_pb2.py is generated and committed (the runtime needs only protobuf); its gencode
 # version must not exceed the protobuf lower bound in pyproject.toml.
 .PHONY: proto
