@@ -103,6 +103,8 @@ class LiveRig:
         self.settable = settable_params()
         # error replies per command plane ("zmq", "mqtt"): refused commands and malformed or failing input
         self.command_errors: Counter[str] = Counter()
+        # bus packets whose handling raised, answered as the device would and served on: per bus (status)
+        self.bus_errors: dict[str, Callable[[], int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -186,7 +188,8 @@ class LiveRig:
     def status(self) -> dict:
         st = self.state()
         return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {"loop_alive": self.running} | {
-            "command_errors": {plane: self.command_errors[plane] for plane in ("zmq", "mqtt", "mqtt_dropped")}} | {
+            "command_errors": {plane: self.command_errors[plane] for plane in ("zmq", "mqtt", "mqtt_dropped")},
+            "bus_errors_isolated": {name: count() for name, count in self.bus_errors.items()}} | {
             "actuators": {n: {"temperature": s["temperature"], "faults": s["faults"], "mode": s["mode"],
                               "enable": s["enable"], "position": s["position"]} for n, s in st.items()}}
 

@@ -501,3 +501,11 @@ def test_unknown_instruction_is_instruction_error(dxl):
     rx, comm = dxl.raw_exchange(3, 0x7E)
     assert comm == OK
     assert rx[8] & ~ALERT == INSTRUCTION_ERROR
+
+
+def test_status_counts_isolated_packets_per_bus(daemon, dxl):
+    """`status` reports, per Dynamixel bus, the packets whose handling failed and were isolated: none for valid
+    traffic."""
+    assert dxl.ph.ping(dxl.port, IDS[0])[1] == OK
+    counts = daemon.ok("status")["status"]["bus_errors_isolated"]
+    assert list(counts.values()) == [0] and len(counts) == 1, counts

@@ -3,7 +3,8 @@ checked against the joint state.
 
 A seeded stream of requests, as a careless or broken master sends them: random bytes, valid Requests whose orders
 name any device (known, unknown, negative), any operation mode and any target (0, small, large, ±inf, NaN, the
-smallest subnormal; not yet `HUGE_TARGETS`), valid Requests with bytes flipped or cut, and two-frame messages.
+smallest subnormal, finite targets beyond every range), valid Requests with bytes flipped or cut, and two-frame
+messages.
 Every request must get exactly one reply that parses as a Response (an empty one for what is no Request). Every
 `PROBE_EVERY` requests a probe goes out: an empty Request, whose Response must list devices 0 and 1 with a
 `present_position` between the joint's measured position before and after it (the joints move under the fuzzed
@@ -30,9 +31,9 @@ PROBE_EVERY = 50
 TOLERANCE_RAD = 0.02
 RSS_GROWTH_LIMIT_KB = 5 * 1024
 JOINTS = ("big", "small")
-TARGETS = (0.0, 0.1, -0.5, 3.0, 1e3, -1e6, float("inf"), float("-inf"), float("nan"), 5e-324)
-# finite targets beyond any drive's range: the CiA 402 unit conversion must saturate them before they join TARGETS
-HUGE_TARGETS = (1e305, -1e308, 1.7976931348623157e308)
+# finite targets beyond any drive's range included: the CiA 402 unit conversion saturates them
+TARGETS = (0.0, 0.1, -0.5, 3.0, 1e3, -1e6, float("inf"), float("-inf"), float("nan"), 5e-324,
+           1e305, -1e308, 1.7976931348623157e308)
 
 
 def rss_kb(pid: int) -> int:
