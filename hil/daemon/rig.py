@@ -34,7 +34,8 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationInfo, fie
 from hil.kernel import Kernel
 from hil.params.actuator import ActuatorSpec
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
-from hil.rig import ActuatorConfig, JointSetup, kernel_params
+from hil.rig import ActuatorConfig, JointSetup, LoadConfig, kernel_params
+from hil.robot.rig import Binding, Robot, RobotConfig, build_robot
 
 ETHERBAN_ENDPOINT = "tcp://127.0.0.1:7332"   # bam/erob/etherban.py Client: tcp://<host>:7332
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -154,13 +155,16 @@ class Rig(Strict):
     mqtt: MqttConfig = MqttConfig()
     buses: list[BusConfig] = Field(default_factory=list)
     actuators: list[RigActuator] = Field(min_length=1)
+    robot: RobotConfig | None = Field(None, description="the actuators drive the hinges of this MuJoCo model")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
     @model_validator(mode="after")
     def _unique(self) -> Rig:
         seen: set[str] = set()
-        for a in self.actuators:
+        for j, a in enumerate(self.actuators):
+            if self.robot and "load" in a.model_fields_set:
+                raise ValueError(f"actuators[{j}] ({a.joint}).load: a robot's load is its MJCF (robot.mjcf)")
             if a.joint in seen:
                 raise ValueError(f"actuators: joint name {a.joint!r} is used twice")
             seen.add(a.joint)
@@ -196,6 +200,9 @@ def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
     """Read a daemon rig and build its kernel (dt = 1/(rate·substeps)) in the initial state."""
     path = Path(path)
     rig = validate(Rig, read_toml(path), str(path))
+    if rig.robot is not None:
+        raise ConfigError(f"{path}: robot: a robot rig runs offline (servo-hil simulate); the real-time loop "
+                          "does not tick a MuJoCo model yet")
     specs = []
     kernel = Kernel(len(rig.actuators), 1.0 / (rig.loop.rate_hz * rig.loop.substeps))
     for j, a in enumerate(rig.actuators):
@@ -207,3 +214,26 @@ def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
         kernel.set_state(j, theta=a.initial.theta, omega=a.initial.omega, temperature=a.initial.temperature_c)
         specs.append(spec)
     return rig, specs, kernel
+
+
+def load_robot_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Robot]:
+    """Read a robot rig (`[robot] mjcf = ...`): its actuators bound to the MJCF's hinges named by `joint`."""
+    path = Path(path)
+    rig = validate(Rig, read_toml(path), str(path))
+    if rig.robot is None:
+        raise ConfigError(f"{path}: robot: required key is missing (a robot rig names its MJCF: [robot] mjcf = ...)")
+    specs, bindings = [], []
+    for j, a in enumerate(rig.actuators):
+        where = f"actuators[{j}] ({a.joint})"
+        try:
+            spec = a.spec(path.parent)
+            params = kernel_params(spec, LoadConfig(), a.encoder, a.faults, rig.loop.integrator)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {where}: {exc}") from None
+        specs.append(spec)
+        bindings.append(Binding(a.joint, params, where, a.initial.theta, a.initial.omega, a.initial.temperature_c))
+    try:
+        robot = build_robot(rig.robot, path.parent, bindings, 1.0 / rig.loop.rate_hz)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return rig, specs, robot
