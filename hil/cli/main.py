@@ -50,12 +50,14 @@ def one_line_errors(fn):
 @app.command()
 @one_line_errors
 def simulate(
-    rig: Annotated[Path, typer.Argument(help="rig TOML: [actuator] [load] [sim] [encoder] [faults] [initial]")],
-    input: Annotated[Path, typer.Option("--input", help="IN.csv with columns t,u[,enable,external_torque]")],
+    rig: Annotated[Path, typer.Argument(help="rig TOML: [actuator] [load] [sim] [encoder] [faults] [initial], "
+                                             "or a robot rig ([robot] mjcf = ...)")],
+    input: Annotated[Path, typer.Option("--input", help="IN.csv with columns t,u[,enable,external_torque]; "
+                                                        "a robot: t,<joint>,...[,<joint>.enable]")],
     out: Annotated[Path, typer.Option("--out", help="OUT.csv to write")],
     integrator: Annotated[Integrator | None, typer.Option(help="override [sim] integrator")] = None,
 ) -> None:
-    """Run one actuator offline over a command CSV; one output row per step."""
+    """Run one actuator, or a robot's joints, offline over a command CSV; one output row per step."""
     from hil.offline.simulate import simulate as run
 
     cols = run(rig, input, out, integrator)
