@@ -42,7 +42,7 @@ def run(kind: str, n: int) -> int:
     """Feed n packets of `kind` through the bus as its thread would; the number of replies sent."""
     from hil.buses.dynamixel import open_dynamixel_bus
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import load_rig
+    from hil.rig import load_rig
 
     data_in = packets(kind, n)
     with tempfile.TemporaryDirectory() as tmp:

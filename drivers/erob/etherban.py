@@ -82,13 +82,7 @@ log = logging.getLogger("servo-hil")
 
 CYCLIC_MODE = {pb.POSITION: Mode.CSP, pb.VELOCITY: Mode.CSV, pb.TORQUE: Mode.CST}
 _SHUTDOWN, _SWITCH_ON, _ENABLE_OPERATION, _FAULT_RESET = 0x06, 0x07, 0x0F, 0x80
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT16 = (-(1 << 15), (1 << 15) - 1)
 _POLL_MS = 50     # stop() is noticed within this
-
-
-def _clamp(value: int, limits: tuple[int, int]) -> int:
-    return min(max(value, limits[0]), limits[1])
 
 
 class EtherbanServer(threading.Thread):
@@ -223,12 +217,12 @@ class EtherbanServer(threading.Thread):
             return True
         u = drive.units
         if mode == Mode.CSP:
-            drive.write(*TARGET_POSITION, _clamp(u.position_counts(order.target), _INT32))
+            drive.write(*TARGET_POSITION, u.position_counts(order.target))
         elif mode == Mode.CSV:
-            drive.write(*TARGET_VELOCITY, _clamp(u.velocity_counts(order.target), _INT32))
+            drive.write(*TARGET_VELOCITY, u.velocity_counts(order.target))
         else:
             nm = order.target * drive.kt_nm_per_a
-            drive.write(*TARGET_TORQUE, _clamp(u.torque_permille(nm), _INT16))
+            drive.write(*TARGET_TORQUE, u.torque_permille(nm))
         return True
 
     def _switch(self, drive: Cia402Drive, mode: Mode) -> bool:

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from drivers.dynamixel.server import BusServer
     from drivers.erob.etherban import EtherbanServer
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import BusConfig
+    from hil.rig import BusConfig
 
 
 def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | CanopenBus | EtherbanServer:

@@ -8,14 +8,14 @@ from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.mirror import MirrorServer
 from drivers.dynamixel.server import BusServer
 from drivers.ports import PtyPort, SerialDevicePort
-from firmware_models.dynamixel.control_table import load_model, model_names
+from firmware_models.dynamixel.control_table import Access, ModelSpec, load_model, model_names
 from firmware_models.dynamixel.servo import DynamixelServo
 from hil.buses.mirror import open_recorder
 from hil.params.config_file import ConfigError
 
 if TYPE_CHECKING:
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import BusConfig
+    from hil.rig import BusConfig
 
 
 def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | MirrorServer:
@@ -37,13 +37,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
                               f"(one of {', '.join(str(b) for b in sorted(bauds))})")
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
-            try:
-                item = spec.item(name)
-            except KeyError:
-                raise ConfigError(f"{where}: registers: {a.catalog} has no item {name!r}") from None
-            if not item.min <= value <= item.max:
-                raise ConfigError(f"{where}: registers.{name}: {value} is outside {item.min}..{item.max}")
-            registers[name] = value
+            registers[name] = _power_up_value(spec, a.catalog, where, name, value)
         servos.append(DynamixelServo(spec, LiveJoint(live, j), registers))
         faults.append(live.bus_faults[j])
     if not servos:
@@ -68,6 +62,30 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
 
     live.reset_hooks.append(power_cycle)
     return server
+
+
+_SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "the bus's baud = ..."}
+
+
+def _power_up_value(spec: ModelSpec, model: str, where: str, name: str, value: int) -> int:
+    """`value` for register `name` at power-up, if a Write of it would be accepted (e-manual, Protocol 2.0:
+    a read-only item is an Access Error; outside its range, choices or bit mask a Data Range Error)."""
+    key = f"{where}: registers.{name}"
+    if name in _SET_BY_THE_RIG:
+        raise ConfigError(f"{key}: set by {_SET_BY_THE_RIG[name]}, not in registers")
+    try:
+        item = spec.item(name)
+    except KeyError:
+        raise ConfigError(f"{where}: registers: {model} has no item {name!r}") from None
+    if item.access != Access.RW:
+        raise ConfigError(f"{key}: a read-only item")
+    if not item.min <= value <= item.max:
+        raise ConfigError(f"{key}: {value} is outside {item.min}..{item.max}")
+    if item.choices is not None and value not in item.choices:
+        raise ConfigError(f"{key}: {value} is not one of {', '.join(map(str, sorted(item.choices)))}")
+    if item.mask is not None and value & ~item.mask:
+        raise ConfigError(f"{key}: {value} sets bits outside the mask {item.mask:#x}")
+    return value
 
 
 def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from drivers.erob.etherban import EtherbanServer
     from firmware_models.erob.cia402 import Cia402Drive
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import BusConfig
+    from hil.rig import BusConfig
 
 _ETHERCAT_NODE_ID = 1   # an Etherban-only drive has no CAN node: its dictionary is built as node 1
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import BusConfig
     from hil.logs.mcap import SideBySideRecorder
+    from hil.rig import BusConfig
 
 
 def real_label(cfg: BusConfig) -> str:

@@ -175,10 +175,9 @@ def mirror(
     bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
     side by side)."""
     if not real:
-        from hil.daemon.rig import Rig
-        from hil.params.config_file import read_toml, validate
+        from hil.rig import read_rig
 
-        if not any(b.real for b in validate(Rig, read_toml(rig), str(rig)).buses):
+        if not any(b.real for b in read_rig(rig).buses):
             raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
     from hil.daemon.service import serve
 
@@ -365,6 +364,18 @@ def bench_kernel(ctx: typer.Context) -> None:
     from bench.kernel import main as bench
 
     raise typer.Exit(bench(ctx.args))
+
+
+@bench_app.command("first-run")
+def bench_first_run(
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="no pip cache, as on a new machine")] = False,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """A fresh clone of this checkout to a running daemon (`make run`), against pip installing the same
+    runtime dependencies in the same run, as JSON."""
+    from bench.first_run import run as bench
+
+    _print_json(bench(no_cache), out)
 
 
 @bench_app.command("loop")

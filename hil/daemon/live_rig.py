@@ -20,11 +20,11 @@ import numpy as np
 from drivers.faults import BUS_FAULTS, BUS_FLAG_BITS, BusFaults
 from hil.daemon.arguments import CommandError, number, only
 from hil.daemon.faults import KERNEL_FAULTS, inject_bus_fault, kernel_fault_clear, kernel_fault_params
-from hil.daemon.rig import Rig
 from hil.daemon.telemetry import LoopStats
 from hil.kernel import FAULT_BITS, LAWS, Kernel
 from hil.loop.rt import COMMANDS, RealtimeLoop
 from hil.params.actuator import ActuatorSpec
+from hil.rig import Rig
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}

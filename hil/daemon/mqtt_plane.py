@@ -28,8 +28,8 @@ import aiomqtt
 
 from hil.daemon.arguments import CommandError
 from hil.daemon.live_rig import LiveRig
-from hil.daemon.rig import MqttConfig
 from hil.params.config_file import ConfigError
+from hil.rig import MqttConfig
 
 log = logging.getLogger("servo-hil")
 MAX_PAYLOAD = 64 * 1024

@@ -14,10 +14,10 @@ import zmq
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane
-from hil.daemon.rig import BusConfig, Rig, load_rig
 from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
 from hil.loop.rt import lock_memory
 from hil.params.config_file import ConfigError, validate
+from hil.rig import BusConfig, Rig, load_rig
 
 log = logging.getLogger("servo-hil")
 
@@ -50,6 +50,7 @@ class Daemon:
         self.commands: CommandServer | None = None
         self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
         self.mqtt: MqttPlane | None = None
+        self.started = False      # start() completed: only then is a stop worth a log line
 
     def start(self) -> None:
         rig = self.rig
@@ -88,6 +89,7 @@ class Daemon:
         log.info("rig %r: %d actuators at %g Hz%s, loop %s", rig.name, len(self.live.names), rig.loop.rate_hz,
                  " (lock-step)" if rig.loop.lockstep else "", mode)
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
+        self.started = True
 
     def stop(self) -> None:
         """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s).
@@ -108,7 +110,7 @@ class Daemon:
         if self.mqtt is not None and self.mqtt.ident is not None:
             self.mqtt.stop(1.0)
         self.context.destroy(linger=0)
-        if self.live.loop.telemetry()["tick"] > 0 or self.live.running:
+        if self.started:        # a start that failed (a bad bus setting) ends in its error line alone
             log.info("stopped")
 
     def run_until_signal(self) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from hil.kernel import LAWS, Kernel
 from hil.params.config_file import ConfigError, read_toml
-from hil.rig import load_offline_rig
+from hil.rig import load_offline_rig, load_robot_rig
 
 INPUT_COLUMNS = ("t", "u", "enable", "external_torque")
 OUTPUT_COLUMNS = ("t", "u", "enable", "external_torque", "theta", "omega", "torque", "current", "voltage",
@@ -99,8 +99,6 @@ def write_outputs(path: str | Path, out: dict[str, np.ndarray], columns: tuple[s
 
 def simulate_robot(rig_path: str | Path, in_path: str | Path, out_path: str | Path) -> dict[str, np.ndarray]:
     """A robot rig over IN.csv `t,<joint>,...[,<joint>.enable]`: one OUT.csv row per tick."""
-    from hil.daemon.rig import load_robot_rig
-
     rig, _, robot = load_robot_rig(rig_path)
     joints = robot.joints
     dt = 1.0 / rig.loop.rate_hz
@@ -130,7 +128,7 @@ def simulate(rig_path: str | Path, in_path: str | Path, out_path: str | Path,
         if integrator is not None:
             raise ConfigError("--integrator: a robot integrates with its MJCF's <option integrator>")
         return simulate_robot(rig_path, in_path, out_path)
-    rig, kernel, _ = load_offline_rig(rig_path, integrator=integrator)
-    out = run(kernel, read_inputs(in_path, rig.sim.dt))
+    _, kernel, _ = load_offline_rig(rig_path, integrator=integrator)
+    out = run(kernel, read_inputs(in_path, kernel.dt))
     write_outputs(out_path, out)
     return out

@@ -16,9 +16,11 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    """Base of every configuration model: unknown keys are errors, values are validated on assignment."""
+    """Base of every configuration model: unknown keys are errors, models are frozen, and every float
+    (in lists and tables too) is finite: TOML's `nan` and `inf` are refused with the key's name, since no
+    physical quantity, gain or time of a rig or catalog entry is infinite or not a number."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def describe(err: ValidationError, where: str) -> str:

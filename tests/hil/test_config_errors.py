@@ -1,12 +1,17 @@
-"""Bad input to `servo-hil simulate` ends in one line naming the problem, exit status 2, no output file.
+"""Bad input to `servo-hil simulate` and `servo-hil run` ends in one line naming the problem, exit status 2,
+no output file.
 
 Every case writes its files in tmp_path and runs the CLI in-process (typer's CliRunner keeps stderr
-apart from stdout). A pre-existing OUT.csv must survive a failed run untouched.
+apart from stdout) or, for the daemon and the regressions of non-finite numbers, as a subprocess. A
+pre-existing OUT.csv must survive a failed run untouched.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -308,3 +313,118 @@ def test_mjcf_bad_number(tmp_path):
     path.write_text("<mujoco><actuator><dcmotor joint='j' resistance='1' motorconst='0.1 x'/></actuator></mujoco>")
     with pytest.raises(ConfigError, match=r"model\.xml"):
         load_dcmotor(path)
+
+
+# -- non-finite numbers, Dynamixel registers and bus settings, through the installed CLI ---------------------
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """`servo-hil ARGS` as a subprocess (the console script, or `python -m hil.cli.main` without it)."""
+    exe = Path(sys.executable).with_name("servo-hil")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "hil.cli.main"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def assert_one_cli_line(res: subprocess.CompletedProcess, *needles: str) -> str:
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {res.stderr!r}"
+    assert lines[0].startswith("servo-hil: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ("resistance = 2.0", "resistance = inf", "actuator.resistance"),
+    ("motorconst = [0.5]", "motorconst = [nan]", "actuator.motorconst.0"),
+    ("inertia = 0.01", "inertia = inf", "load.inertia"),
+    ("inertia = 0.01", "inertia = 0.01\ngravity = inf", "load.gravity"),
+    ("dt = 0.001", "dt = nan", "sim.dt"),
+    ("[sim]", "[initial]\ntheta = nan\n[sim]", "initial.theta"),
+    ("[sim]", "[initial]\nomega = -inf\n[sim]", "initial.omega"),
+    ("[sim]", "[faults]\nopen_circuit_time_s = inf\n[sim]", "faults.open_circuit_time_s"),
+    ("[sim]", "[encoder]\nnoise_rad = nan\n[sim]", "encoder.noise_rad"),
+])
+def test_simulate_refuses_nan_and_inf_naming_the_key(tmp_path, old, new, key):
+    """Regression: nan and ±inf in a rig were accepted silently (an infinite resistance, a NaN start angle)."""
+    assert old in GOOD_RIG
+    (tmp_path / "rig.toml").write_text(GOOD_RIG.replace(old, new, 1))
+    (tmp_path / "in.csv").write_text(GOOD_IN)
+    res = run_cli("simulate", str(tmp_path / "rig.toml"), "--input", str(tmp_path / "in.csv"),
+                  "--out", str(tmp_path / "out.csv"))
+    assert_one_cli_line(res, f"rig.toml: {key}: ", "finite")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_catalog_entry_with_inf_is_refused_naming_the_key(tmp_path):
+    """The catalog schema too: `config/actuators/*.toml` with an infinite quantity names the file and key."""
+    root = Path(__file__).resolve().parents[2]
+    config = tmp_path / "config"
+    shutil.copytree(root / "config", config)
+    entry = config / "actuators" / "mx64.toml"
+    text = entry.read_text()
+    assert "voltage_v = 12.0" in text
+    entry.write_text(text.replace("voltage_v = 12.0", "voltage_v = inf", 1))
+    (tmp_path / "rig.toml").write_text('[actuator]\ncatalog = "mx64"\n')
+    (tmp_path / "in.csv").write_text(GOOD_IN)
+    res = run_cli("simulate", str(tmp_path / "rig.toml"), "--input", str(tmp_path / "in.csv"),
+                  "--out", str(tmp_path / "out.csv"), env={**os.environ, "SERVO_HIL_CONFIG": str(config)})
+    assert_one_cli_line(res, "mx64.toml", "datasheet.voltage_v", "finite")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dynamixel_rig(tmp_path: Path, second: str = "", bus: str = "") -> Path:
+    """A two-servo Dynamixel rig (IDs 1 and 2) on a pty in tmp_path, no MQTT; `second` / `bus` add keys to the
+    second actuator / the bus."""
+    path = tmp_path / "dxl.toml"
+    path.write_text(f"""name = "dxl"
+[loop]
+mlockall = false
+fifo_priority = 0
+[zmq]
+pub = "tcp://127.0.0.1:{_free_port()}"
+command = "tcp://127.0.0.1:{_free_port()}"
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+port = "{tmp_path / 'ttyDXL'}"
+{bus}
+[[actuators]]
+joint = "a"
+catalog = "mx64"
+bus = "dxl"
+id = 1
+[[actuators]]
+joint = "b"
+catalog = "mx64"
+bus = "dxl"
+id = 2
+{second}
+""")
+    return path
+
+
+@pytest.mark.parametrize(("second", "bus", "needles"), [
+    ("initial = { theta = nan }", "", ("actuators.1.initial.theta", "finite")),
+    ("load = { inertia = inf }", "", ("actuators.1.load.inertia", "finite")),
+    ('registers = { "Baud Rate" = 99 }', "", ("actuators[1] (b)", "registers.Baud Rate", "baud")),
+    ('registers = { "ID" = 1 }', "", ("actuators[1] (b)", "registers.ID", "id = ")),
+    ('registers = { "Operating Mode" = 2 }', "", ("registers.Operating Mode", "not one of")),
+    ('registers = { "Present Position" = 5 }', "", ("registers.Present Position", "read-only")),
+    ("", "baud = 12345", ("buses (dxl)", "baud 12345")),
+])
+def test_dynamixel_rig_errors_are_one_line(tmp_path, second, bus, needles):
+    """Regression: on a Dynamixel bus `initial.theta = nan` and `registers = {"Baud Rate" = 99}` ended in
+    tracebacks, `registers = {"ID" = 1}` on the servo with id = 2 bypassed the duplicate-ID check, and a bad bus
+    setting printed `INFO stopped` before its error: each is now the one line on stderr, exit 2."""
+    res = run_cli("run", str(dynamixel_rig(tmp_path, second, bus)), timeout=30.0)
+    line = assert_one_cli_line(res, *needles)
+    assert "dxl.toml" in line or "buses" in line or "actuators[" in line
+    assert not (tmp_path / "ttyDXL").exists()

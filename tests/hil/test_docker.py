@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.daemon.rig import Rig
+from hil.rig import Rig
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "docker" / "Dockerfile"

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from hil.daemon.rig import load_rig
 from hil.params import ConfigError
+from hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
 from tests.hil.daemon import free_port
 

@@ -13,8 +13,8 @@ import pytest
 
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
-from hil.daemon.rig import load_rig
 from hil.joint import KernelJoint
+from hil.rig import load_rig
 
 from .conftest import CATALOG, IDS, JOINT, A, write_dxl_rig
 

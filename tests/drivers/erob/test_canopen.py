@@ -29,9 +29,9 @@ from canopen.objectdictionary import ODArray, ODVariable
 from canopen.sdo import SdoAbortedError, SdoArray, SdoCommunicationError
 
 from firmware_models.erob.cia402 import Cia402Drive
-from hil.daemon.rig import load_rig
 from hil.daemon.telemetry import StealMeter
 from hil.joint import KernelJoint
+from hil.rig import load_rig
 from tests.realtime_verdict import check, disturbance
 
 from .conftest import (

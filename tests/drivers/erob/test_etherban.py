@@ -29,9 +29,9 @@ import zmq
 from drivers.erob import etherban_pb2 as pb
 from drivers.erob.drives import ErobDrives
 from drivers.erob.etherban import EtherbanServer
-from hil.daemon.rig import load_rig
 from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
+from hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -295,6 +295,25 @@ def test_power_cycle_re_enables_the_drive_in_its_last_mode(rig, master):
     assert not any(r.has_fault for _, r in log)
     assert abs(log[-1][1].statuses[1].present_position - hold) < 0.03
     assert log[-1][1].statuses[1].target_position == pytest.approx(hold, abs=0.01)
+
+
+def test_huge_finite_targets_saturate_at_the_objects_range(rig, master):
+    """POSITION 1e305 rad, VELOCITY −1e308 rad/s and TORQUE 1e308 A are finite, so the server converts them:
+    each lands at the end of its object's range (0x607A, 0x60FF INTEGER32; 0x6071 INTEGER16), the drive
+    limits the demand (0x6080, 0x6072) and the daemon keeps serving."""
+    units = tomllib.loads((ROOT / "config/erob/erob80_50.toml").read_text())["units"]
+    int32_max_rad = ((1 << 31) - 1 - units["zero_counts"]) * 2 * np.pi / units["encoder_counts"]
+    for mode, target in ((pb.POSITION, 1e305), (pb.VELOCITY, -1e308), (pb.TORQUE, 1e308)):
+        hold = master.exchange().statuses[1].present_position
+        resp = master.exchange((1, mode, target))
+        assert [s.device for s in resp.statuses] == [0, 1], (mode, target)
+        if mode == pb.POSITION:
+            assert resp.statuses[1].target_position == pytest.approx(int32_max_rad, rel=1e-9)
+        # back to holding the shaft where it was (a fault the huge target caused is reset by the server)
+        resp = master.until(lambda r: not r.has_fault, [(1, pb.POSITION, hold)], 2.0)
+        assert not resp.has_fault
+    assert rig.proc.poll() is None
+    rig.ok("status")
 
 
 # ------------------------------------------------------------------------------------- bam's own client

@@ -195,6 +195,21 @@ def test_units():
     assert Units(524288, 262144, 21.0, 5.5).position_counts(0.0) == 262144       # factory mid-range zero
 
 
+def test_units_saturate_at_the_objects_range():
+    """Beyond its object's data type (0x607A / 0x60FF INTEGER32, 0x6071 / 0x6078 INTEGER16) a value saturates,
+    infinities too; NaN has no value in drive units."""
+    i32, i16 = (-(1 << 31), (1 << 31) - 1), (-(1 << 15), (1 << 15) - 1)
+    u = Units(524288, 262144, 31.0, 5.5)
+    assert (u.position_counts(1e305), u.position_counts(-math.inf)) == (i32[1], i32[0])
+    assert u.position_counts((i32[1] - 262144) / u.counts_per_rad) == i32[1]        # the last count in range
+    assert (u.velocity_counts(-1e308), u.velocity_counts(3e4)) == (i32[0], i32[1])    # 3e4 rad/s > 2^31 counts/s
+    assert (u.torque_permille(1e308), u.torque_permille(-1e4), u.current_permille(math.inf)) == (i16[1], i16[0],
+                                                                                                 i16[1])
+    for convert in (u.position_counts, u.velocity_counts, u.torque_permille, u.current_permille):
+        with pytest.raises(ValueError, match="NaN"):
+            convert(math.nan)
+
+
 def test_actual_values_from_the_kernel_state():
     rig = Rig(load_inertia=LOCKED)
     rig.kernel.set_state(0, theta=1.0, omega=0.5)

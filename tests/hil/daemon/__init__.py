@@ -44,7 +44,7 @@ _ids = itertools.count()
 def running_rig(path, text: str):
     """A LiveRig of the rig file `text` (written to `path`), started; stopped on exit."""
     from hil.daemon.live_rig import LiveRig
-    from hil.daemon.rig import load_rig
+    from hil.rig import load_rig
 
     path.write_text(text)
     live = LiveRig(*load_rig(path))

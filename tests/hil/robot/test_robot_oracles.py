@@ -20,11 +20,10 @@ import mujoco
 import numpy as np
 import pytest
 
-from hil.daemon.rig import load_robot_rig
 from hil.kernel import Kernel
 from hil.params import catalog
 from hil.record.excitation import TRAJECTORIES
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params, load_robot_rig
 from hil.robot.rig import Binding, RobotConfig, build_robot
 
 ROOT = Path(__file__).resolve().parents[3]
