@@ -378,6 +378,22 @@ def bench_first_run(
     _print_json(bench(no_cache), out)
 
 
+@bench_app.command("robot")
+@one_line_errors
+def bench_robot(
+    rig: Annotated[Path, typer.Option(help="a robot rig ([robot] mjcf = ...)")] = Path("config/rigs/desktop_arm.toml"),
+    seconds: Annotated[float, typer.Option(help="simulated seconds per window")] = 2.0,
+    repeats: Annotated[int, typer.Option(help="windows (the median is reported)")] = 3,
+    peer: Annotated[bool, typer.Option(help="also time bam's MujocoController on the same model")] = True,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """A robot rig's physics steps per second and mj_step's share, against bam's MujocoController.update()
+    + mj_step from Python on the same model in the same run, as JSON."""
+    from bench.robot import run as bench
+
+    _print_json(bench(rig, seconds, repeats, peer), out)
+
+
 @bench_app.command("loop")
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,

@@ -25,6 +25,17 @@ import numpy as np
 from hil.kernel.core cimport Input, Kernel, Params, Plan, State, step_all
 
 
+cdef extern from *:
+    """
+    #include <time.h>
+    static inline int64_t hil_robot_now_ns(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    """
+    int64_t hil_robot_now_ns() nogil
+
+
 cdef extern from "mujoco/mujoco.h" nogil:
     ctypedef double mjtNum
     ctypedef struct mjOption:
@@ -77,6 +88,8 @@ cdef struct Coupling:
     int* budget            # per actuator: bam's friction budget on (else the joint has no friction loss)
     int* dof_act           # per dof of the model: the actuator bound to it, −1 if none
     double* friction       # per actuator: the joint's friction-loss force of the previous step [N·m]
+    int64_t step_ns        # time spent in physics steps, and in their mj_step [ns] (benchmarks)
+    int64_t mj_ns
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -91,6 +104,7 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     cdef Py_ssize_t j, i, a
     cdef int dof
     cdef double tau_e
+    cdef int64_t t0 = hil_robot_now_ns(), t1
     for j in range(c.n):
         c.states[j].theta = d.qpos[c.qpos_adr[j]]
         c.states[j].omega = d.qvel[c.dof_adr[j]]
@@ -112,10 +126,13 @@ cdef void physics_step(Coupling* c) noexcept nogil:
             m.dof_frictionloss[dof] = hil_budget(c.plan.col + (j // HIL_BLOCK) * HIL_PLAN_COLUMNS * HIL_BLOCK,
                                                  HIL_BLOCK, j % HIL_BLOCK, d.qfrc_actuator[dof], tau_e, 0.0,
                                                  stribeck(&c.params[j], d.qvel[dof]))
+    t1 = hil_robot_now_ns()
     mj_step(m, d)
+    c.mj_ns += hil_robot_now_ns() - t1
     for j in range(c.n):
         c.states[j].theta = d.qpos[c.qpos_adr[j]]
         c.states[j].omega = d.qvel[c.dof_adr[j]]
+    c.step_ns += hil_robot_now_ns() - t0
 
 
 cdef void robot_tick(Coupling* c) noexcept nogil:
@@ -247,6 +264,16 @@ cdef class RobotEngine:
                                 if a >= 0:
                                     o_tf[k, a] += c.d.efc_force[i]
         return out
+
+    @property
+    def step_ns(self) -> int:
+        """Time spent in physics steps so far [ns] (kernel, coupling and mj_step)."""
+        return self.c.step_ns
+
+    @property
+    def mj_step_ns(self) -> int:
+        """Of which in mj_step [ns]."""
+        return self.c.mj_ns
 
     @property
     def time(self) -> float:

@@ -57,6 +57,7 @@ class Robot:
     engine: RobotEngine
     joints: list[str]       # actuator j drives the hinge joints[j]
     substeps: int           # physics steps per tick
+    mjcf: Path              # the MJCF file it was compiled from
 
     @property
     def timestep(self) -> float:
@@ -162,4 +163,4 @@ def build_robot(config: RobotConfig, base: Path, bindings: list[Binding], tick_s
     mujoco.mj_forward(model, data)
     engine = RobotEngine(kernel, model, data, joints, budgets, substeps)
     return Robot(model=model, data=data, kernel=kernel, engine=engine, joints=[b.joint for b in bindings],
-                 substeps=substeps)
+                 substeps=substeps, mjcf=path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -132,3 +133,13 @@ def test_bad_input_csv_names_the_joint(tmp_path: Path) -> None:
     r = cli("simulate", str(rig), "--input", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
     assert r.returncode == 2
     assert "missing column 'elbow'" in r.stderr + r.stdout
+
+
+def test_bench_robot_prints_its_json(tmp_path: Path) -> None:
+    r = cli("bench", "robot", "--rig", str(ROOT / "config" / "rigs" / "desktop_arm.toml"), "--seconds", "0.05",
+            "--repeats", "1", "--no-peer", "--out", str(tmp_path / "bench.json"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert doc["joints"] == ["waist", "shoulder", "elbow", "wrist_pitch", "wrist_roll", "gripper"]
+    assert doc["physics_steps_per_s"] > 0 and 0.0 < doc["mj_step_share"] < 1.0
+    assert doc["contacts_at_end"] > 0          # the arm stands on the table: contacts are on
