@@ -16,9 +16,11 @@ One physics step, for every bound joint at once, as bam's `MujocoController.upda
 A tick is `substeps` such steps in one nogil call.
 """
 
+from cpython.pycapsule cimport PyCapsule_New
 from libc.math cimport exp, fabs, pow
 from libc.stdint cimport int64_t
 from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -32,8 +34,14 @@ cdef extern from *:
         struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
         return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     }
+    static inline int64_t hil_robot_load(int64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void hil_robot_add(int64_t* p, int64_t v) { __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
+    static inline void hil_robot_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
     """
     int64_t hil_robot_now_ns() nogil
+    int64_t hil_robot_load(int64_t* p) nogil
+    void hil_robot_add(int64_t* p, int64_t v) nogil
+    void hil_robot_fence() nogil
 
 
 cdef extern from "mujoco/mujoco.h" nogil:
@@ -43,6 +51,7 @@ cdef extern from "mujoco/mujoco.h" nogil:
     ctypedef struct mjModel:
         int nv
         int nu
+        int nbody
         mjOption opt
         mjtNum* dof_frictionloss
         mjtNum* dof_damping
@@ -58,7 +67,10 @@ cdef extern from "mujoco/mujoco.h" nogil:
         mjtNum* efc_force
         int* efc_id
         int* efc_type
+        mjtNum* xpos
+        mjtNum* xquat
     void mj_step(const mjModel* m, mjData* d)
+    void mj_forward(const mjModel* m, mjData* d)
     int mjCNSTR_FRICTION_DOF
 
 
@@ -88,8 +100,22 @@ cdef struct Coupling:
     int* budget            # per actuator: bam's friction budget on (else the joint has no friction loss)
     int* dof_act           # per dof of the model: the actuator bound to it, −1 if none
     double* friction       # per actuator: the joint's friction-loss force of the previous step [N·m]
+    double* theta_w        # per actuator: the θ / ω the engine last wrote into the kernel's state
+    double* omega_w
     int64_t step_ns        # time spent in physics steps, and in their mj_step [ns] (benchmarks)
     int64_t mj_ns
+    int64_t tick           # ticks run
+    int64_t pose_every     # copy the bodies' poses every this many ticks (0: never)
+    double* poses          # nbody × (x, y, z, qw, qx, qy, qz), seqlock'd by pose_seq (odd while written)
+    int64_t pose_seq
+    int64_t pose_tick      # the tick and simulation time [s] of the copy
+    double pose_time
+
+
+cdef struct TickHook:
+    # what a loop that ticks other physics than the kernel's own calls, once per tick, without the GIL
+    void (*fn)(void* ctx) noexcept nogil
+    void* ctx
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -105,9 +131,15 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     cdef int dof
     cdef double tau_e
     cdef int64_t t0 = hil_robot_now_ns(), t1
+    cdef bint moved = False
+    # a θ / ω someone else wrote into the kernel's state (a state command, a reset) moves the hinge
     for j in range(c.n):
-        c.states[j].theta = d.qpos[c.qpos_adr[j]]
-        c.states[j].omega = d.qvel[c.dof_adr[j]]
+        if c.states[j].theta != c.theta_w[j] or c.states[j].omega != c.omega_w[j]:
+            d.qpos[c.qpos_adr[j]] = c.states[j].theta
+            d.qvel[c.dof_adr[j]] = c.states[j].omega
+            moved = True
+    if moved:
+        mj_forward(m, d)   # the forces the friction budget reads belong to the new state
     step_all(c.params, c.plan, c.states, c.inputs, c.n, c.dt)
     for j in range(c.n):
         d.ctrl[c.act_id[j]] = c.states[j].torque
@@ -129,17 +161,36 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     t1 = hil_robot_now_ns()
     mj_step(m, d)
     c.mj_ns += hil_robot_now_ns() - t1
-    for j in range(c.n):
-        c.states[j].theta = d.qpos[c.qpos_adr[j]]
-        c.states[j].omega = d.qvel[c.dof_adr[j]]
+    write_back(c)
     c.step_ns += hil_robot_now_ns() - t0
 
 
+cdef inline void write_back(Coupling* c) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(c.n):
+        c.states[j].theta = c.theta_w[j] = c.d.qpos[c.qpos_adr[j]]
+        c.states[j].omega = c.omega_w[j] = c.d.qvel[c.dof_adr[j]]
+
+
 cdef void robot_tick(Coupling* c) noexcept nogil:
-    """One tick: `substeps` physics steps with the inputs in force."""
+    """One tick: `substeps` physics steps with the inputs in force, then the bodies' poses if due."""
     cdef int k
     for k in range(c.substeps):
         physics_step(c)
+    c.tick += 1
+    if c.pose_every > 0 and c.tick % c.pose_every == 0:
+        hil_robot_add(&c.pose_seq, 1)
+        hil_robot_fence()
+        for k in range(c.m.nbody):
+            memcpy(&c.poses[7 * k], &c.d.xpos[3 * k], 3 * sizeof(double))
+            memcpy(&c.poses[7 * k + 3], &c.d.xquat[4 * k], 4 * sizeof(double))
+        c.pose_tick = c.tick
+        c.pose_time = c.d.time
+        hil_robot_add(&c.pose_seq, 1)
+
+
+cdef void tick_entry(void* ctx) noexcept nogil:
+    robot_tick(<Coupling*>ctx)
 
 
 OUTPUTS = ("theta", "omega", "torque", "friction_torque", "current", "voltage", "temperature", "theta_meas",
@@ -155,6 +206,7 @@ cdef class RobotEngine:
     timestep; a tick is `substeps` steps.
     """
     cdef Coupling c
+    cdef TickHook hook
     cdef readonly Kernel kernel
     cdef readonly object model
     cdef readonly object data
@@ -180,9 +232,14 @@ cdef class RobotEngine:
         self.c.budget = <int*>calloc(n, sizeof(int))
         self.c.dof_act = <int*>calloc(max(self.c.m.nv, 1), sizeof(int))
         self.c.friction = <double*>calloc(n, sizeof(double))
+        self.c.theta_w = <double*>calloc(n, sizeof(double))
+        self.c.omega_w = <double*>calloc(n, sizeof(double))
+        self.c.poses = <double*>calloc(7 * self.c.m.nbody, sizeof(double))
         if not (self.c.qpos_adr and self.c.dof_adr and self.c.act_id and self.c.budget and self.c.dof_act
-                and self.c.friction):
+                and self.c.friction and self.c.theta_w and self.c.omega_w and self.c.poses):
             raise MemoryError()
+        self.hook.fn = tick_entry
+        self.hook.ctx = &self.c
         for j in range(self.c.m.nv):
             self.c.dof_act[j] = -1
         for j in range(n):
@@ -203,13 +260,13 @@ cdef class RobotEngine:
         free(self.c.budget)
         free(self.c.dof_act)
         free(self.c.friction)
+        free(self.c.theta_w)
+        free(self.c.omega_w)
+        free(self.c.poses)
 
     def pull_state(self):
         """The joints' qpos / qvel as the kernel's θ / ω (after the caller changed the MuJoCo state)."""
-        cdef Py_ssize_t j
-        for j in range(self.c.n):
-            self.c.states[j].theta = self.c.d.qpos[self.c.qpos_adr[j]]
-            self.c.states[j].omega = self.c.d.qvel[self.c.dof_adr[j]]
+        write_back(&self.c)
 
     def step(self, u=None, enable=None):
         """One tick with goals `u` and torque enables `enable` (per actuator; None keeps the last)."""
@@ -264,6 +321,42 @@ cdef class RobotEngine:
                                 if a >= 0:
                                     o_tf[k, a] += c.d.efc_force[i]
         return out
+
+    def tick_hook(self):
+        """A capsule ("hil.robot.TickHook") of the C function and context that run one tick of this engine:
+        a real-time loop calls it in place of its kernel steps, without the GIL. Keep the engine alive."""
+        return PyCapsule_New(&self.hook, b"hil.robot.TickHook", NULL)
+
+    def publish_poses(self, int every):
+        """Copy the bodies' poses every `every` ticks (0: never), for `read_poses` from another thread."""
+        if every < 0:
+            raise ValueError(f"every must be >= 0, got {every}")
+        self.c.pose_every = every
+
+    def read_poses(self):
+        """The latest copy of the bodies' poses: (tick, simulation time [s], (nbody, 7) array of world
+        position x, y, z [m] and orientation quaternion w, x, y, z), or None before the first copy.
+        Consistent with one tick whatever thread runs the engine."""
+        out = np.empty((self.c.m.nbody, 7))
+        cdef double[:, ::1] o = out
+        cdef int64_t s1, s2, tick
+        cdef double t
+        while True:
+            s1 = hil_robot_load(&self.c.pose_seq)
+            if s1 & 1:
+                continue
+            memcpy(&o[0, 0], self.c.poses, 7 * self.c.m.nbody * sizeof(double))
+            tick, t = self.c.pose_tick, self.c.pose_time
+            hil_robot_fence()
+            s2 = hil_robot_load(&self.c.pose_seq)
+            if s1 == s2:
+                break
+        return None if tick == 0 else (tick, t, out)
+
+    @property
+    def ticks(self) -> int:
+        """Ticks run by `step` or a loop through `tick_hook` (`run` does not count)."""
+        return self.c.tick
 
     @property
     def step_ns(self) -> int:
