@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard bench/*.pyx hil/*/*.pyx hil/*/*.pxd hil/*/*.h drivers/*/*.pyx drivers/*/*.pxd firmware_models/*/*.pyx firmware_models/*/*.pxd)
+PYX     := $(wildcard bench/*.pyx hil/*/*.pyx hil/*/*.pxd hil/*/*.pxi hil/*/*.h hil/*/*.def drivers/*/*.pyx drivers/*/*.pxd firmware_models/*/*.pyx firmware_models/*/*.pxd)
 
 .PHONY: run test lint soak bench clean
 

@@ -40,6 +40,24 @@ def load_core(tree: Path):
     return module
 
 
+def spelled_for(core, p: dict) -> dict:
+    """Parameters `p`, named by this tree's kernel or by an older one, as `core`'s build names them: a
+    kernel that predates the SI duty gain takes it as fw_kp with error_gain 1 (the same product), one
+    whose Dynamixel modes are the Operating Mode register values takes the register value (`p` holds
+    it for LAW_DXL), this tree's takes firmware_models' map of it."""
+    from firmware_models.dynamixel.servo import KERNEL_MODES
+
+    fields = core.default_params()
+    p = dict(p)
+    if "duty_gain" in fields and "fw_kp" in p:
+        p["duty_gain"] = p.pop("error_gain") * p.pop("fw_kp")
+    if "duty_gain" not in fields and "duty_gain" in p:
+        p["fw_kp"], p["error_gain"] = p.pop("duty_gain"), 1.0
+    if "extended_position" not in core.DXL_MODES and p.get("law") == core.LAWS["dxl"]:
+        p["dxl_mode"] = KERNEL_MODES[p["dxl_mode"]]
+    return fields | {k: v for k, v in p.items() if k in fields}
+
+
 def compare(cores: dict, n: int, rounds: int, simd: str | None) -> dict:
     kernels = {}
     for name, core in cores.items():
@@ -47,7 +65,7 @@ def compare(cores: dict, n: int, rounds: int, simd: str | None) -> dict:
             core._simd(simd)
         k = core.Kernel(n, bench.DT)
         for j in range(n):
-            k.set_params(j, bench.kernel_params(seed=j + 1))
+            k.set_params(j, spelled_for(core, bench.kernel_params(seed=j + 1)))
         kernels[name] = k
     steps = max(10, 100_000 // n)
     u = bench.GEAR * bench.goal(3000 + steps * rounds)   # gear·rad: the position law's unit, as bench/kernel.py

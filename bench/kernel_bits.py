@@ -28,14 +28,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from kernel_ab import load_core  # noqa: E402  (bench/kernel_ab.py)
+from kernel_ab import load_core, spelled_for  # noqa: E402  (bench/kernel_ab.py)
 
 from tests.hil.test_kernel_plan import DT, GAIN, MOTOR, SENSING, VARIANTS  # noqa: E402
 
 DXL = {"law": 7, "resistance": 2.0, "motorconst": 0.5, "dxl_kpp": 8.0, "dxl_kpi": 2.0, "dxl_kpd": 0.05,
        "dxl_kff1": 0.1, "dxl_kff2": 0.01, "dxl_kvp": 0.3, "dxl_kvi": 1.0, "dxl_prof_vel": 3.0,
        "dxl_prof_acc": 20.0, "dxl_goal_current": 1.0, "max_current": 1.5}
-DXL_MODES = (0, 1, 3, 4, 5, 16)   # current, velocity, position, extended position, current-based position, PWM
+# Operating Mode register values: current, velocity, position, extended position, current-based position, PWM
+DXL_MODES = (0, 1, 3, 4, 5, 16)
 
 
 def actuators() -> list[tuple[dict, float]]:
@@ -49,7 +50,7 @@ def actuators() -> list[tuple[dict, float]]:
     for mode in DXL_MODES:
         for s in (SENSING[0], SENSING[4]):
             extra = {"dxl_time_profile": 1, "dxl_prof_vel": 0.4, "dxl_prof_acc": 0.1} if mode == 4 else {}
-            out.append((s | DXL | extra | {"dxl_mode": mode}, 1.0 if mode in (0, 16) else 2.0))
+            out.append((s | DXL | extra | {"dxl_mode": mode}, 1.0 if mode in (0, 16) else 2.0))   # a register value
     return out
 
 
@@ -67,7 +68,7 @@ def make(core, members: list[tuple[dict, float]], seeds: list[int]):
     for j, ((over, _), seed) in enumerate(zip(members, seeds, strict=True)):
         p = core.default_params()
         p.update(MOTOR | over, seed=seed)
-        k.set_params(j, p)
+        k.set_params(j, spelled_for(core, p))
         k.set_state(j, temperature=45.0)
     return k
 

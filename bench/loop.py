@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from bench.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import loaded_libzmq, request
 from hil.loop.rt import realtime_thread
+from hil.rig import read_rig
 
 zmq_receiver.bind_libzmq(loaded_libzmq())
 
@@ -67,11 +69,40 @@ def _realtime(priority: int):
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int) -> str:
-    joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "mx64"\nmodel = "m6"\n'
-                     f'load = {{ mass = 0.5, length = 0.1 }}\n' for i in range(actuators))
+def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int,
+              rig: Path | None = None) -> str:
+    """The daemon's rig: N MX-64 m6 pendulums, or the actuators and the robot of `rig` (without its buses)."""
+    if rig is None:
+        joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "mx64"\nmodel = "m6"\n'
+                         f'load = {{ mass = 0.5, length = 0.1 }}\n' for i in range(actuators))
+        robot = ""
+    else:
+        joints, robot = _rig_actuators(rig)
     return (f'name = "bench"\n[loop]\nrate_hz = {rate}\n[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n'
-            f'publish_every = {publish_every}\n[mqtt]\nembedded_port = {mqtt_port}\n{joints}')
+            f'publish_every = {publish_every}\n[mqtt]\nembedded_port = {mqtt_port}\n{robot}{joints}')
+
+
+def _toml_value(value) -> str:
+    # the scalars and flat tables of an actuator entry: JSON's strings, numbers and booleans are TOML's
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def _rig_actuators(path: Path) -> tuple[str, str]:
+    """`[[actuators]]` and `[robot]` of the rig at `path`, its files made absolute, without buses; the poses
+    topic off (the subscriber judges the joint stream alone)."""
+    rig = read_rig(path)
+    files = ("params", "mjcf")
+    joints = ""
+    for a in rig.actuators:
+        entry = a.model_dump(exclude_unset=True, exclude={"bus", "id", "registers"})
+        entry = {k: str((path.parent / v).resolve()) if k in files else v for k, v in entry.items()}
+        joints += "\n[[actuators]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in entry.items())
+    robot = ""
+    if rig.robot is not None:
+        robot = f'[robot]\nmjcf = {json.dumps(str((path.parent / rig.robot.mjcf).resolve()))}\npose_every = 1000000\n'
+    return joints, robot
 
 
 def _drain(sub: zmq.Socket, into: list) -> None:
@@ -88,11 +119,14 @@ def _drain(sub: zmq.Socket, into: list) -> None:
 
 
 def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publish_every: int = 1,
-        warmup: float = 1.0) -> dict:
+        warmup: float = 1.0, rig_path: Path | None = None) -> dict:
+    """The benchmark's JSON; `rig_path`: the actuators (and robot) of that rig instead of N pendulums."""
     pub, cmd = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    if rig_path is not None:
+        actuators = len(read_rig(rig_path).actuators)
     with tempfile.TemporaryDirectory() as tmp:
         rig = Path(tmp) / "bench.toml"
-        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port()))
+        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port(), rig_path))
         proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
                                 stderr=subprocess.PIPE, text=True)
         print(f"bench loop: the daemon, {actuators} actuators at {rate:g} Hz, for {seconds:g} s", file=sys.stderr,
@@ -105,6 +139,14 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    if rig_path is not None:
+        out["config"]["rig"] = str(rig_path)
+        if read_rig(rig_path).robot is not None:   # the same model offline: mj_step's share, bam's peer
+            from bench.robot import run as robot_bench
+
+            print("bench loop: the robot offline and bam's MujocoController on it", file=sys.stderr, flush=True)
+            out["robot"] = robot_bench(rig_path, seconds=min(seconds, 2.0), repeats=3)
+            out["robot"].pop("machine", None)
     print(f"bench loop: the ZeroMQ peer, the same stream, for {seconds:g} s", file=sys.stderr, flush=True)
     out["zmq_peer"] = _measure_peer(rate / publish_every, actuators, out["zmq"]["payload_bytes"], seconds, warmup)
     if out["zmq"]["latency_p99_us"] and out["zmq_peer"]["latency_p99_us"]:

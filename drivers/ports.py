@@ -20,6 +20,7 @@ discipline echoes and translates bytes.
 from __future__ import annotations
 
 import array
+import contextlib
 import errno
 import fcntl
 import math
@@ -97,6 +98,46 @@ def _tty_speed(fd: int, buf: array.array | None = None) -> int | None:
     return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
 
 
+def _lock_link(link: str) -> int:
+    """An fd holding an exclusive flock(2) on `<link>.lock`, the file holding the holder's pid; PortError
+    naming the holder when another process has it. A lock file removed by its holder between our open and
+    our lock is not the file at that path any more: opened again (the inode check)."""
+    path = f"{link}.lock"
+    parent = os.path.dirname(os.path.abspath(link))
+    if not os.path.isdir(parent):
+        raise PortError(f"cannot create pty link {link!r}: directory {parent!r} does not exist")
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise PortError(f"cannot create the lock of pty link {link!r}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise PortError(f"pty link {link!r} is in use by another servo-hil (pid {holder}): stop it or "
+                            "give another port path") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def _unlock_link(link: str, fd: int) -> None:
+    """Remove `<link>.lock` while still holding it, then release it."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(f"{link}.lock")
+    os.close(fd)
+
+
 class PtyPort:
     """A pseudo-terminal the controller opens as if it were a USB serial adapter.
 
@@ -112,7 +153,13 @@ class PtyPort:
 
         An existing symlink at `link` is replaced atomically (a stale one from a crashed run is
         the usual case); anything else there, or a missing parent directory, is a `PortError`.
+        A link is held with an exclusive lock on `<link>.lock` for the life of the port: a link held
+        by another running process is a `PortError` and is left alone (the kernel drops the lock of
+        a killed process, whose link is then replaced).
         """
+        self._lock = -1
+        if link is not None:
+            self._lock = _lock_link(os.fspath(link))
         self._master, self._slave = os.openpty()
         self._link: str | None = None
         try:
@@ -130,6 +177,8 @@ class PtyPort:
         except BaseException:
             os.close(self._master)
             os.close(self._slave)
+            if link is not None:
+                _unlock_link(os.fspath(link), self._lock)
             raise
         self.path: str = self._link if self._link is not None else self.device
         self._termios2 = array.array("i", [0] * 64)   # baud()'s ioctl buffer, reused: baud() runs per read
@@ -223,6 +272,8 @@ class PtyPort:
         os.close(self._master)
         os.close(self._slave)
         self._master = self._slave = -1
+        if self._link is not None:
+            _unlock_link(self._link, self._lock)
 
     def _check_open(self) -> None:
         if self._master < 0:

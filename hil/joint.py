@@ -3,15 +3,19 @@
 A firmware model (`firmware_models/…`) turns register or object writes into kernel parameters and
 goals, and kernel state into register values. It reaches the simulation only through `Joint`:
 `LiveJoint` (hil/daemon/live_rig.py) drives an actuator of the real-time loop, `KernelJoint` below
-drives an offline `Kernel` that the caller steps (tests, scripted runs).
+drives an offline `Kernel` that the caller steps (tests, scripted runs). A Joint of the running loop is also a
+`GoalPort`: what a firmware model's C fast path needs to read the loop and queue goals without a Python call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hil.kernel import Kernel
+
+if TYPE_CHECKING:
+    from hil.loop.rt import RealtimeLoop
 
 
 class Joint(Protocol):
@@ -39,6 +43,39 @@ class Joint(Protocol):
 
     def sync(self) -> None:
         """Return once the commands given so far are in force (read_state reflects them)."""
+        ...
+
+
+@runtime_checkable
+class GoalPort(Protocol):
+    """Actuator `j` of a running `RealtimeLoop`, as a firmware model's fast path reaches it
+    (firmware_models/dynamixel/joint_link.pyx): it reads the loop's snapshot (hil/loop/rt.pxd) and, on the
+    thread `batch_thread`, stages goals on the loop's command ring itself; any other goal, or one that finds
+    the ring full, goes through `queue_goal`."""
+
+    @property
+    def loop(self) -> RealtimeLoop:
+        """The running loop this actuator belongs to."""
+        ...
+
+    @property
+    def j(self) -> int:
+        """The actuator's index in the loop."""
+        ...
+
+    @property
+    def period_s(self) -> float:
+        """The loop's tick period [s]: simulation time = tick × period_s."""
+        ...
+
+    @property
+    def batch_thread(self) -> int | None:
+        """The thread (`threading.get_ident()`) inside a batch of commands, which holds the lock on the loop's
+        command ring and may stage commands on it without a Python call; None outside a batch."""
+        ...
+
+    def queue_goal(self, u: float) -> None:
+        """Queue goal `u` for the loop (serialised with every other command; waits while the ring is full)."""
         ...
 
 

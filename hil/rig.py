@@ -19,9 +19,9 @@ which is the rig of one `[[actuators]]` entry with joint = "actuator" and those 
 
     name = "default"                       # topic prefix part: servo-hil/<name>/…
     [loop]    rate_hz, substeps, integrator, fifo_priority, mlockall, spin_us, lockstep
-    [zmq]     pub, command, publish_every
-    [mqtt]    url ("" = embedded broker), embedded_port, username, password, tls_ca, tls_cert,
-              tls_key, tls_insecure, status_period_s
+    [zmq]     pub, command, publish_every, curve_secret_key, curve_clients, allow_remote
+    [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
+              tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
     [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
     [robot]   mjcf = "robots/arm.xml"       # optional: each actuator turns the MJCF hinge named by its joint,
                                             # and gives no load (docs/robots.md)
@@ -47,6 +47,7 @@ Every float is finite (config_file.Strict): `nan` and `inf` are refused with the
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from pathlib import Path
@@ -263,15 +264,48 @@ class LoopConfig(Strict):
         return max(self.fifo_priority - 1, 0)
 
 
+def loopback(endpoint: str) -> bool:
+    """Whether a ZeroMQ endpoint (tcp://host:port, ipc://, inproc://) or a bare host is reachable only from
+    this machine: a loopback address or `localhost`, or not TCP at all."""
+    scheme, sep, rest = endpoint.partition("://")
+    if sep and scheme != "tcp":
+        return True
+    host = (rest.rpartition(":")[0] if sep else endpoint).strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:   # `*`, an interface name, a host name: reachable from elsewhere
+        return False
+
+
 class ZmqConfig(Strict):
     pub: str = "tcp://127.0.0.1:9872"
     command: str = "tcp://127.0.0.1:9873"
     publish_every: int = Field(1, ge=1, description="publish one tick in N (decimation)")
+    curve_secret_key: str | None = Field(
+        None, description="CURVE: the daemon's secret key file (zmq.auth.create_certificates' NAME.key_secret); "
+                          "both sockets then encrypt and admit only the clients of curve_clients")
+    curve_clients: str | None = Field(None, description="CURVE: folder of the public key files (*.key) of the "
+                                                        "clients admitted")
+    allow_remote: bool = Field(False, description="bind a non-loopback address without CURVE (anyone on the "
+                                                  "network may command the rig)")
+
+    @model_validator(mode="after")
+    def _exposure(self) -> ZmqConfig:
+        if (self.curve_secret_key is None) != (self.curve_clients is None):
+            raise ValueError("give curve_secret_key and curve_clients together")
+        exposed = [e for e in (self.pub, self.command) if not loopback(e)]
+        if exposed and self.curve_secret_key is None and not self.allow_remote:
+            raise ValueError(f"{exposed[0]} is reachable from other machines: set curve_secret_key and "
+                             "curve_clients (CURVE), or allow_remote = true to expose it unauthenticated")
+        return self
 
 
 class MqttConfig(Strict):
     url: str = Field("", description="mqtt://host:port or mqtts://host:port; empty = embedded broker")
     embedded_port: int = Field(1883, ge=1, le=65535)
+    embedded_host: str = Field("127.0.0.1", description="address the embedded broker binds")
     username: str | None = None
     password: str | None = None
     tls_ca: str | None = None
@@ -280,6 +314,18 @@ class MqttConfig(Strict):
     tls_insecure: bool = False
     status_period_s: PositiveFloat = 1.0
     enabled: bool = True
+    max_commands_per_s: float = Field(1000.0, ge=1.0, le=1e6, description="commands executed per second at "
+                                                                          "most; the excess is dropped")
+    allow_remote: bool = Field(False, description="embedded broker on a non-loopback address without "
+                                                  "username/password (anyone on the network may command the rig)")
+
+    @model_validator(mode="after")
+    def _exposure(self) -> MqttConfig:
+        if (self.enabled and not self.url and not loopback(self.embedded_host) and self.username is None
+                and not self.allow_remote):
+            raise ValueError(f"embedded_host = {self.embedded_host!r} is reachable from other machines: set "
+                             "username and password, or allow_remote = true to expose the broker unauthenticated")
+        return self
 
 
 class RigSettings(Strict):
@@ -418,8 +464,8 @@ def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
     path = Path(path)
     rig, single = _parse(path)
     if rig.robot is not None:
-        raise ConfigError(f"{path}: robot: a robot rig runs offline (servo-hil simulate); the real-time loop "
-                          "does not tick a MuJoCo model yet")
+        raise ConfigError(f"{path}: robot: a robot rig's actuators turn its MJCF's hinges: load it with "
+                          "load_robot_rig")
     kernel, specs = _build_kernel(rig, path, single, 1.0 / (rig.loop.rate_hz * rig.loop.substeps),
                                   rig.loop.integrator)
     return rig, specs, kernel
@@ -431,6 +477,9 @@ def load_robot_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Robot]:
     rig, single = _parse(path)
     if rig.robot is None or single:
         raise ConfigError(f"{path}: robot: a robot rig names its MJCF ([robot] mjcf = ...) and its [[actuators]]")
+    if "integrator" in rig.loop.model_fields_set or "substeps" in rig.loop.model_fields_set:
+        raise ConfigError(f"{path}: loop: a robot's integrator and physics step are its MJCF's <option>: give "
+                          "neither integrator nor substeps")
     tick = 1.0 / rig.loop.rate_hz
     kernel, specs = _build_kernel(rig, path, single, tick, rig.loop.integrator)
     bindings = [Binding(a.joint, kernel.get_params(j), f"actuators[{j}] ({a.joint})", a.initial.theta,

@@ -46,7 +46,7 @@ device that NAKs: no frame from the host is lost.
 
 A host that stops reading the pty: frames for it fill the pty's input queue (about 20 kB on Linux)
 and then our buffer, up to `OUT_LIMIT` bytes (what a USB serial driver's buffer holds: python-can reads
-byte by byte, ~3000 frames/s here, slower than a fully loaded 1 Mbit/s bus); later ones are dropped
+byte by byte, slower than a fully loaded 1 Mbit/s bus delivers); later ones are dropped
 (counted in `stats.dropped`, status flag bit 0), so the thread never stalls on a write. A controller
 restarted after dying with the channel open therefore reads at most that buffer of old frames (pyserial
 flushes the pty's queue on open), then whatever the bus carries until its python-can sends `C` (after
@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 from drivers.can.slcan_codec import encode_line, parse_line
 from drivers.ports import PtyPort, SerialDevicePort
+from drivers.server import ServerThread
 
 __all__ = [
     "BITRATES",
@@ -176,7 +177,7 @@ _TO_HOST = 0
 _FROM_HOST = 1
 
 
-class SlcanAdapter(threading.Thread):
+class SlcanAdapter(ServerThread):
     """The thread that plays a USB SLCAN adapter on `port` until `stop()`.
 
     `on_frame(frame, t)` is called from this thread for every frame the host transmits on an open
@@ -189,9 +190,9 @@ class SlcanAdapter(threading.Thread):
     `serial_number` (4 letters or digits) are what `V` and `N` report.
 
     `fifo_priority` (1..99, 0 = do not try): the thread asks for SCHED_FIFO at this priority (below the
-    real-time loop's), else for 1 ns timer slack (`hil.loop.rt.realtime_thread`; `rt_mode` says which):
-    the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to 50 µs late
-    and wait behind every other process.
+    real-time loop's), else for 1 ns timer slack (`drivers.server.ServerThread`; `rt_mode` says which):
+    the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to its timer slack
+    (prctl(2) PR_SET_TIMERSLACK) late and wait behind every other process.
 
     `timer(now)`, if set before `start()`, is called from this thread after every wake-up and returns
     when it wants to be called next [s, time.monotonic()] or None; it may `send()` and shares the
@@ -206,19 +207,16 @@ class SlcanAdapter(threading.Thread):
     def __init__(self, port: PtyPort | SerialDevicePort, on_frame: Callable[[CanFrame, float], None],
                  name: str = "slcan", *, bitrate: int | None = None, hw_version: int = 1,
                  sw_version: int = 0, serial_number: str = "SH01", fifo_priority: int = 0) -> None:
-        super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
         if not (0 <= hw_version <= 99 and 0 <= sw_version <= 99):
             raise ValueError(f"versions must be 0..99, got {hw_version}, {sw_version}")
         if len(serial_number) != 4 or not serial_number.isascii() or not serial_number.isalnum():
             raise ValueError(f"serial number must be 4 letters or digits, got {serial_number!r}")
         if bitrate is not None and not 0 < bitrate <= 1_000_000:
             raise ValueError(f"bitrate must be 1..1000000 bit/s, got {bitrate}")
+        super().__init__(f"servo-hil-bus-{name}", fifo_priority)
         self.port = port
-        self.fifo_priority = fifo_priority
-        self.rt_mode: str | None = None
         self.on_frame = on_frame
         self.timer: Callable[[float], float | None] | None = None
-        self.error: BaseException | None = None
         self.bitrate: int | None = bitrate
         self.is_open = False
         self.listen_only = False
@@ -239,12 +237,11 @@ class SlcanAdapter(threading.Thread):
         self._in = bytearray()      # bytes from the host not yet run as commands
         self._line_overflow = False
         self._out = bytearray()     # bytes for the host the pty has not taken yet
-        self._stop_r, self._stop_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._wake_lock = threading.Lock()   # send() vs stop() closing the wake pipe
-        self._stopped = False
+        self._closed = False
 
     # ----------------------------------------------------------------- public API (any thread)
 
@@ -272,7 +269,7 @@ class SlcanAdapter(threading.Thread):
         if not isinstance(frame, CanFrame):
             raise TypeError(f"expected a CanFrame, got {type(frame).__name__}")
         with self._wake_lock:
-            if self._stopped:
+            if self._closed:
                 self._count(dropped=1)
                 return
             self._inbox.append((time.monotonic() if ready is None else ready, frame, lost_bits))
@@ -281,34 +278,19 @@ class SlcanAdapter(threading.Thread):
             with contextlib.suppress(BlockingIOError):  # a full pipe already wakes the thread
                 os.write(self._wake_w, b"\0")
 
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop the thread, close the port and our pipes. Idempotent."""
-        if self._stopped:
-            return
-        os.write(self._stop_w, b"x")
-        if self.ident is not None:
-            self.join(timeout)
+    def close(self) -> None:
+        """`stop()`, once the thread ended: the port and the wake pipe close."""
         self.port.close()
         with self._wake_lock:
-            self._stopped = True
-            for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w):
-                os.close(fd)
-
-    def run(self) -> None:
-        from hil.loop.rt import realtime_thread
-
-        try:
-            self.rt_mode = realtime_thread(self.fifo_priority)
-            self._serve()
-        except BaseException as exc:  # a dead adapter must be visible: the daemon checks `error`
-            self.error = exc
-            log.exception("SLCAN adapter %s stopped", self.name)
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     # ----------------------------------------------------------------- the thread
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
         # every step is skipped when it has nothing to do: the loop wakes at each frame's end on the wire
-        fd, stop_r, wake_r = self.port.fileno(), self._stop_r, self._wake_r
+        fd, stop_r, wake_r = self.port.fileno(), self.stop_fd, self._wake_r
         wire, inbox, monotonic, wait = self._wire, self._inbox, time.monotonic, select.select
         all_readers, control = [stop_r, wake_r, fd], [stop_r, wake_r]
         timer_due: float | None = None

@@ -50,7 +50,7 @@ _ERROR_FRAME_BITS = 20      # error flag (6..12) + delimiter (8) + intermission 
 class CanopenBus:
     """The eRob `nodes` ((drive, node ID, bus faults)) on one CAN bus at `bitrate`, reached through an
     SLCAN adapter on `port` whose thread runs at SCHED_FIFO `fifo_priority` if allowed (0: not tried).
-    `start()` powers the nodes up (boot-up frames) and starts the adapter."""
+    `start()` powers the nodes up (boot-up frames) and starts the adapter. A `drivers.server.BusServer`."""
 
     def __init__(self, drives: ErobDrives, nodes: list[tuple[Cia402Drive, int, BusFaults]],
                  port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can",

@@ -1,12 +1,12 @@
 """Proxy mirror of a CAN bus of eRobs: our SLCAN pty between an unchanged controller and the real bus.
 
 The controller opens our pty as its SLCAN adapter (paced at the CAN bit rate as usual, `drivers/can/slcan.py`).
-Every frame it transmits goes to the real bus through python-can as it came, and every frame the real bus
-carries comes back to the controller as it came, in order (issue 6: "every packet forwarded, replies
-returned unchanged"). On the side, the rig's CANopen nodes on this bus are the simulated twins of the real
-ones (same node IDs): they hear the same frames — NMT, SYNC, RPDOs, SDO writes of controlword, mode,
-targets and PDO mapping — so the twin drives follow the controller's commands; their own frames are
-dropped. They also hear the real nodes' frames, as nodes on one bus do (heartbeat consumers, say).
+Every frame it transmits goes to the real bus through python-can as it came, and every frame the real bus carries
+comes back to the controller as it came, in order: the controller sees the real bus, unchanged. On the side, the
+rig's CANopen nodes on this bus are the simulated twins of the real ones (same node IDs): they hear the same frames
+— NMT, SYNC, RPDOs, SDO writes of controlword, mode, targets and PDO mapping — so the twin drives follow the
+controller's commands; their own frames are dropped. They also hear the real nodes' frames, as nodes on one bus do
+(heartbeat consumers, say).
 
 With a recorder, each real frame that carries drive values — a TPDO, or an expedited SDO upload reply —
 is decoded to SI with the twin's units and PDO mapping (the same SDO writes configured both), beside the
@@ -38,6 +38,7 @@ from drivers.canopen.pdo import od_variable
 from drivers.erob.drives import ErobDrives
 from drivers.faults import BusFaults
 from drivers.ports import PtyPort
+from drivers.server import ServerThread
 from drivers.side_by_side import SideBySideLog, record_pair
 from firmware_models.erob.cia402 import Cia402Drive, Units
 
@@ -87,10 +88,8 @@ class CanMirror(CanopenBus):
         self.record = record
         self.forwarded = {"to_real": 0, "to_controller": 0}   # frames
         self.send_errors = 0
-        self._reader_error: BaseException | None = None
         self._cycle: dict[int, tuple[int, dict, dict]] = {}   # node ID → (t_ns, real, sim) gathered so far
-        self._halt = threading.Event()
-        self._reader = threading.Thread(target=self._read_real, name=f"servo-hil-mirror-{name}", daemon=True)
+        self._reader = ServerThread(f"servo-hil-mirror-{name}", target=self._read_real)
 
     @property
     def summary(self) -> str:
@@ -98,16 +97,14 @@ class CanMirror(CanopenBus):
 
     @property
     def error(self) -> BaseException | None:
-        return self._reader_error or super().error
+        return self._reader.error or super().error
 
     def start(self) -> None:
         super().start()
         self._reader.start()
 
     def stop(self, timeout: float = 1.0) -> None:
-        self._halt.set()
-        if self._reader.ident is not None:
-            self._reader.join(timeout)
+        self._reader.stop(timeout)
         super().stop(timeout)
         self.real.shutdown()
         if self.record is not None:
@@ -145,22 +142,18 @@ class CanMirror(CanopenBus):
                     self.record.command(joint, time.time_ns(), message)
 
     # ------------------------------------------------------------------ real bus → controller (reader thread)
-    def _read_real(self) -> None:
-        try:
-            while not self._halt.is_set():
-                msg = self.real.recv(0.05)
-                frame = None if msg is None else to_frame(msg)
-                if frame is None:
-                    continue
-                self.adapter.send(frame)          # unchanged, in arrival order, paced on our wire
-                self.forwarded["to_controller"] += 1
-                t_ns = time.time_ns()
-                super()._on_frame(frame, time.monotonic())   # the twins hear the real nodes too
-                if self.record is not None:
-                    self._log_state(frame, t_ns)
-        except BaseException as exc:    # a dead reader must be visible: the daemon checks `error`
-            self._reader_error = exc
-            log.exception("mirror %s: reading %s stopped", self.name, self.real_label)
+    def _read_real(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            msg = self.real.recv(0.05)
+            frame = None if msg is None else to_frame(msg)
+            if frame is None:
+                continue
+            self.adapter.send(frame)          # unchanged, in arrival order, paced on our wire
+            self.forwarded["to_controller"] += 1
+            t_ns = time.time_ns()
+            super()._on_frame(frame, time.monotonic())   # the twins hear the real nodes too
+            if self.record is not None:
+                self._log_state(frame, t_ns)
 
     def _log_state(self, frame: CanFrame, t_ns: int) -> None:
         if frame.extended or frame.remote:

@@ -1,7 +1,7 @@
 """Proxy mirror: our pty between an unchanged controller and the real Dynamixel bus.
 
 Every byte the controller sends goes to the real bus as it came, and every byte the real servos send
-back goes to the controller as it came (issue 6: "every reply forwarded unchanged"). On the side,
+back goes to the controller as it came: the controller sees the real bus, unchanged. On the side,
 the instructions also reach a simulated twin of each servo (the rig's servos on this bus), so goal,
 mode and gain writes seen on the wire drive the twin; its own replies are dropped. When a real reply
 answers a read of the Present items, the real values and the twin's, read at the same moment, go to
@@ -55,12 +55,12 @@ class MirrorServer(BusThread):
         self._pending: dict[int, tuple[int, int]] = {}  # ID → (address, length) of the read it answers
         self._closing += [real] + ([record] if record is not None else [])
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
         ctl, real = self.port.fileno(), self.real.fileno()
         baud = None
         while True:
-            ready, _, _ = select.select([ctl, real, self._stop_r], [], [], 0.05)
-            if self._stop_r in ready:
+            ready, _, _ = select.select([ctl, real, self.stop_fd], [], [], 0.05)
+            if self.stop_fd in ready:
                 return
             now = time.monotonic()
             if ctl in ready:

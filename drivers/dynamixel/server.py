@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
-import os
 import select
 import threading
 import time
@@ -25,30 +24,27 @@ from collections.abc import Callable
 from drivers.dynamixel.bus import DynamixelBus, bursts
 from drivers.dynamixel.protocol import Parser
 from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
+from drivers.server import ServerThread
 
 log = logging.getLogger("servo-hil")
 
 
-class BusThread(threading.Thread, abc.ABC):
-    """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`.
+class BusThread(ServerThread, abc.ABC):
+    """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`
+    (`drivers.server.ServerThread`: real-time scheduling, `error`, `stop_fd`).
 
-    Subclasses implement `_serve()` (returning once `_stop_r` is readable). A crash is kept in
-    `error` (the daemon checks it) and logged with its traceback."""
+    Subclasses implement `serve()` (returning once `stop_fd` is readable)."""
 
     def __init__(self, bus: DynamixelBus, port: PtyPort, name: str,
                  batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  fifo_priority: int = 0):
-        super().__init__(name=f"servo-hil-bus-{name}", daemon=True)
+        super().__init__(f"servo-hil-bus-{name}", fifo_priority)
         self.bus = bus
         self.port = port
         self.batch = batch      # what one packet changes reaches the simulation at one tick (a Sync Write)
         self.lock = threading.Lock()   # the servos are touched by this thread and by rig `reset`
-        self.error: BaseException | None = None
-        self._stop_r, self._stop_w = os.pipe()
         self._closing: list = [port]   # closed by stop()
         self.role = ""                  # banner detail: line speed or what it mirrors (set by attach)
-        self.fifo_priority = fifo_priority   # SCHED_FIFO priority of the thread if the host allows it (0: not tried)
-        self.rt_mode = ""                    # what it got (hil.loop.rt.RT_MODES), once running
 
     @property
     def path(self) -> str:
@@ -60,33 +56,16 @@ class BusThread(threading.Thread, abc.ABC):
         ids = ", ".join(str(s.id) for s in self.bus.servos)
         return f"IDs {ids}, {self.role}" if self.role else f"IDs {ids}"
 
-    def stop(self, timeout: float = 1.0) -> None:
-        os.write(self._stop_w, b"x")
-        if self.ident is not None:
-            self.join(timeout)
+    def close(self) -> None:
         for part in self._closing:
             part.close()
-        os.close(self._stop_r)
-        os.close(self._stop_w)
-
-    def run(self) -> None:
-        from hil.loop.rt import realtime_thread
-
-        try:
-            # as the eRob bus threads: a reply must not wait behind other processes' time slices, and
-            # a sleep must end on time (no timer slack)
-            self.rt_mode = realtime_thread(self.fifo_priority)
-            self._serve()
-        except BaseException as exc:  # a dead bus must be visible: the daemon checks `error`
-            self.error = exc
-            log.exception("bus %s stopped", self.name)
 
     @abc.abstractmethod
-    def _serve(self) -> None:
-        """Serve the port until `_stop_r` is readable."""
+    def serve(self) -> None:
+        """Serve the port until `stop_fd` is readable."""
 
 
-class BusServer(BusThread):
+class DynamixelServer(BusThread):
     """The thread that answers for every servo of `bus` on `port`."""
 
     def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
@@ -100,8 +79,8 @@ class BusServer(BusThread):
         self.writer = PacedWriter(port)
         self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
 
-    def _serve(self) -> None:
-        fd, stop_r = self.port.fileno(), self._stop_r
+    def serve(self) -> None:
+        fd, stop_r = self.port.fileno(), self.stop_fd
         read, monotonic = self.port.read, time.monotonic
         poller = select.poll()   # registered once: a wake is one poll() and one read()
         poller.register(fd, select.POLLIN)

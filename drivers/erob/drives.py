@@ -19,26 +19,23 @@ So a 1 kHz master leaves no second thread to contend for the GIL and the lock at
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 
+from drivers.server import ServerThread
 from firmware_models.erob.cia402 import Cia402Drive
 from hil.joint import Joint
 
 __all__ = ["ErobDrives"]
 
-log = logging.getLogger("servo-hil")
-
-
 class ErobDrives:
     """The rig's eRob drives by actuator index, their lock and their tick thread.
 
     `start()` / `release()` are reference counted (each bus or server that uses the drives calls
-    both); the thread runs while at least one user is started. A crash of the thread is kept in
-    `error` and logged; the users report it (the daemon checks their `error`).
+    both); the thread (a `drivers.server.ServerThread`) runs while at least one user is started. A crash of
+    the thread is kept in `error` and logged; the users report it (the daemon checks their `error`).
     """
 
     def __init__(self, period_s: float = 1e-3, fifo_priority: int = 0):
@@ -50,13 +47,18 @@ class ErobDrives:
         self.drives: dict[int, Cia402Drive] = {}
         self.tick_hooks: list[Callable[[float], None]] = []      # called with time.monotonic()
         self.power_hooks: list[Callable[[], None]] = []          # called after every power cycle
-        self.error: BaseException | None = None
+        self._error: BaseException | None = None    # what ended a tick thread that is gone
         self.ticks = 0
         self._users = 0
         self._ticker: object | None = None       # the bus whose thread runs the periodic ticks, if any
         self.clock = TickClock(period_s)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: ServerThread | None = None
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the tick thread, if anything (its users report it)."""
+        thread = self._thread
+        return self._error or (thread.error if thread is not None else None)
 
     def drive(self, j: int, variant: str, node_id: int, joint: Joint) -> Cia402Drive:
         """The drive of actuator `j`, created on first use as `variant` (config/erob/<variant>.toml)
@@ -111,17 +113,15 @@ class ErobDrives:
         with self.lock:
             wanted = self._users > 0 and self._ticker is None
             if wanted and self._thread is None:
-                self._stop = threading.Event()
-                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="servo-hil-erob",
-                                                daemon=True)
+                # as the bus threads that wait for our lock
+                self._thread = ServerThread("servo-hil-erob", self.fifo_priority, target=self._run)
                 self._thread.start()
                 return
             if wanted or self._thread is None:
                 return
             thread, self._thread = self._thread, None
-            self._stop.set()
-        if thread is not threading.current_thread():
-            thread.join(timeout)
+            self._error = self._error or thread.error
+        thread.stop(timeout)
 
     def tick_once(self, now: float | None = None, synced: bool = False) -> None:
         """One control period of every drive, then the tick hooks; `synced`: at a master's cycle."""
@@ -142,19 +142,12 @@ class ErobDrives:
                 self.tick_once(now, synced=True)
 
     def _run(self, stop: threading.Event) -> None:
-        from hil.loop.rt import realtime_thread
-
-        try:
-            realtime_thread(self.fifo_priority)   # as the bus threads that wait for our lock
-            while not stop.is_set():
-                due = self.clock.due(time.monotonic())
-                if due is None:
-                    self.tick_once()
-                elif stop.wait(due - time.monotonic()):
-                    return
-        except BaseException as exc:   # a dead drive thread must be visible: the users report it
-            self.error = exc
-            log.exception("eRob drive thread stopped")
+        while not stop.is_set():
+            due = self.clock.due(time.monotonic())
+            if due is None:
+                self.tick_once()
+            elif stop.wait(due - time.monotonic()):
+                return
 
 
 class TickClock:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 
 import zmq
@@ -59,6 +58,7 @@ from google.protobuf.message import DecodeError
 
 from drivers.erob import etherban_pb2 as pb
 from drivers.erob.drives import ErobDrives
+from drivers.server import ServerThread
 from firmware_models.erob.cia402 import (
     CONTROLWORD,
     CURRENT_ACTUAL,
@@ -82,25 +82,19 @@ log = logging.getLogger("servo-hil")
 
 CYCLIC_MODE = {pb.POSITION: Mode.CSP, pb.VELOCITY: Mode.CSV, pb.TORQUE: Mode.CST}
 _SHUTDOWN, _SWITCH_ON, _ENABLE_OPERATION, _FAULT_RESET = 0x06, 0x07, 0x0F, 0x80
-_POLL_MS = 50     # stop() is noticed within this
 
 
-class EtherbanServer(threading.Thread):
+class EtherbanServer(ServerThread):
     """The Etherban REP server of `devices` (device i = devices[i], as EtherCAT slave positions), bound to
     `endpoint` at construction (a port in use raises zmq.ZMQError naming it). See the module docstring."""
 
     def __init__(self, drives: ErobDrives, devices: list[Cia402Drive], endpoint: str, name: str = "etherban",
                  context: zmq.Context | None = None, fifo_priority: int = 0):
-        super().__init__(name=name, daemon=True)
         self.drives = drives
-        self.fifo_priority = fifo_priority      # SCHED_FIFO for the serving thread if allowed (0: not tried)
         self.devices = list(devices)
-        self._error: BaseException | None = None
         self._modes: list[Mode | None] = [None] * len(self.devices)   # last cyclic mode ordered per device
         self._fault_reported: list[int] = []               # devices the last Response reported in fault
         self._logged: set[tuple] = set()
-        self._halt = threading.Event()
-        self._stopped = False
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
         self._sock = self._context.socket(zmq.REP)
@@ -110,13 +104,18 @@ class EtherbanServer(threading.Thread):
         except zmq.ZMQError as exc:
             self._close()
             raise zmq.ZMQError(exc.errno, f"etherban {name}: cannot bind {endpoint}: {exc}") from None
+        super().__init__(name, fifo_priority)    # SCHED_FIFO: a reply must not wait behind other processes
         self.path = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.summary = "devices " + ", ".join(f"{i}: {d.config.name}" for i, d in enumerate(self.devices))
 
     @property
     def error(self) -> BaseException | None:
         """What stopped the server, or the drives' tick thread, if anything (the daemon polls this)."""
-        return self._error or self.drives.error
+        return self._thread_error or self.drives.error
+
+    @error.setter
+    def error(self, exc: BaseException | None) -> None:
+        self._thread_error = exc
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -125,39 +124,35 @@ class EtherbanServer(threading.Thread):
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop serving, close the socket (the port is free on return) and release the drives, all within
-        `timeout` [s] (the thread notices within 50 ms); idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._halt.set()
+        `timeout` [s]; idempotent."""
+        self._deadline = time.monotonic() + timeout
+        super().stop(timeout)
+
+    def close(self) -> None:
         if self.ident is None:       # never started: nothing else uses the socket
             self._close()
             return
-        deadline = time.monotonic() + timeout
-        self.join(timeout)           # the thread closes the socket on its way out
-        self.drives.release(max(0.0, deadline - time.monotonic()))
+        self.drives.release(max(0.0, self._deadline - time.monotonic()))
+
+    def finish(self) -> None:
+        self._close()                # the socket belongs to the serving thread
 
     def _close(self) -> None:
         self._sock.close(0)
         if self._own_context:
             self._context.term()
 
-    def run(self) -> None:
-        from hil.loop.rt import realtime_thread
-
-        try:
-            realtime_thread(self.fifo_priority)     # a reply must not wait behind other processes
-            while not self._halt.is_set():
-                if not self._sock.poll(_POLL_MS, zmq.POLLIN):
-                    continue
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-                self._sock.send(self.handle(frames))
-                self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
-        except BaseException as exc:   # a dead server must be visible: the daemon checks `error`
-            self._error = exc
-            log.exception("etherban %s: server stopped", self.name)
-        finally:
-            self._close()
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self.stop_fd, zmq.POLLIN)     # stop() wakes the wait at once
+        while True:
+            ready = dict(poller.poll())
+            if self.stop_fd in ready:
+                return
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            self._sock.send(self.handle(frames))
+            self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
 
     # ------------------------------------------------------------------ one request
     def handle(self, frames: list[bytes]) -> bytes:

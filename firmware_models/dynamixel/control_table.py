@@ -26,11 +26,11 @@ The per-model data it checks against (`ModelSpec`, `load_model`) is in `model_sp
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from functools import cache
 from operator import itemgetter
 
+from firmware_models.dynamixel.errors import ControlTableError, ErrorCode
 from firmware_models.dynamixel.model_spec import (
     EEPROM_END,
     Access,
@@ -56,31 +56,6 @@ __all__ = [
     "model_names",
     "sdk_map",
 ]
-
-
-class ErrorCode(enum.IntEnum):
-    """Protocol 2.0 status-packet error numbers (low 7 bits of the Error byte, a single value, not a
-    bitmask; notes §1.4). The bus codec uses the same enum."""
-
-    NONE = 0
-    RESULT_FAIL = 1
-    INSTRUCTION = 2
-    CRC = 3
-    DATA_RANGE = 4
-    DATA_LENGTH = 5
-    DATA_LIMIT = 6
-    ACCESS = 7
-
-
-class ControlTableError(Exception):
-    """A read or write the servo refuses; `code` is the Protocol 2.0 error number (1..7)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = int(code)
-
-    def __repr__(self) -> str:
-        return f"ControlTableError({ErrorCode(self.code).name}, {self.args[0]!r})"
 
 
 class ControlTable:

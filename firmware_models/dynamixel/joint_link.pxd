@@ -7,7 +7,7 @@ from hil.loop.rt cimport SnapshotRef
 
 cdef class JointLink:
     cdef readonly object joint
-    cdef object loop, live          # the RealtimeLoop and LiveRig of a LiveJoint; None for any other Joint
+    cdef object loop, port          # a GoalPort joint (hil.joint) and its RealtimeLoop; None for any other Joint
     cdef SnapshotRef ref
     cdef int64_t j
     cdef double period_s

@@ -1,11 +1,11 @@
 # cython: language_level=3
 """What a servo's firmware reads from and sends to its joint on every packet, in C.
 
-A `JointLink` wraps a `hil.joint.Joint`. For an actuator of the running loop (a `LiveJoint`, the daemon's case) it
-reads the loop's latest State snapshot and tick count straight from the loop's shared memory (`hil/loop/rt.pxd`:
-the same seqlock read as `RealtimeLoop.state_view`) and queues a new goal on the loop's command ring, as
-`LiveJoint.read_state`, `time_s` and `command(goal=…)` do, without a Python call per servo. For any other Joint
-(an offline `KernelJoint`, tests) it calls those methods.
+A `JointLink` wraps a `hil.joint.Joint`. For an actuator of the running loop (a Joint that is also a
+`hil.joint.GoalPort`, the daemon's case) it reads the loop's latest State snapshot and tick count straight from the
+loop's shared memory (`hil/loop/rt.pxd`: the same seqlock read as `RealtimeLoop.state_view`) and queues a new goal
+on the loop's command ring, as `read_state`, `time_s` and `command(goal=…)` do, without a Python call per servo.
+For any other Joint (an offline `KernelJoint`, tests) it calls those methods.
 """
 
 from hil.kernel.core cimport State
@@ -14,6 +14,7 @@ cdef extern from "pythread.h":
     unsigned long PyThread_get_thread_ident()   # threading.get_ident()
 from hil.loop.rt cimport StateView, push_command, read_snapshot, read_tick, snapshot_ref
 
+from hil.joint import GoalPort
 from hil.loop.rt import COMMANDS, RealtimeLoop
 
 cdef int SET_U = COMMANDS["set_u"]
@@ -24,10 +25,9 @@ cdef class JointLink:
 
     def __init__(self, joint):
         self.joint = joint
-        live = getattr(joint, "live", None)
-        loop = getattr(live, "loop", None)
-        if isinstance(loop, RealtimeLoop):   # a LiveJoint: actuator joint.j of live.loop
-            self.live, self.loop, self.j, self.period_s = live, loop, joint.j, live.period_s
+        loop = getattr(joint, "loop", None)
+        if isinstance(loop, RealtimeLoop) and isinstance(joint, GoalPort):   # actuator joint.j of the running loop
+            self.port, self.loop, self.j, self.period_s = joint, loop, joint.j, joint.period_s
             snapshot_ref(loop, &self.ref)
             if not 0 <= self.j < self.ref.n:
                 raise IndexError(f"actuator index {self.j} out of range")
@@ -51,15 +51,15 @@ cdef class JointLink:
         return self.joint.time_s()
 
     cdef int set_goal(self, double u) except -1:
-        """`Joint.command(goal=u)`. Inside the rig's batch on this thread (a bus packet: the thread holds the rig's
-        push lock), one command staged on the loop's ring in C; otherwise, or when the ring is full, the rig's own
-        push (LiveRig._push: its lock, commit and wait for room)."""
+        """`Joint.command(goal=u)`. Inside a batch on this thread (`GoalPort.batch_thread`, a bus packet: the
+        thread holds the lock on the ring), one command staged on the loop's ring in C; otherwise, or when the ring
+        is full, `GoalPort.queue_goal`."""
         if self.loop is None:
             self.joint.command(goal=u)
             return 0
-        batch_thread = self.live.batch_thread
+        batch_thread = self.port.batch_thread
         if batch_thread is not None and <unsigned long> batch_thread == PyThread_get_thread_ident():
             if push_command(self.loop, SET_U, self.j, u, 0.0, False):
                 return 0
-        self.live._push("set_u", self.j, u)
+        self.port.queue_goal(u)
         return 0

@@ -5,9 +5,8 @@
 every conversion between positions, velocities, currents and their registers). `refresh()` computes the
 Present items a read returns (Present Position with multi-turn, homing and reverse mode, Velocity, Current,
 PWM, the Trajectories, Input Voltage, Temperature, Moving, Moving Status, Realtime Tick) from the kernel's
-`State` struct straight into the control table's bytes: a Sync Read costs a few hundred instructions per
-servo here instead of tens of thousands in Python. Rules: notes/dynamixel.md §3.4 (encoder, multi-turn),
-§4.1 (reverse mode), §4.4 (Moving, Moving Status).
+`State` struct straight into the control table's bytes, so that a Sync Read runs no Python per servo.
+Rules: notes/dynamixel.md §3.4 (encoder, multi-turn), §4.1 (reverse mode), §4.4 (Moving, Moving Status).
 
 Register values are rounded half to even (Python's `round`, C's `rint`) and saturate at the item's width
 rather than wrap. A NaN (the kernel never produces one) reads 0.

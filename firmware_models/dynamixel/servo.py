@@ -15,10 +15,14 @@ from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
 from firmware_models.dynamixel.servo_core import POSITION_MODES, Reply, ServoCore
 from hil.joint import Joint
-from hil.kernel import FAULT_BITS, LAWS
+from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
 
 ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0   # Profile Acceleration [rad/s² per unit]
 BUS_WATCHDOG_UNIT_S = 0.020
+# Operating Mode register value (e-manual "Operating Mode") → what the kernel's Dynamixel law regulates;
+# extended position differs from position only in the Present Position register, not in the law
+KERNEL_MODES = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: DXL_MODES["position"],
+                4: DXL_MODES["position"], 5: DXL_MODES["current_position"], 16: DXL_MODES["pwm"]}
 
 # Hardware Error Status (70) and Shutdown (63) bits (notes §3.3)
 HW_INPUT_VOLTAGE = 0x01
@@ -214,7 +218,7 @@ class DynamixelServo(ServoCore):
         current_limit_a = t.get("Current Limit") * self._current_a if self.spec.has("Current Limit") else 0.0
         return {
             "law": LAWS["dxl"], "dxl_time_profile": int(time_based),
-            "dxl_mode": mode,   # the kernel's DXL_* codes are the Operating Mode register values
+            "dxl_mode": KERNEL_MODES[mode],
             "dxl_kpp": fw.position_p(t.get("Position P Gain")),
             "dxl_kpi": fw.position_i(t.get("Position I Gain")),
             "dxl_kpd": fw.position_d(t.get("Position D Gain")),

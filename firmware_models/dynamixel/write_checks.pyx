@@ -16,6 +16,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 
+from firmware_models.dynamixel.errors import ControlTableError
+
 cdef enum:
     READ_ONLY = 0x01
     EEPROM = 0x02
@@ -27,14 +29,13 @@ cdef enum:
     ANY_MODE = 0x80       # ... in every Operating Mode (else only those in `modes`)
     MASKED = 0x100
     CHOICES = 0x200
-    ACCESS = 7            # Protocol 2.0 error numbers (control_table.ErrorCode)
+    ACCESS = 7            # Protocol 2.0 error numbers (errors.ErrorCode)
     DATA_LENGTH = 5
     DATA_RANGE = 4
     DATA_LIMIT = 6
 
 
 def _error(int code, str message):
-    from firmware_models.dynamixel.control_table import ControlTableError   # imports this module: import late
     return ControlTableError(code, message)
 
 

@@ -5,18 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from drivers.canopen.bus import CanopenBus
-    from drivers.dynamixel.server import BusServer
-    from drivers.erob.etherban import EtherbanServer
+    from drivers.server import BusServer
     from hil.daemon.live_rig import LiveRig
     from hil.rig import BusConfig
 
 
-def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | CanopenBus | EtherbanServer:
-    """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path.
-
-    Every server has `path` (where controllers connect), `summary` (one line for the
-    start-up banner), `error` (what stopped it, if anything), `start()` and `stop()`."""
+def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer:
+    """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path."""
     if cfg.protocol == "dynamixel":
         from hil.buses.dynamixel import open_dynamixel_bus
 

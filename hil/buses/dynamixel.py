@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.mirror import MirrorServer
-from drivers.dynamixel.server import BusServer
+from drivers.dynamixel.server import DynamixelServer
 from drivers.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access, ModelSpec, load_model, model_names
 from firmware_models.dynamixel.servo import DynamixelServo
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from hil.rig import BusConfig
 
 
-def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer | MirrorServer:
+def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> DynamixelServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
     from hil.daemon.live_rig import LiveJoint
 
@@ -48,10 +48,8 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
         return _mirror(cfg, live, bus, PtyPort(path))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
     # normal scheduling, unlike the eRob bus threads: a pty hands each write to the controller's side in a
-    # kernel worker, which a SCHED_FIFO bus thread busy on that CPU (executing, or spinning out a paced
-    # reply) holds off. Measured in alternated `servo-hil bench dynamixel` runs (2026-11-22): at FIFO the
-    # fast 4-byte read p50 was 161–175 µs against 127–138, the paced 4 Mbps cycle 1126–1300 against 909–927.
-    server = BusServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
+    # kernel worker, which a SCHED_FIFO bus thread busy on that CPU holds off (`servo-hil bench dynamixel`)
+    server = DynamixelServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
     lock = server.lock
 

@@ -22,10 +22,12 @@ def rig_drives(live: LiveRig) -> ErobDrives:
     """The rig's eRob drive set (created on first use; buses and the Etherban server share it)."""
     from drivers.erob.drives import ErobDrives
 
-    if live.erob_drives is None:
-        live.erob_drives = ErobDrives(period_s=1e-3, fifo_priority=live.rig.loop.io_priority)
-        live.reset_hooks.append(live.erob_drives.power_cycle)   # `reset`: every drive powers up again
-    return live.erob_drives
+    def create() -> ErobDrives:
+        drives = ErobDrives(period_s=1e-3, fifo_priority=live.rig.loop.io_priority)
+        live.reset_hooks.append(drives.power_cycle)   # `reset`: every drive powers up again
+        return drives
+
+    return live.shared("erob_drives", create)
 
 
 def _variant(catalog: str, where: str) -> str:

@@ -395,17 +395,20 @@ def bench_robot(
 
 
 @bench_app.command("loop")
+@one_line_errors
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,
     seconds: Annotated[float, typer.Option(help="measurement window [s]")] = 10.0,
     actuators: Annotated[int, typer.Option(help="MX-64 pendulums in the rig")] = 32,
     publish_every: Annotated[int, typer.Option(help="publish one tick in N")] = 1,
+    rig: Annotated[Path | None, typer.Option(help="the actuators (and robot) of this rig instead of pendulums; "
+                                                  "a robot rig adds its offline figures and bam's peer")] = None,
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
     """The daemon's loop lateness, overruns, CPU, steal and ZeroMQ latency/drops, as JSON."""
     from bench.loop import run as bench
 
-    _print_json(bench(rate, seconds, actuators, publish_every), out)
+    _print_json(bench(rate, seconds, actuators, publish_every, rig_path=rig), out)
 
 
 @bench_app.command("dynamixel")

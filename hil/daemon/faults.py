@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from drivers.faults import BUS_FAULTS, BusFaults
-from hil.daemon.arguments import CommandError, number, only
+from hil.daemon.arguments import CommandError, number, only, shown
 
 KERNEL_FAULTS = ("open_circuit", "supply_sag", "encoder_noise", "encoder_stuck", "encoder_slip", "overheat")
 
@@ -71,7 +71,7 @@ def kernel_fault_params(fault: str, args: dict[str, Any], now_s: float) -> dict[
     if fault == "encoder_slip":
         only(args, ("rate_rad_s",))
         return dict(encoder_slip=number(args, "rate_rad_s", -100.0, 100.0))
-    raise CommandError(f"unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+    raise CommandError(f"unknown fault {shown(fault)} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
 
 
 def kernel_fault_clear(fault: str, configured: dict) -> dict[str, float]:

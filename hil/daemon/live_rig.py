@@ -12,30 +12,52 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from drivers.faults import BUS_FAULTS, BUS_FLAG_BITS, BusFaults
-from hil.daemon.arguments import CommandError, number, only
+from hil.daemon.arguments import CommandError, number, only, shown
 from hil.daemon.faults import KERNEL_FAULTS, inject_bus_fault, kernel_fault_clear, kernel_fault_params
 from hil.daemon.telemetry import LoopStats
 from hil.kernel import FAULT_BITS, LAWS, Kernel
 from hil.loop.rt import COMMANDS, RealtimeLoop
 from hil.params.actuator import ActuatorSpec
+from hil.params.catalog import config_dir
+from hil.params.config_file import Strict, read_toml, validate
 from hil.rig import Rig
+from hil.robot.rig import Robot
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
 POSITION_LAWS = {LAWS["position"], LAWS["dxl_pwm"], LAWS["erob_pd"]}
 DIRECT_MODES = ("voltage", "current", "torque")
 
-# set_param: every kernel parameter a user may change at run time, with its range.
-_FREE_SIGN = {"q_offset", "ctrl_lo", "ctrl_hi", "cog_amplitude", "cog_phase", "ambient", "reftemp", "encoder_slip"}
-_POSITIVE = {"resistance", "motorconst", "gear"}
-_STRUCTURAL = {"law", "integrator", "budget", "budget_quadratic", "ctrl_limited", "seed", "encoder_stuck"}
 BIG = 1e9
+
+
+class Settable(Strict):
+    """One entry of config/daemon/set_param.toml: a kernel parameter `set_param` may change."""
+
+    unit: str
+    range: tuple[float, float] = Field(description="[min, max], inclusive, in `unit`")
+    doc: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Settable:
+        if not self.range[0] <= self.range[1]:
+            raise ValueError(f"range: min {self.range[0]} > max {self.range[1]}")
+        return self
+
+
+def settable_params(path: Path | None = None) -> dict[str, Settable]:
+    """The parameters `set_param` accepts, by name (config/daemon/set_param.toml)."""
+    path = path or config_dir() / "daemon" / "set_param.toml"
+    return {name: validate(Settable, entry, f"{path}: {name}") for name, entry in read_toml(path).items()}
 
 
 def fault_names(flags: int) -> list[str]:
@@ -54,8 +76,9 @@ def _check_args(cmd: dict, allowed: tuple[str, ...]) -> None:
 class LiveRig:
     """The kernel running in its loop thread, plus the host-side bookkeeping of commands and faults."""
 
-    def __init__(self, rig: Rig, specs: list[ActuatorSpec], kernel: Kernel):
+    def __init__(self, rig: Rig, specs: list[ActuatorSpec], kernel: Kernel, robot: Robot | None = None):
         self.rig = rig
+        self.robot = robot   # the loop ticks its engine (kernel + MuJoCo) instead of the kernel alone
         self.specs = specs
         self.names = [a.joint for a in rig.actuators]
         self.index = {n: j for j, n in enumerate(self.names)}
@@ -68,8 +91,9 @@ class LiveRig:
         self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
         self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
-        self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, rig.loop.substeps, rig.zmq.publish_every,
-                                 rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
+        self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, robot.substeps if robot else rig.loop.substeps,
+                                 rig.zmq.publish_every, rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep,
+                                 physics=robot.engine if robot else None)
         self.stats = LoopStats(self.loop)
         self._push_lock = threading.RLock()
         # the thread inside atomic() (it holds _push_lock), None outside: its pushes are staged until the batch ends
@@ -78,7 +102,10 @@ class LiveRig:
         self.stopping = threading.Event()   # set by stop(): the loop is told to end and produces no more ticks
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
         self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
-        self.erob_drives = None   # drivers/erob/drives.ErobDrives once a bus or server reaches an eRob
+        self._shared: dict[str, Any] = {}                   # what several buses of the rig share (shared())
+        self.settable = settable_params()
+        # error replies per command plane ("zmq", "mqtt"): refused commands and malformed or failing input
+        self.command_errors: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -94,6 +121,13 @@ class LiveRig:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+    def shared(self, key: str, create: Callable[[], Any]) -> Any:
+        """The rig's resource `key` that several of its buses share (the eRob drives behind its CAN buses and
+        Etherban servers): made by `create()` on first use, the same object afterwards."""
+        if key not in self._shared:
+            self._shared[key] = create()
+        return self._shared[key]
 
     def emit(self, event: dict) -> None:
         event.setdefault("t_wall", time.time())
@@ -126,7 +160,7 @@ class LiveRig:
     def _actuator(self, cmd: dict) -> int:
         name = cmd.get("actuator")
         if not isinstance(name, str) or name not in self.index:
-            raise CommandError(f"{cmd['cmd']}: unknown actuator {name!r} (known: {', '.join(self.names)})")
+            raise CommandError(f"{cmd['cmd']}: unknown actuator {shown(name)} (known: {', '.join(self.names)})")
         return self.index[name]
 
     # ------------------------------------------------------------------ views
@@ -155,6 +189,7 @@ class LiveRig:
     def status(self) -> dict:
         st = self.state()
         return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {"loop_alive": self.running} | {
+            "command_errors": {plane: self.command_errors[plane] for plane in ("zmq", "mqtt", "mqtt_dropped")}} | {
             "actuators": {n: {"temperature": s["temperature"], "faults": s["faults"], "mode": s["mode"],
                               "enable": s["enable"], "position": s["position"]} for n, s in st.items()}}
 
@@ -168,16 +203,17 @@ class LiveRig:
         if not isinstance(cmd, dict) or not isinstance(cmd.get("cmd"), str):
             raise CommandError("a command is a map with a string 'cmd'")
         name = cmd["cmd"]
-        handler = getattr(self, f"_cmd_{name}", None)
+        handler = getattr(self, f"_cmd_{name}", None) if name.isidentifier() else None
         if handler is None:
-            raise CommandError(f"unknown command {name!r} (known: {', '.join(self.commands())})")
+            raise CommandError(f"unknown command {shown(name)} (known: {', '.join(self.commands())})")
         try:
             return handler(cmd)
         except CommandError:
             raise
         except Exception as exc:
-            log.exception("command %r failed", name)
-            raise CommandError(f"{name}: internal error ({type(exc).__name__}: {exc})") from exc
+            log.warning("command %s failed: %s: %s (command: %s)", shown(name), type(exc).__name__, shown(str(exc)),
+                        shown(cmd))
+            raise CommandError(f"{shown(name)}: internal error ({type(exc).__name__}: {shown(str(exc))})") from exc
 
     @classmethod
     def commands(cls) -> list[str]:
@@ -212,7 +248,7 @@ class LiveRig:
         _check_args(cmd, ("actuator", "value"))
         j = self._actuator(cmd)
         if not isinstance(cmd.get("value"), bool):
-            raise CommandError(f"set_enable: value must be true or false, got {cmd.get('value')!r}")
+            raise CommandError(f"set_enable: value must be true or false, got {shown(cmd.get('value'))}")
         self._push("set_enable", j, 1.0 if cmd["value"] else 0.0)
         return {}
 
@@ -229,7 +265,7 @@ class LiveRig:
         allowed = sorted({LAW_NAMES[own], *DIRECT_MODES})
         mode = cmd.get("mode")
         if mode not in allowed:
-            raise CommandError(f"set_mode: mode {mode!r} is not available for {self.names[j]} (allowed: "
+            raise CommandError(f"set_mode: mode {shown(mode)} is not available for {self.names[j]} (allowed: "
                                f"{', '.join(allowed)})")
         law = LAWS[mode]
         # A new mode starts from a command that holds the joint where it is (or no drive at all).
@@ -245,15 +281,10 @@ class LiveRig:
         _check_args(cmd, ("actuator", "name", "value"))
         j = self._actuator(cmd)
         key = cmd.get("name")
-        if not isinstance(key, str) or key not in self.params[j] or key in _STRUCTURAL:
-            settable = sorted(k for k in self.params[j] if k not in _STRUCTURAL)
-            raise CommandError(f"set_param: unknown parameter {key!r} (settable: {', '.join(settable)})")
-        lo = -BIG if key in _FREE_SIGN else 0.0
-        value = _finite(cmd, "value", lo, BIG)
-        if key in _POSITIVE and value <= 0:
-            raise CommandError(f"set_param: {key} must be > 0, got {value}")
-        if key == "efficiency" and not 0 < value <= 1:
-            raise CommandError(f"set_param: efficiency must be in (0, 1], got {value}")
+        if not isinstance(key, str) or key not in self.settable:
+            raise CommandError(f"set_param: unknown parameter {shown(key)} (settable: {', '.join(self.settable)})")
+        entry = self.settable[key]
+        value = number(cmd, "value", *entry.range, where=f"set_param {key} [{entry.unit}]")
         if key == "thermal_c" and self.params[j]["thermal_r"] > 0 and value <= 0:
             raise CommandError("set_param: thermal_c must be > 0 while the thermal model is on")
         self._set_params(j, {key: value})
@@ -314,7 +345,8 @@ class LiveRig:
                 if fault in ("open_circuit", "overheat", "encoder_slip"):
                     self._push("clear_latches", j)
         else:
-            raise CommandError(f"clear_fault: unknown fault {fault!r} (known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
+            raise CommandError(f"clear_fault: unknown fault {shown(fault)} "
+                               f"(known: {', '.join(KERNEL_FAULTS + BUS_FAULTS)})")
         self.active[j].pop(fault, None)
         if fault == "overheat":
             self.overheat_restore[j] = None
@@ -377,7 +409,7 @@ class LiveRig:
             raise CommandError("step: the rig is not in lock-step mode (set [loop] lockstep = true)")
         n = cmd.get("n", 1)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000_000:
-            raise CommandError(f"step: n must be an integer in [1, 10000000], got {n!r}")
+            raise CommandError(f"step: n must be an integer in [1, 10000000], got {shown(n)}")
         target = self.loop.request_steps(n)
         deadline = time.monotonic() + 60.0
         while self.loop.telemetry()["tick"] < target:
@@ -413,7 +445,8 @@ class _Batch:
 
 
 class LiveJoint:
-    """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` protocol)."""
+    """Actuator j of a running rig, as a firmware model drives it (the `hil.joint.Joint` and
+    `hil.joint.GoalPort` protocols)."""
 
     def __init__(self, live: LiveRig, j: int):
         self.live = live
@@ -434,6 +467,21 @@ class LiveJoint:
 
     def params(self) -> dict:
         return self.live.params[self.j]
+
+    @property
+    def loop(self) -> RealtimeLoop:
+        return self.live.loop
+
+    @property
+    def period_s(self) -> float:
+        return self.live.period_s
+
+    @property
+    def batch_thread(self) -> int | None:
+        return self.live.batch_thread
+
+    def queue_goal(self, u: float) -> None:
+        self.live._push("set_u", self.j, u)
 
     def command(self, params: dict | None = None, goal: float | None = None, enable: bool | None = None,
                 clear_latches: bool = False) -> None:

@@ -9,30 +9,37 @@ Topics under `servo-hil/<rig>/`:
 | `events` | out | no | JSON: faults raised/cleared, shutdowns, mode changes, command results and errors |
 | `cmd/<command>` | in | – | JSON map of arguments, e.g. `cmd/set_goal` `{"actuator": "shoulder", "value": 0.5}` |
 
-With no broker URL the daemon starts an embedded amqtt broker bound to 127.0.0.1.
+With no broker URL the daemon starts an embedded amqtt broker bound to `embedded_host` (127.0.0.1). It
+admits only the rig's `username`/`password` when they are set (anonymous clients too when they are not),
+drops a client sending a packet larger than MAX_PACKET, and delivers commands to the daemon at QoS 0 (a
+command flood is not a flood of acknowledgements); the daemon executes at most `max_commands_per_s` commands
+a second and drops the rest, counted in `status` and reported once per flood.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import socket
 import ssl
 import threading
+import time
 from urllib.parse import urlparse
 
 import aiomqtt
 
-from hil.daemon.arguments import CommandError
+from hil.daemon.arguments import CommandError, shown
 from hil.daemon.live_rig import LiveRig
 from hil.params.config_file import ConfigError
 from hil.rig import MqttConfig
 
 log = logging.getLogger("servo-hil")
-MAX_PAYLOAD = 64 * 1024
+MAX_PAYLOAD = 64 * 1024                # a command's JSON [bytes]
 
 
 def _json(obj) -> bytes:
@@ -48,10 +55,29 @@ def _json(obj) -> bytes:
     return json.dumps(clean(obj), separators=(",", ":")).encode()
 
 
+def check_embedded_port(cfg: MqttConfig) -> None:
+    """ConfigError (one line saying what to do) if the embedded broker's port is taken, e.g. by a system
+    mosquitto on 1883; nothing when the rig names a broker URL."""
+    if cfg.url:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as asyncio's server binds it
+        try:
+            s.bind((cfg.embedded_host, cfg.embedded_port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise ConfigError(f"mqtt.embedded_host = {cfg.embedded_host!r}: cannot bind: {exc.strerror}") from None
+            raise ConfigError(
+                f"mqtt: port {cfg.embedded_port} on {cfg.embedded_host} is in use (another MQTT broker?): use that "
+                f'broker with [mqtt] url = "mqtt://{cfg.embedded_host}:{cfg.embedded_port}", pick a free port with '
+                "[mqtt] embedded_port = ..., or run without MQTT (--no-mqtt)") from None
+
+
 def broker_address(cfg: MqttConfig) -> tuple[str, int, bool]:
     """(host, port, tls) of the configured broker; the embedded one when no URL is given."""
     if not cfg.url:
-        return "127.0.0.1", cfg.embedded_port, False
+        host = "127.0.0.1" if cfg.embedded_host in ("0.0.0.0", "") else cfg.embedded_host
+        return host, cfg.embedded_port, False
     u = urlparse(cfg.url)
     if u.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not u.hostname:
         raise ConfigError(f"mqtt.url: expected mqtt://host[:port] or mqtts://host[:port], got {cfg.url!r}")
@@ -74,6 +100,11 @@ class MqttPlane(threading.Thread):
         self._events: asyncio.Queue | None = None
         self._stopping: asyncio.Event | None = None
         self._broker = None
+        self.dropped = 0                 # commands dropped by the rate limit (also in status)
+        self._flooding = False           # a drop has been reported and the flood has not ended yet
+        self._last_drop = 0.0            # time.monotonic() of the last drop [s]
+        self._tokens = float(cfg.max_commands_per_s)
+        self._refilled = time.monotonic()
         live.listeners.append(self._on_event)
 
     # ------------------------------------------------------------------ thread-safe entry points
@@ -96,15 +127,25 @@ class MqttPlane(threading.Thread):
             log.error("MQTT plane stopped: %s", exc)
 
     async def _start_embedded_broker(self) -> None:
-        from amqtt.broker import Broker
+        from hil.daemon.embedded_broker import MAX_PACKET, EmbeddedBroker  # amqtt: only when it is used
 
-        config = {
-            "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{self.port}"}},
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-        }
-        self._broker = Broker(config)
+        cfg = self.cfg
+        if cfg.username is not None or cfg.password is not None:
+            auth = {"hil.daemon.embedded_broker.RigCredentials": {"username": cfg.username or "",
+                                                                  "password": cfg.password or ""}}
+        else:
+            auth = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
+        config = {"listeners": {"default": {"type": "tcp", "bind": f"{cfg.embedded_host}:{self.port}"}},
+                  "plugins": auth}
+        self._broker = EmbeddedBroker(config, lambda n: self._oversize(n, MAX_PACKET))
         await self._broker.start()
-        log.info("embedded MQTT broker on 127.0.0.1:%d", self.port)
+        log.info("embedded MQTT broker on %s:%d (%s)", cfg.embedded_host, self.port,
+                 "anonymous clients" if "amqtt.plugins.authentication.AnonymousAuthPlugin" in auth
+                 else "the rig's credentials only")
+
+    def _oversize(self, n: int, limit: int) -> None:
+        self.live.command_errors["mqtt"] += 1
+        log.warning("embedded MQTT broker: dropped a client sending a %d-byte packet (limit %d)", n, limit)
 
     def _client(self) -> aiomqtt.Client:
         tls_params = None
@@ -141,7 +182,9 @@ class MqttPlane(threading.Thread):
                 await self._broker.shutdown()
 
     async def _session(self, client: aiomqtt.Client) -> None:
-        await client.subscribe(f"{self.prefix}/cmd/#", qos=1)
+        # QoS 0: the broker does not wait for an acknowledgement of each command (a flood of commands would
+        # be a flood of PUBACK timeouts); the commands that arrive are answered on `events`
+        await client.subscribe(f"{self.prefix}/cmd/#", qos=0)
         await client.publish(f"{self.prefix}/online", b"online", qos=1, retain=True)
         await self._publish_status(client)
         self.connected.set()
@@ -184,29 +227,55 @@ class MqttPlane(threading.Thread):
                 log.debug("MQTT message on %s ignored: not under %s", message.topic, base)
                 continue
             name = str(message.topic)[len(base):]
-            await self._execute(name, bytes(message.payload or b""))
+            if self._admit():
+                await self._execute(name, bytes(message.payload or b""))
+
+    def _admit(self) -> bool:
+        """Token bucket of `max_commands_per_s` (burst: one second's worth): whether the next command runs.
+        A drop is counted; a flood (drops less than a second apart) is reported once at WARNING when it
+        starts, and its total at INFO when a command comes a second after its last drop."""
+        now = time.monotonic()
+        rate = float(self.cfg.max_commands_per_s)
+        self._tokens = min(rate, self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self._flooding and now - self._last_drop > 1.0:
+            self._flooding = False
+            log.info("MQTT command flood over: %d commands dropped so far", self.dropped)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        self.dropped += 1
+        self._last_drop = now
+        self.live.command_errors["mqtt_dropped"] += 1
+        if not self._flooding:
+            self._flooding = True
+            log.warning("MQTT commands arrive faster than %g/s ([mqtt] max_commands_per_s): dropping the excess",
+                        rate)
+        return False
 
     async def _execute(self, name: str, payload: bytes) -> None:
         event: dict = {"type": "command", "command": name}
         try:
             if len(payload) > MAX_PAYLOAD:
-                raise CommandError(f"{name}: payload larger than {MAX_PAYLOAD} bytes")
+                raise CommandError(f"{shown(name)}: payload larger than {MAX_PAYLOAD} bytes")
             try:
                 args = json.loads(payload) if payload.strip() else {}
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise CommandError(f"{name}: payload is not JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:   # bad JSON or UTF-8, too many digits, too deep
+                raise CommandError(f"{shown(name)}: payload is not JSON within limits ({type(exc).__name__}: "
+                                   f"{shown(str(exc))})") from None
             if not isinstance(args, dict):
-                raise CommandError(f"{name}: payload must be a JSON object")
-            if "id" in args:
-                event["id"] = args["id"]
+                raise CommandError(f"{shown(name)}: payload must be a JSON object")
+            if "id" in args and isinstance(args["id"], int | float | str | bool | None):
+                event["id"] = args.get("id")
             if not name or "/" in name:
-                raise CommandError(f"unknown command {name!r} (known: {', '.join(self.live.commands())})")
+                raise CommandError(f"unknown command {shown(name)} (known: {', '.join(self.live.commands())})")
             result = await asyncio.to_thread(self.live.execute, args | {"cmd": name})
             event |= {"ok": True, "result": result}
-        except CommandError as exc:
-            event |= {"type": "command_error", "ok": False, "error": str(exc)}
-            log.warning("MQTT command refused: %s", exc)
-        except Exception as exc:  # a malformed message must never end the control plane
-            log.exception("MQTT command %r failed", name)
-            event |= {"type": "command_error", "ok": False, "error": f"{name}: internal error ({exc})"}
+        except Exception as exc:  # one message never ends the control plane: refused or failed, it is answered
+            error = (str(exc) if isinstance(exc, CommandError)
+                     else f"{shown(name)}: internal error ({type(exc).__name__})")
+            event |= {"type": "command_error", "ok": False, "error": error}
+            self.live.command_errors["mqtt"] += 1
+            log.warning("MQTT command refused: %s", error if isinstance(exc, CommandError)
+                        else f"{error}: {shown(str(exc))} (payload {shown(payload)})")
         self._on_event(event)

@@ -11,15 +11,20 @@ from pathlib import Path
 
 import zmq
 
+from drivers.server import BusServer
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
-from hil.daemon.mqtt_plane import MqttPlane
-from hil.daemon.zmq_io import CommandServer, StatePublisher, realtime_context
-from hil.loop.rt import lock_memory
+from hil.daemon.mqtt_plane import MqttPlane, check_embedded_port
+from hil.daemon.zmq_io import CommandServer, StatePublisher, curve_keys, realtime_context
+from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
-from hil.rig import BusConfig, Rig, load_rig
+from hil.rig import BusConfig, Rig, load_rig, load_robot_rig, read_rig
 
 log = logging.getLogger("servo-hil")
+
+
+class DaemonFailure(RuntimeError):
+    """A thread the daemon needs has ended: the daemon stops with exit status 1 and this one-line reason."""
 
 
 class Daemon:
@@ -27,7 +32,13 @@ class Daemon:
 
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
                  real: list[str] = (), record: str | None = None, record_segment_s: float | None = None):
-        self.rig, self.specs, kernel = load_rig(rig_path)
+        self.robot = None   # a robot rig: its actuators turn the hinges of a MuJoCo model (docs/robots.md)
+        if read_rig(rig_path).robot is not None:
+            self.rig, self.specs, self.robot = load_robot_rig(rig_path)
+            kernel = self.robot.kernel
+        else:
+            self.rig, self.specs, kernel = load_rig(rig_path)
+        self.rig_dir = Path(rig_path).parent   # relative paths in the rig are from its folder
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
@@ -43,26 +54,33 @@ class Daemon:
             for k, bus in enumerate(self.rig.buses):
                 self.rig.buses[k] = validate(BusConfig, bus.model_dump() | {"record_segment_s": record_segment_s},
                                              f"--record-segment-s {record_segment_s}")
-        self.buses: list = []
-        self.live = LiveRig(self.rig, self.specs, kernel)
+        self.buses: list[BusServer] = []
+        self.live = LiveRig(self.rig, self.specs, kernel, self.robot)
         self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
         self.commands: CommandServer | None = None
         self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
         self.mqtt: MqttPlane | None = None
-        self.started = False      # start() completed: only then is a stop worth a log line
+        self.authenticator = None   # the ZAP handler of the CURVE sockets, when [zmq] has keys
+        self.started = False        # start() completed: only then is a stop worth a log line
 
     def start(self) -> None:
         rig = self.rig
         if rig.loop.mlockall and (err := lock_memory()):
             log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
         # sockets first: a port already in use fails before the loop starts
+        curve, self.authenticator = curve_keys(rig.zmq, self.context, self.rig_dir)
+        if self.mqtt_enabled:
+            check_embedded_port(rig.mqtt)
+        if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:
+            log.warning("embedded MQTT broker on %s without credentials ([mqtt] allow_remote = true): anyone "
+                        "who reaches it can command the rig", rig.mqtt.embedded_host)
         try:
-            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority)
+            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority, curve)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
         try:
-            self.commands = CommandServer(self.live, rig.zmq.command, self.context)
+            self.commands = CommandServer(self.live, rig.zmq.command, self.context, curve)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.command}: {exc}") from None
         self.live.start()
@@ -109,9 +127,24 @@ class Daemon:
                 part.sock.close(0)
         if self.mqtt is not None and self.mqtt.ident is not None:
             self.mqtt.stop(1.0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
         self.context.destroy(linger=0)
-        if self.started:        # a start that failed (a bad bus setting) ends in its error line alone
+        if self.started:   # a start that failed half-way (a bad bus setting) ends with its error alone
             log.info("stopped")
+
+    def failure(self) -> str | None:
+        """Why the daemon cannot go on (a thread it needs has ended), or None while every one runs. A daemon
+        without its loop, a bus, its state stream or its command socket would look alive and serve nothing."""
+        if not self.live.running:
+            return "the real-time loop thread ended unexpectedly"
+        for bus in self.buses:
+            if bus.error is not None:
+                return f"bus {bus.name} failed: {bus.error}"
+        for part, what in ((self.commands, "command socket"), (self.publisher, "state publisher")):
+            if part is not None and part.ident is not None and not part.is_alive():
+                return f"the {what} thread ended: {part.error or 'no reason given'}"
+        return None
 
     def run_until_signal(self) -> None:
         stop = threading.Event()
@@ -125,11 +158,8 @@ class Daemon:
         try:
             self.start()
             while not stop.wait(0.1):
-                if not self.live.running:
-                    raise RuntimeError("the real-time loop thread ended unexpectedly")
-                for bus in self.buses:
-                    if bus.error is not None:
-                        raise RuntimeError(f"bus {bus.name} failed: {bus.error}")
+                if reason := self.failure():
+                    raise DaemonFailure(reason)
                 if self.mqtt is not None:
                     if self.mqtt.failed:
                         raise ConfigError(f"MQTT control plane: {self.mqtt.failed}")
@@ -174,3 +204,6 @@ def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: 
         daemon.run_until_signal()
     except zmq.ZMQError as exc:
         raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None
+    except DaemonFailure as exc:
+        print(f"servo-hil: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None

@@ -24,6 +24,12 @@ reads (topic → series prefix, third frame → time stamp). Payload keys (SI un
 The timestamp frame is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
 the simulation time in lock-step mode.
 
+A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
+ticks on topic `b"<rig>/poses"`: a map of `seq` (+1 per message), `t` [s] and `tick` of the copy, `bodies`
+(the MJCF's body names, world first), `position` (x, y, z [m] of each body in the world frame, flattened)
+and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame as above, taken
+when the message is sent.
+
 Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
 `{"ok": false, "error": "…"}` (see LiveRig for the commands).
 """
@@ -34,15 +40,19 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import msgpack
 import numpy as np
 import zmq
+import zmq.auth
 
-from hil.daemon.arguments import CommandError
+from hil.daemon.arguments import CommandError, shown
 from hil.daemon.live_rig import LiveRig, fault_names
 from hil.kernel import FAULT_BITS
 from hil.loop.rt import bind_libzmq, realtime_thread
+from hil.params.config_file import ConfigError
+from hil.rig import ZmqConfig, loopback
 
 log = logging.getLogger("servo-hil")
 
@@ -85,7 +95,8 @@ def realtime_context(priority: int) -> zmq.Context:
 class StatePublisher(threading.Thread):
     """Drains the loop's sample ring and publishes it; raises fault events on flag changes."""
 
-    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, fifo_priority: int = 0):
+    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, fifo_priority: int = 0,
+                 curve: tuple[bytes, bytes] | None = None):
         super().__init__(name="servo-hil-pub", daemon=True)
         self.live = live
         self.fifo_priority = fifo_priority   # SCHED_FIFO priority of this thread (0 = do not try)
@@ -93,15 +104,26 @@ class StatePublisher(threading.Thread):
         self.sock = context.socket(zmq.PUB)
         self.sock.setsockopt(zmq.SNDHWM, 200_000)
         self.sock.setsockopt(zmq.LINGER, 500)
+        curve_server(self.sock, curve)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.topics = [f"{live.rig.name}/{n}".encode() for n in live.names]
         self.flags = np.zeros(len(live.names), dtype=np.int64)   # fault flags last published (C updates)
         self._reported = [0] * len(live.names)                    # … and last reported as events
         self.published = 0
+        self.error: str | None = None   # why run() ended, if not by stop()
         self._halt = threading.Event()
         # epoch time = monotonic time + this offset [ns] (both clocks read once, back to back)
         self._epoch_minus_monotonic_ns = time.time_ns() - time.monotonic_ns()
+        self.robot = live.robot
+        self._wait_s = 0.1   # how long a publish_pending call serves the stream: poses go out between calls
+        if self.robot is not None:
+            self._wait_s = min(0.1, live.rig.robot.pose_every / live.rig.loop.rate_hz)
+        self.poses_sent = 0
+        self._pose_tick = 0
+        if self.robot is not None:
+            self.robot.engine.publish_poses(live.rig.robot.pose_every)
+            self._bodies = [self.robot.model.body(i).name for i in range(self.robot.model.nbody)]
 
     def stop(self) -> None:
         self._halt.set()
@@ -119,6 +141,19 @@ class StatePublisher(threading.Thread):
         self.published += sent
         return sent
 
+    def publish_poses(self) -> None:
+        """The robot's latest copy of its bodies' poses, if new, on `<rig>/poses` (module docstring)."""
+        copy = self.robot.engine.read_poses()
+        if copy is None or copy[0] == self._pose_tick:
+            return
+        tick, t, poses = copy
+        self._pose_tick = tick
+        payload = {"seq": self.poses_sent, "t": t, "tick": tick, "bodies": self._bodies,
+                   "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
+        stamp = t if self.live.rig.loop.lockstep else time.time()
+        self.sock.send_multipart([f"{self.live.rig.name}/poses".encode(), msgpack.packb(payload), repr(stamp).encode()])
+        self.poses_sent += 1
+
     def _flags_changed(self, j: int, flags: int, t: float, temperature: float | None) -> None:
         live = self.live
         before = self._reported[j]
@@ -135,59 +170,145 @@ class StatePublisher(threading.Thread):
     def run(self) -> None:
         # woken by the loop every published tick: at normal priority that wake-up waits behind other processes
         self.rt_mode = realtime_thread(self.fifo_priority)
-        while not self._halt.is_set():
-            if self.live.stopping.is_set():
-                # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
-                # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
-                self._halt.wait()
-                break
-            self.publish_pending(wait_s=0.1)
-        self.publish_pending()  # flush what the loop produced before it stopped
-        self.sock.close()
+        try:
+            while not self._halt.is_set():
+                if self.live.stopping.is_set():
+                    # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
+                    # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
+                    self._halt.wait()
+                    break
+                self.publish_pending(wait_s=self._wait_s)
+                if self.robot is not None:
+                    self.publish_poses()
+            self.publish_pending()  # flush what the loop produced before it stopped
+        except BaseException as exc:  # seen by the daemon's watchdog, which stops the daemon with this reason
+            self.error = f"{type(exc).__name__}: {shown(str(exc))}"
+            raise
+        finally:
+            self.sock.close()
+
+
+# Limits on a command request: a command is a small map. libzmq drops a peer that sends a bigger message
+# before it is buffered whole (ZMQ_MAXMSGSIZE, zmq_setsockopt(3)); msgpack refuses longer strings, binaries,
+# arrays and maps than these while unpacking (msgpack.Unpacker's max_*_len), before allocating them.
+MAX_REQUEST_BYTES = 64 * 1024
+UNPACK_LIMITS = dict(max_str_len=4096, max_bin_len=4096, max_array_len=256, max_map_len=64, max_ext_len=0)
+_ID_TYPES = (int, float, str, bool, type(None))
+
+
+def unpack_request(raw: bytes):
+    """A request's msgpack object, within UNPACK_LIMITS; CommandError naming what is wrong otherwise."""
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=True, **UNPACK_LIMITS)
+    except Exception as exc:  # msgpack raises ValueError subclasses, TypeError (map keys), StackError
+        raise CommandError(f"request is not a msgpack command within limits ({type(exc).__name__}: "
+                           f"{shown(str(exc))})") from None
 
 
 class CommandServer(threading.Thread):
-    """REP socket answering msgpack commands with LiveRig.execute."""
+    """REP socket answering msgpack commands with LiveRig.execute.
 
-    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context):
+    One request is one message: whatever it holds or raises, it is answered (an error reply for anything
+    refused or failing), a malformed or failing one is logged once at WARNING, every error reply is
+    counted in `status` (`command_errors.zmq`), and the next request is served. `error` is set if the
+    thread ends for any other reason (the daemon then stops).
+    """
+
+    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, curve: tuple[bytes, bytes] | None = None):
         super().__init__(name="servo-hil-cmd", daemon=True)
         self.live = live
         self.sock = context.socket(zmq.REP)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+        curve_server(self.sock, curve)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.error: str | None = None
         self._halt = threading.Event()
 
     def stop(self) -> None:
         self._halt.set()
 
-    def handle(self, raw: bytes) -> dict:
-        """The reply to one raw request; never raises (a bad request must not stop the server)."""
+    def handle(self, frames: list[bytes]) -> dict:
+        """The reply to one request (its frames); never raises."""
+        cmd = None
         try:
-            cmd = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        except Exception as exc:  # any malformed request gets an error reply, never a crash
-            return {"ok": False, "error": f"request is not msgpack: {exc}"}
+            if len(frames) != 1:
+                raise CommandError(f"a request is one msgpack frame, got {len(frames)} frames")
+            cmd = unpack_request(frames[0])
+            tag = {"id": cmd["id"]} if isinstance(cmd, dict) and isinstance(cmd.get("id", ()), _ID_TYPES) else {}
+            try:
+                return {"ok": True, **self.live.execute(cmd)} | tag
+            except CommandError as exc:
+                return {"ok": False, "error": str(exc)} | tag
+        except Exception as exc:  # malformed input (or a bug): answered and logged, never the thread's end
+            text = str(exc) if isinstance(exc, CommandError) else f"internal error ({type(exc).__name__})"
+            log.warning("command socket: %s (request: %s)", text if isinstance(exc, CommandError)
+                        else f"{type(exc).__name__}: {shown(str(exc))}", shown(cmd if cmd is not None else frames))
+            return {"ok": False, "error": text}
+
+    def _reply(self, reply: dict) -> bytes:
         try:
-            result = self.live.execute(cmd)
-        except CommandError as exc:
-            tag = {"id": cmd["id"]} if isinstance(cmd, dict) and "id" in cmd else {}
-            return {"ok": False, "error": str(exc)} | tag
-        return {"ok": True, **result} | ({"id": cmd["id"]} if "id" in cmd else {})
+            return msgpack.packb(reply, default=str)
+        except Exception as exc:  # a result msgpack cannot carry (a bug): still one error reply
+            log.warning("command socket: reply not encodable: %s: %s", type(exc).__name__, shown(str(exc)))
+            return msgpack.packb({"ok": False, "error": f"reply not encodable ({type(exc).__name__})"})
 
     def run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        while not self._halt.is_set():
-            if not poller.poll(100):
-                continue
-            raw = self.sock.recv()
-            reply = self.handle(raw)
-            try:
-                self.sock.send(msgpack.packb(reply, default=str))
-            except Exception as exc:
-                log.exception("command reply failed")
-                self.sock.send(msgpack.packb({"ok": False, "error": f"reply failed: {exc}"}))
-        self.sock.close()
+        try:
+            poller = zmq.Poller()
+            poller.register(self.sock, zmq.POLLIN)
+            while not self._halt.is_set():
+                if not poller.poll(100):
+                    continue
+                # every frame of the request is read before the reply: a REP socket refuses to send while
+                # frames of the request are left (EFSM)
+                reply = self.handle(self.sock.recv_multipart())
+                if not reply["ok"]:
+                    self.live.command_errors["zmq"] += 1
+                self.sock.send(self._reply(reply))
+        except BaseException as exc:  # seen by the daemon's watchdog, which stops the daemon with this reason
+            self.error = f"{type(exc).__name__}: {shown(str(exc))}"
+            raise
+        finally:
+            self.sock.close()
+
+
+def curve_server(sock: zmq.Socket, curve: tuple[bytes, bytes] | None) -> None:
+    """Make `sock` a CURVE server with the key pair `curve` (public, secret; Z85) before it binds; None:
+    plain. Which clients may connect is the context's authenticator's business (`curve_keys`)."""
+    if curve is not None:
+        sock.curve_publickey, sock.curve_secretkey = curve
+        sock.curve_server = True
+
+
+def curve_keys(cfg: ZmqConfig, context: zmq.Context, base: Path) -> tuple[tuple[bytes, bytes] | None, object]:
+    """The daemon's CURVE key pair (public, secret) from `[zmq] curve_secret_key` and an authenticator (a
+    started zmq.auth ThreadAuthenticator: stop() it before destroying `context`) admitting only the public
+    keys in `curve_clients` (RFC 27 ZAP); (None, None) without CURVE. Relative paths are from `base`, the
+    rig file's folder.
+    Every endpoint of the rig that is not loopback without CURVE is reported at WARNING (allow_remote)."""
+    if cfg.curve_secret_key is None:
+        for endpoint in (cfg.pub, cfg.command):
+            if not loopback(endpoint):
+                log.warning("ZeroMQ %s is reachable from other machines without authentication ([zmq] "
+                            "allow_remote = true): anyone who reaches it can command the rig", endpoint)
+        return None, None
+    from zmq.auth.thread import ThreadAuthenticator
+
+    key_file, clients = base / cfg.curve_secret_key, base / cfg.curve_clients
+    try:
+        public, secret = zmq.auth.load_certificate(key_file)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"zmq.curve_secret_key: cannot read {str(key_file)!r}: {exc}") from None
+    if secret is None:
+        raise ConfigError(f"zmq.curve_secret_key: {str(key_file)!r} holds no secret key (give the .key_secret file)")
+    if not clients.is_dir():
+        raise ConfigError(f"zmq.curve_clients: {str(clients)!r} is not a folder of client public keys")
+    auth = ThreadAuthenticator(context, log=logging.getLogger("servo-hil.zap"))
+    auth.start()
+    auth.configure_curve(domain="*", location=str(clients))
+    return (public, secret), auth
 
 
 def request(endpoint: str, cmd: dict, timeout_s: float = 2.0, context: zmq.Context | None = None) -> dict:

@@ -1,7 +1,7 @@
 """The servo physics kernel (Cython, nogil): `Kernel` steps N actuators at a fixed dt.
 
-Parameter and state fields, their units and the step order are documented in `core.pxd` and
-`core.pyx`; `default_params()` returns every parameter with its neutral value.
+Parameters, their units and neutral values are in `params.def` (the one table of them); the state in
+`core.pxd`; the step order in `step.pxi`. `default_params()` returns every parameter at its neutral value.
 """
 
 from hil.kernel.core import (

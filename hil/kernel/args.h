@@ -1,4 +1,4 @@
-/* Pass 1 of step_all (core.pyx step_block), the part without the noise generator: the arguments of a
+/* Pass 1 of step_all (step.pxi step_block), the part without the noise generator: the arguments of a
    block's sines, exponentials and powers from the pre-step state, lane by lane over the plan's columns
    (plan.h), branch-free like motor.h and load.h so GCC vectorizes it; every slot is written, unused
    ones with harmless values. Each lane's values are the same bits as the branchy code it replaced. */

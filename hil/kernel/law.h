@@ -1,4 +1,4 @@
-/* Pass 3a of step_all (core.pyx step_block), the firmware laws but LAW_DXL's (core.pyx `dxl_firmware`,
+/* Pass 3a of step_all (step.pxi step_block), the firmware laws but LAW_DXL's (dynamixel.pxi `dxl_firmware`,
    per actuator), lane by lane over the plan's columns (plan.h), branch-free like motor.h so GCC
    vectorizes them; the only copy of these laws. Three passes, the last two run only for a block that
    holds such a law (a lone actuator's step would otherwise wait on the slowest law of all; each pass

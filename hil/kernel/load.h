@@ -1,4 +1,4 @@
-/* Pass 4 of step_all (core.pyx step_block): load, bam's friction budget, integration and the LuGre
+/* Pass 4 of step_all (step.pxi step_block): load, bam's friction budget, integration and the LuGre
    bristle update of a block of actuators, lane by lane over struct-of-arrays data (the plan's columns,
    plan.h, and the block's arrays), written branch-free: every lane computes each feature's value and
    a select keeps it or the neutral one, so GCC vectorizes the loop (AVX2: 4 actuators per instruction

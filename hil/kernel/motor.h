@@ -1,7 +1,7 @@
-/* Pass 3b of step_all (core.pyx step_block): the motor of a block of actuators — armature current,
+/* Pass 3b of step_all (step.pxi step_block): the motor of a block of actuators — armature current,
    heating, torque saturation, thermal derating, gearbox efficiency, cogging and LuGre friction — lane
    by lane over the plan's columns (plan.h) and the block's arrays, branch-free like load.h, so GCC
-   vectorizes it. Pass 3a (sense.h, law.h, and core.pyx `dxl_firmware` for LAW_DXL) hands over what
+   vectorizes it. Pass 3a (sense.h, law.h, and dynamixel.pxi `dxl_firmware` for LAW_DXL) hands over what
    the law asked for; each lane's result is the same bits as the branchy code it replaced. */
 
 #ifndef HIL_MOTOR_H

@@ -1,8 +1,8 @@
-/* The encoder noise generator of step_all (core.pyx step_block, pass 1): each actuator's xorshift64*
+/* The encoder noise generator of step_all (step.pxi step_block, pass 1): each actuator's xorshift64*
    stream (State.rng) and Marsaglia's polar method. The first attempt of a block's pairs runs lane by
    lane and branch-free, so GCC vectorizes it (the 64-bit multiply as 32-bit products, the conversion to
    double by exponent bits: AVX2 has neither instruction); the rejected lanes (1 − π/4 ≈ 21 %), and the
-   lanes of a partial vector, draw with `hil_uniform` per actuator (core.pyx `noise_polar`). Each lane
+   lanes of a partial vector, draw with `hil_uniform` per actuator (step.pxi `noise_polar`). Each lane
    draws the same numbers in the same order as a per-actuator loop, so the stream stays a pure function
    of (seed, k). */
 
@@ -56,7 +56,7 @@ static inline int hil_noise_draws(const double* restrict P, ptrdiff_t st, int j,
 #undef C
 }
 
-/* Lanes [0, m) (whole vectors: core.pyx draws a partial one's lanes per actuator); P as above. Out: a
+/* Lanes [0, m) (whole vectors: step.pxi draws a partial one's lanes per actuator); P as above. Out: a
    drawing lane's first attempt (gauss_x, gauss_y in (−1, 1], gauss_r = gauss_log = x² + y²; 0, 0, 1, 1
    for a lane that does not draw), rng advanced past it, retry = 1 where 0 < r < 1 failed. Returns
    HIL_NOISE_DREW and HIL_NOISE_RETRY as they apply to some lane; without a drawing lane only the neutral values (and no

@@ -10,8 +10,7 @@
 /* c ? a : b without a branch (GCC turns a ?: of doubles into control flow, which stops the vectorizer):
    a bitwise blend, exactly one of the two values. Conditions are 64-bit, as wide as the doubles whose
    compares make them: an `int` condition in a loop of doubles made GCC vectorize the loop 8 lanes wide
-   for the ints, packing each 4-lane compare mask into 32-bit lanes and back (vmath.h's exp array:
-   N = 1024, 4 % fewer instructions per actuator-step with int64_t, callgrind). */
+   for the ints, packing each 4-lane compare mask into 32-bit lanes and back. */
 static inline double hil_sel(int64_t c, double a, double b) {
     uint64_t ua, ub, mask = -(uint64_t)(c != 0);
     memcpy(&ua, &a, sizeof ua);
@@ -23,7 +22,7 @@ static inline double hil_sel(int64_t c, double a, double b) {
 
 static inline double hil_sign(double x) { return hil_sel(x > 0, 1.0, hil_sel(x < 0, -1.0, 0.0)); }
 
-/* x clipped to [lo, hi]: lo if x < lo else (hi if x > hi else x), as core.pyx `clip` (the branchy twin
+/* x clipped to [lo, hi]: lo if x < lo else (hi if x > hi else x), as dynamixel.pxi `clip` (the branchy twin
    for per-actuator code) */
 static inline double hil_clip(double x, double lo, double hi) { return hil_sel(x < lo, lo, hil_sel(x > hi, hi, x)); }
 

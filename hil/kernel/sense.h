@@ -1,4 +1,4 @@
-/* Sensing and faults of step_all (core.pyx step_block), lane by lane over the plan's columns (plan.h)
+/* Sensing and faults of step_all (step.pxi step_block), lane by lane over the plan's columns (plan.h)
    and the block's arrays, branch-free like motor.h so GCC vectorizes them:
    - hil_sense_pass (pass 3a, before the law): the encoder (stuck, slip, noise, quantization), the
      open-circuit fault (time trigger, open fraction of each motor revolution), the winding's resistance

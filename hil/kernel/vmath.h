@@ -1,9 +1,9 @@
-/* sin, exp, log and pow over the kernel's short per-block arrays (core.pyx step_all, pass 2), in place.
+/* sin, exp, log and pow over the kernel's short per-block arrays (step.pxi step_all, pass 2), in place.
 
    The vector paths call glibc's libmvec for sin and log (the x86-64 vector ABI: _ZGVdN4v_* for AVX2,
    _ZGVeN8v_* for AVX-512; ≤ 4 ulp, the functions gcc emits for `omp simd` loops under -ffast-math) and
    compute exp, and pow as exp(y·log x), with vexp.h's exp, which GCC vectorizes inline; the path is
-   picked at run time (hil_simd, from __builtin_cpu_supports; core.pyx defaults to AVX2, see there).
+   picked at run time (hil_simd, from __builtin_cpu_supports; api.pxi defaults to AVX2, see there).
    Each lane's result depends only on its argument (libmvec's padded last vector, GCC's scalar remainder
    of the same operations), so an actuator's step does not depend on its position in a block
    (tests/hil/test_kernel_vmath.py). Without glibc on x86-64, without FMA, or when forced
@@ -20,7 +20,7 @@
 #define HIL_SIMD_AVX512 2
 
 static int hil_simd = HIL_SIMD_SCALAR;   /* the path step_all uses for rigs of HIL_SIMD_MIN_N or more */
-/* A one-lane libmvec call (padded to a vector) costs about twice libm's scalar call: smaller rigs stay
+/* A one-lane libmvec call (padded to a vector) costs more than libm's scalar call: smaller rigs stay
    on libm, so a rig's actuators all take one path whatever their position (round-off apart, a rig's
    size does not change its results either: ≤ 4 ulp per function). */
 #define HIL_SIMD_MIN_N 8
@@ -29,7 +29,7 @@ static int hil_simd = HIL_SIMD_SCALAR;   /* the path step_all uses for rigs of H
 static void hil_sin_libm(double* x, const double* y, int i, int n) { (void)y; for (; i < n; i++) x[i] = sin(x[i]); }
 /* At and below HIL_EXP_LOW exp(x) is at the bottom of the normal range or below, where libm rounds a
    subnormal result once and vexp.h's two scalings would round it twice: the vector paths take libm's exp
-   for exactly those lanes (as libmvec itself did), and below HIL_EXP_ZERO, where libm returns +0 after an
+   for exactly those lanes (as libmvec itself does), and below HIL_EXP_ZERO, where libm returns +0 after an
    underflow path of its own, +0 directly. HIL_EXP_LOW is glibc 2.36's libmvec bound (found by bisection). */
 #define HIL_EXP_LOW (-708.39599609375)
 #define HIL_EXP_ZERO (-746.0)
@@ -48,7 +48,7 @@ __m512d _ZGVeN8v_sin(__m512d);
 __m512d _ZGVeN8v_log(__m512d);
 
 /* exp of an array on a vector path: hil_exp_lane (vexp.h), which GCC vectorizes in each instruction-set
-   copy, ≤ 1 ulp from libm (libmvec's exp cost as much, plus a call and a round trip per vector). The
+   copy, ≤ 1 ulp from libm (libmvec's exp would add a call and a round trip per vector). The
    lanes whose result is below the normal range, (HIL_EXP_ZERO, HIL_EXP_LOW], keep their (negative)
    argument in the loop and take libm's exp after it: the same bits as the libm path there. */
 #define HIL_EXP_ARRAY(sfx, attr)                                                                      \

@@ -8,16 +8,17 @@
 * Python talks to the loop only through single-producer/single-consumer rings (commands in,
   samples out) and a seqlock'd state snapshot, with C11 atomics: the loop never takes the GIL or
   a lock Python can hold, and never waits on Python.
+
+The thread's real-time setup is hil/loop/realtime.pyx; the state publisher that drains the sample ring into
+ZeroMQ is hil/loop/publisher.pyx.
 """
 
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memset
 from libc.math cimport isnan
-from libc.stdio cimport snprintf
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from posix.unistd cimport write as c_write, read as c_read
-from posix.dlfcn cimport dlopen, dlsym, RTLD_NOW
 
 import os
 from collections.abc import Mapping
@@ -25,49 +26,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from hil.kernel.core cimport Kernel, Params, Plan, State, Input, prepare, step_all
+from hil.loop.primitives cimport (hil_add, hil_fence, hil_load, hil_now_ns, hil_sleep_until, hil_store,
+                                  hil_wait_readable)
+from hil.loop.publisher cimport Sample, SampleRing, publish_ring
+from hil.loop.realtime cimport realtime
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <time.h>
-    #include <pthread.h>
-    #include <sched.h>
-    #include <sys/prctl.h>
-    #include <poll.h>
-    static inline int64_t hil_load(int64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline void hil_store(int64_t* p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline int64_t hil_add(int64_t* p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
-    static inline void hil_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-    static inline int64_t hil_now_ns(void) {
-        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    }
-    static inline void hil_sleep_until(int64_t t_ns) {
-        struct timespec ts; ts.tv_sec = t_ns / 1000000000LL; ts.tv_nsec = t_ns % 1000000000LL;
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
-    }
-    static inline int hil_try_fifo(int prio) {
-        struct sched_param sp; sp.sched_priority = prio;
-        return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-    }
-    static inline int hil_timerslack_1ns(void) { return prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
-    static inline int hil_wait_readable(int fd, int timeout_ms) {
-        struct pollfd p; p.fd = fd; p.events = POLLIN; p.revents = 0;
-        return poll(&p, 1, timeout_ms);
-    }
-    """
-    int64_t hil_load(int64_t* p) nogil
-    void hil_store(int64_t* p, int64_t v) nogil
-    int64_t hil_add(int64_t* p, int64_t v) nogil
-    void hil_fence() nogil
-    int64_t hil_now_ns() nogil
-    void hil_sleep_until(int64_t t_ns) nogil
-    int hil_wait_readable(int fd, int timeout_ms) nogil
-    int hil_try_fifo(int prio) nogil
-    int hil_timerslack_1ns() nogil
+# the loop's Python users import the publisher's binding and the real-time setup with the loop
+from hil.loop.publisher import bind_libzmq  # noqa: F401
+from hil.loop.realtime import RT_MODES, lock_memory, realtime_thread  # noqa: F401
 
 DEF HIST_BINS = 10000  # 1 µs bins: 0 … 9.999 ms; the last bin collects everything later
-DEF MAX_CHANGES = 64   # fault-flag changes RealtimeLoop.publish() reports per call
 
 cdef enum:
     CMD_SET_U = 1
@@ -82,116 +50,12 @@ cdef enum:
 
 cdef uint64_t _ONE = 1
 
-# libzmq's zmq_send, looked up in the libzmq pyzmq already loaded (bundled or the system's): the
-# publisher sends from C without the GIL instead of three Python send() calls per message.
-ctypedef int (*zmq_send_t)(void* s, const void* buf, size_t n, int flags) noexcept nogil
-cdef zmq_send_t _zmq_send = NULL
-cdef int ZMQ_SNDMORE = 2
-
-
-def bind_libzmq(str path):
-    """Resolve zmq_send in the shared library at `path` (the libzmq the process has loaded)."""
-    global _zmq_send
-    cdef void* h = dlopen(path.encode(), RTLD_NOW)
-    if h == NULL:
-        raise OSError(f"cannot load {path}")
-    cdef void* f = dlsym(h, "zmq_send")
-    if f == NULL:
-        raise OSError(f"{path} has no zmq_send")
-    _zmq_send = <zmq_send_t> f
-
-RT_MODES = {0: "starting", 1: "SCHED_FIFO", 2: "SCHED_OTHER (timer slack 1 ns)", 3: "SCHED_OTHER"}
-
-
-cdef int _realtime(int priority) noexcept nogil:
-    """The calling thread to SCHED_FIFO at `priority` (if > 0 and allowed), else timer slack 1 ns; the
-    RT_MODES key of what it got."""
-    if priority > 0 and hil_try_fifo(priority) == 0:
-        return 1
-    if hil_timerslack_1ns() == 0:
-        return 2
-    return 3
-
-
-def realtime_thread(int priority):
-    """What the loop thread does for itself, for another time-critical thread (a bus adapter): the calling
-    thread to SCHED_FIFO at `priority` (1..99; 0 = do not try), else 1 ns timer slack (its select/poll
-    timeouts then end on time instead of up to 50 µs late). Returns the RT_MODES name it got."""
-    return RT_MODES[_realtime(priority)]
-
 cdef packed struct Command:
     int64_t kind
     int64_t index
     double a
     double b
     Params params
-
-cdef packed struct Sample:
-    int64_t seq                # publish number: gap-free unless the ring overflowed
-    int64_t tick
-    int64_t deadline_ns        # CLOCK_MONOTONIC deadline of the tick (its wake-up time in lock-step)
-    int64_t index
-    double t
-    double theta
-    double theta_meas
-    double omega
-    double torque
-    double current
-    double voltage
-    double temperature
-    double u
-    double enable
-    double external_torque
-    int64_t law
-    int64_t fault_flags
-
-cdef inline int _key(char* b, int m, const char* k, int n) noexcept nogil:
-    b[m] = <char>(0xa0 | n)          # msgpack fixstr
-    memcpy(b + m + 1, k, n)
-    return m + 1 + n
-
-
-cdef inline int _f64(char* b, int m, double x) noexcept nogil:
-    cdef uint64_t u
-    memcpy(&u, &x, 8)
-    b[m] = <char>0xcb                # msgpack float 64, big-endian
-    cdef int k
-    for k in range(8):
-        b[m + 1 + k] = <char>((u >> (56 - 8 * k)) & 0xff)
-    return m + 9
-
-
-cdef inline int _i64(char* b, int m, int64_t x) noexcept nogil:
-    cdef uint64_t u = <uint64_t>x
-    b[m] = <char>0xd3                # msgpack int 64, big-endian
-    cdef int k
-    for k in range(8):
-        b[m + 1 + k] = <char>((u >> (56 - 8 * k)) & 0xff)
-    return m + 9
-
-
-cdef int _encode_sample(char* b, const Sample* s, int64_t flags) noexcept nogil:
-    """The state-stream payload of one sample as a msgpack map (schema: hil/daemon/zmq_io.py)."""
-    cdef bint has_temp = not isnan(s.temperature)
-    cdef int m = 1
-    b[0] = <char>(0x80 | (14 if has_temp else 13))   # msgpack fixmap
-    m = _i64(b, _key(b, m, "seq", 3), s.seq)
-    m = _f64(b, _key(b, m, "t", 1), s.t)
-    m = _f64(b, _key(b, m, "position", 8), s.theta)
-    m = _f64(b, _key(b, m, "position_measured", 17), s.theta_meas)
-    m = _f64(b, _key(b, m, "velocity", 8), s.omega)
-    m = _f64(b, _key(b, m, "torque", 6), s.torque)
-    m = _f64(b, _key(b, m, "current", 7), s.current)
-    m = _f64(b, _key(b, m, "voltage", 7), s.voltage)
-    m = _f64(b, _key(b, m, "goal", 4), s.u)
-    m = _f64(b, _key(b, m, "enable", 6), s.enable)
-    m = _f64(b, _key(b, m, "external_torque", 15), s.external_torque)
-    m = _i64(b, _key(b, m, "mode", 4), s.law)
-    m = _i64(b, _key(b, m, "fault_flags", 11), flags)
-    if has_temp:
-        m = _f64(b, _key(b, m, "temperature", 11), s.temperature)
-    return m
-
 
 cdef struct Shared:
     int64_t stop
@@ -308,6 +172,8 @@ cdef class RealtimeLoop:
     cdef int64_t staged            # commands written but not yet published to the loop
     cdef readonly int64_t period_ns
     cdef readonly int substeps
+    cdef object physics           # keeps the hook below alive
+    cdef TickHook* hook           # NULL: the kernel's own steps
     cdef readonly int publish_every
     cdef readonly int fifo_priority
     cdef readonly int64_t spin_ns
@@ -317,7 +183,7 @@ cdef class RealtimeLoop:
 
     def __cinit__(self, Kernel kernel, double rate_hz, int substeps=1, int publish_every=1,
                   int fifo_priority=50, double spin_us=0.0, bint lockstep=False,
-                  int64_t command_capacity=4096, int64_t sample_capacity=1 << 16):
+                  int64_t command_capacity=4096, int64_t sample_capacity=1 << 16, physics=None):
         if not (1.0 <= rate_hz <= 20000.0):
             raise ValueError(f"rate_hz must be within 1..20000, got {rate_hz}")
         if substeps < 1 or publish_every < 1:
@@ -329,6 +195,9 @@ cdef class RealtimeLoop:
         if abs(kernel.dt * substeps * 1e9 - self.period_ns) > 1.0:
             raise ValueError(f"kernel dt {kernel.dt} s × {substeps} substeps != period {self.period_ns} ns")
         self.substeps = substeps
+        if physics is not None:   # its tick_hook() runs the substeps of the kernel's actuators and more
+            self.physics = physics
+            self.hook = <TickHook*>PyCapsule_GetPointer(physics.tick_hook(), b"hil.loop.TickHook")
         self.publish_every = publish_every
         self.fifo_priority = fifo_priority
         self.spin_ns = <int64_t>(spin_us * 1000.0)
@@ -412,8 +281,11 @@ cdef class RealtimeLoop:
         cdef int64_t j, head, tail, seq
         cdef Sample* o
         cdef int64_t t0 = hil_now_ns()
-        for s in range(self.substeps):
-            step_all(self.P, self.plan, self.S, self.I, self.n, self.dt)
+        if self.hook != NULL:
+            self.hook.fn(self.hook.ctx)
+        else:
+            for s in range(self.substeps):
+                step_all(self.P, self.plan, self.S, self.I, self.n, self.dt)
         self.sh.work_ns += hil_now_ns() - t0
         self.sh.tick += 1
         self._snapshot()
@@ -452,7 +324,7 @@ cdef class RealtimeLoop:
     cdef void _run(self) noexcept nogil:
         cdef int64_t next_ns, now, late, b
         cdef uint64_t drained
-        self.sh.rt_mode = _realtime(self.fifo_priority)
+        self.sh.rt_mode = realtime(self.fifo_priority)
         next_ns = hil_now_ns()
         self.sh.start_ns = next_ns
         while not hil_load(&self.sh.stop):
@@ -559,69 +431,13 @@ cdef class RealtimeLoop:
         `Socket.underlying`; only the thread that owns the socket may call this. Returns (messages sent,
         [(index, flags, t, temperature)] for the samples whose flags changed, in order, at most 64).
         """
-        if _zmq_send == NULL:
-            raise RuntimeError("bind_libzmq() was not called")
-        cdef Py_ssize_t n = self.kernel.n, j
-        if len(topics) != n or bus_flags.shape[0] != n or known_flags.shape[0] != n:
+        if len(topics) != self.kernel.n:
             raise ValueError("topics, bus_flags and known_flags need one entry per actuator")
-        cdef const char** tp = <const char**> malloc(n * sizeof(char*))
-        cdef Py_ssize_t* tl = <Py_ssize_t*> malloc(n * sizeof(Py_ssize_t))
-        if not (tp and tl):
-            free(tp); free(tl)
-            raise MemoryError()
-        for j in range(n):
-            tp[j] = <const char*> topics[j]
-            tl[j] = len(topics[j])
-        cdef int64_t chg[2 * MAX_CHANGES]
-        cdef double chg_t[2 * MAX_CHANGES]
-        cdef int64_t tail, head, flags, nchg = 0, errors = 0, sent = 0, stamp_key = -1, key, ns, left_ns
-        cdef int64_t end_ns = hil_now_ns() + <int64_t>(wait_s * 1e9)
-        cdef uint64_t drained
-        cdef Sample* smp
-        cdef char buf[512]
-        cdef char ts[40]
-        cdef int m, tsl = 0
-        cdef void* sock = <void*> socket
-        with nogil:
-            while True:
-                tail = self.sh.smp_tail
-                head = hil_load(&self.sh.smp_head)
-                while tail < head and nchg < MAX_CHANGES:
-                    smp = &self.samples[tail % self.smp_cap]
-                    flags = smp.fault_flags | bus_flags[smp.index]
-                    m = _encode_sample(buf, smp, flags)
-                    # every sample of a tick has the same stamp: format it once per tick
-                    key = smp.tick if stamp_sim_time else smp.deadline_ns
-                    if key != stamp_key:
-                        stamp_key = key
-                        if stamp_sim_time:
-                            tsl = snprintf(ts, 40, "%.9f", smp.t)
-                        else:
-                            ns = smp.deadline_ns + stamp_offset_ns
-                            tsl = snprintf(ts, 40, "%lld.%09lld", <long long>(ns // 1000000000),
-                                           <long long>(ns % 1000000000))
-                    if _zmq_send(sock, tp[smp.index], tl[smp.index], ZMQ_SNDMORE) < 0:
-                        errors += 1
-                    _zmq_send(sock, buf, m, ZMQ_SNDMORE)
-                    _zmq_send(sock, ts, tsl, 0)
-                    sent += 1
-                    tail += 1
-                    if flags != known_flags[smp.index]:
-                        known_flags[smp.index] = flags
-                        chg[2 * nchg] = smp.index
-                        chg[2 * nchg + 1] = flags
-                        chg_t[2 * nchg] = smp.t
-                        chg_t[2 * nchg + 1] = smp.temperature
-                        nchg += 1
-                hil_store(&self.sh.smp_tail, tail)
-                left_ns = end_ns - hil_now_ns()
-                if nchg > 0 or left_ns <= 0 or hil_load(&self.sh.stop):
-                    break
-                if hil_wait_readable(self.notify_fd, <int>(left_ns // 1000000) + 1) > 0:
-                    c_read(self.notify_fd, &drained, 8)
-        free(tp); free(tl)
-        self.sh.publish_errors += errors
-        return sent, [(chg[2 * k], chg[2 * k + 1], chg_t[2 * k], chg_t[2 * k + 1]) for k in range(nchg)]
+        cdef SampleRing ring
+        ring.samples, ring.capacity, ring.notify_fd = self.samples, self.smp_cap, self.notify_fd
+        ring.head, ring.tail, ring.stop = &self.sh.smp_head, &self.sh.smp_tail, &self.sh.stop
+        return publish_ring(&ring, socket, topics, bus_flags, stamp_offset_ns, stamp_sim_time, known_flags, wait_s,
+                            &self.sh.publish_errors)
 
     def snapshot(self):
         """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
@@ -719,12 +535,3 @@ COMMANDS = {"set_u": CMD_SET_U, "set_enable": CMD_SET_ENABLE, "set_external": CM
             "set_params": CMD_SET_PARAMS, "set_state": CMD_SET_STATE, "clear_latches": CMD_CLEAR_LATCHES,
             "set_temperature": CMD_SET_TEMPERATURE, "pause": CMD_PAUSE, "resume": CMD_RESUME}
 
-
-def lock_memory():
-    """mlockall(MCL_CURRENT | MCL_FUTURE); returns 0 or the errno."""
-    import ctypes
-    import ctypes.util
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if libc.mlockall(3) != 0:
-        return ctypes.get_errno()
-    return 0

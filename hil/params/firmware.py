@@ -27,7 +27,8 @@ class DynamixelPwmLaw(Strict):
     supply_v: PositiveFloat = Field(description="supply voltage vin [V]")
 
     def kernel_params(self) -> dict[str, float]:
-        return dict(law=LAWS["dxl_pwm"], fw_kp=self.kp, error_gain=self.error_gain,
+        # duty per rad [1/rad], bam's product error_gain·kp (its order: the duty bam computes, bit for bit)
+        return dict(law=LAWS["dxl_pwm"], duty_gain=self.error_gain * self.kp,
                     max_duty=self.max_duty, max_current=self.max_current, supply_v=self.supply_v)
 
 

@@ -25,6 +25,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from hil.kernel.core cimport Input, Kernel, Params, Plan, State, step_all
+from hil.loop.rt cimport TickHook
 
 
 cdef extern from *:
@@ -111,11 +112,6 @@ cdef struct Coupling:
     int64_t pose_tick      # the tick and simulation time [s] of the copy
     double pose_time
 
-
-cdef struct TickHook:
-    # what a loop that ticks other physics than the kernel's own calls, once per tick, without the GIL
-    void (*fn)(void* ctx) noexcept nogil
-    void* ctx
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -323,9 +319,9 @@ cdef class RobotEngine:
         return out
 
     def tick_hook(self):
-        """A capsule ("hil.robot.TickHook") of the C function and context that run one tick of this engine:
-        a real-time loop calls it in place of its kernel steps, without the GIL. Keep the engine alive."""
-        return PyCapsule_New(&self.hook, b"hil.robot.TickHook", NULL)
+        """A capsule ("hil.loop.TickHook", hil/loop/rt.pxd) of the C function and context that run one tick of
+        this engine: RealtimeLoop(physics=engine) calls it in place of its kernel steps, without the GIL."""
+        return PyCapsule_New(&self.hook, b"hil.loop.TickHook", NULL)
 
     def publish_poses(self, int every):
         """Copy the bodies' poses every `every` ticks (0: never), for `read_poses` from another thread."""

@@ -205,15 +205,46 @@ def test_stale_symlink_is_replaced(tmp_path: Path) -> None:
 def test_close_is_idempotent_and_removes_only_our_link(tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
     first = PtyPort(link)
-    second = PtyPort(link)  # takes the name over
-    assert os.readlink(link) == second.device
     first.close()
     first.close()
-    assert os.readlink(link) == second.device  # not ours any more: left alone
+    assert not os.path.lexists(link) and not os.path.lexists(f"{link}.lock")
     with pytest.raises(PortError, match="closed"):
         first.read()
+    second = PtyPort(link)
+    os.replace(link, tmp_path / "moved")          # someone else took the name over
+    os.symlink("/dev/null", link)
     second.close()
-    assert not os.path.lexists(link)
+    assert os.readlink(link) == "/dev/null"       # not ours any more: left alone
+
+
+def test_a_live_link_is_not_taken_over(tmp_path: Path) -> None:
+    """Regression: a second port on the same path replaced the first's link (the first ran on, unreachable)."""
+    link = tmp_path / "ttyDXL"
+    with PtyPort(link) as first:
+        with pytest.raises(PortError, match=rf"ttyDXL.*in use.*pid {os.getpid()}"):
+            PtyPort(link)
+        assert os.readlink(link) == first.device
+    with PtyPort(link) as again:                  # released on close
+        assert os.readlink(link) == again.device
+
+
+def test_the_link_of_a_killed_process_is_replaced(tmp_path: Path) -> None:
+    link = tmp_path / "ttyDXL"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from drivers.ports import PtyPort; "
+                               f"p = PtyPort({str(link)!r}); print(p.device, flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        device = holder.stdout.readline().strip()
+        assert os.readlink(link) == device
+        with pytest.raises(PortError, match="in use"):
+            PtyPort(link)
+    finally:
+        holder.kill()
+        holder.wait(5.0)
+    assert os.path.islink(link)                   # SIGKILL leaves the link (and its lock file) behind
+    with PtyPort(link) as p:
+        assert os.readlink(link) == p.device
+        assert Path(f"{link}.lock").read_text().strip() == str(os.getpid())
 
 
 # --- real serial device (exercised through a pty, which pyserial treats as one) ----------------

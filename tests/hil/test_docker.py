@@ -165,7 +165,8 @@ def test_dockerignore_sends_sources_not_builds():
 def test_container_rig_is_the_default_rig_on_open_endpoints():
     docker_rig = tomllib.loads(CONTAINER_RIG.read_text())
     default = tomllib.loads((REPO / "config" / "rigs" / "default.toml").read_text())
-    assert docker_rig["zmq"] == {key: f"tcp://0.0.0.0:{port}" for key, port in PORTS.items()}
+    # binding 0.0.0.0 needs the explicit opt-in (compose maps the ports on the host's loopback only)
+    assert docker_rig["zmq"] == {key: f"tcp://0.0.0.0:{port}" for key, port in PORTS.items()} | {"allow_remote": True}
     assert docker_rig["mqtt"] == {"url": "mqtt://mosquitto:1883"}
     a, b = Rig.model_validate(docker_rig), Rig.model_validate(default)
     assert a.model_dump(exclude={"zmq", "mqtt"}) == b.model_dump(exclude={"zmq", "mqtt"})

@@ -380,7 +380,7 @@ def _rich_params(j: int) -> dict:
         law=LAWS["dxl_pwm"], resistance=2.0 + 0.3 * j, motorconst=0.5, gear=1.0, armature=0.01,
         te=0.002, thermal_r=5.0, thermal_c=3.0, tempcoef=0.0039, reftemp=25.0, ambient=30.0,
         cog_amplitude=0.01 * (j + 1), cog_poles=6, lugre_s0=50.0, lugre_s1=0.05, lugre_tc=0.01,
-        lugre_ts=0.02, lugre_ws=0.5, supply_v=12.0, fw_kp=32, error_gain=0.158, max_duty=0.96,
+        lugre_ts=0.02, lugre_ws=0.5, supply_v=12.0, duty_gain=0.158 * 32, max_duty=0.96,
         budget=1, friction_base=0.05, friction_viscous=0.01, load_inertia=0.003, mass=0.2, length=0.1,
         encoder_counts=4096, encoder_noise=1e-3, seed=7 + j, oc_fraction=0.2, oc_time=0.7,
     )

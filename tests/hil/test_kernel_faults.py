@@ -87,7 +87,7 @@ def test_open_circuit_temporal_fraction_of_revolution(fraction, law):
 @pytest.mark.parametrize("law", ["voltage", "current", "dxl_pwm", "erob_pd"])
 def test_open_circuit_full_revolution_coasts(law):
     dt, t_fault, n = 1e-3, 0.5, 1000
-    extra = dict(supply_v=12.0, fw_kp=32, error_gain=0.158, max_duty=0.96, pd_kp=10.0, pd_damping=1.0,
+    extra = dict(supply_v=12.0, duty_gain=0.158 * 32, max_duty=0.96, pd_kp=10.0, pd_damping=1.0,
                  max_amps=12.0) if law in ("dxl_pwm", "erob_pd") else {}
     if law == "erob_pd":
         extra["supply_v"] = 48.0
@@ -164,7 +164,7 @@ def test_open_circuit_behavioural_needs_continuous_overcurrent():
 # -- supply override (sag / surge) -----------------------------------------------------------------------
 
 DXL = dict(law=LAWS["dxl_pwm"], resistance=R, motorconst=K, gear=1.0, load_inertia=LOCKED, supply_v=12.0,
-           fw_kp=32, error_gain=0.158, max_duty=0.9625)
+           duty_gain=0.158 * 32, max_duty=0.9625)
 
 
 @pytest.mark.parametrize("supply", [6.0, 14.0])
@@ -181,7 +181,7 @@ def test_supply_override_scales_saturated_voltage_and_stall_torque(supply):
 
 
 def test_supply_override_in_unsaturated_band():
-    """Below saturation the duty is error_gain·kp·e, so the voltage still scales with the supply."""
+    """Below saturation the duty is duty_gain·e, so the voltage still scales with the supply."""
     goal = 0.1   # e·gain·kp = 0.51 < max_duty
     nominal = run(params(**DXL), np.full(5, goal), 1e-3)
     sag = run(params(**DXL, supply_override=6.0), np.full(5, goal), 1e-3)

@@ -47,7 +47,7 @@ GAIN = {LAWS["position"]: 160.0, LAWS["velocity"]: 300.0, LAWS["voltage"]: 6.0, 
 # what sensing and faults select per actuator (sense.h) and the laws of law.h's other passes
 SENSING = [
     {"encoder_noise": 2e-3, "encoder_counts": 4096.0},
-    {"encoder_stuck": 1, "law": LAWS["dxl_pwm"], "fw_kp": 800.0, "error_gain": 0.16, "max_duty": 0.9,
+    {"encoder_stuck": 1, "law": LAWS["dxl_pwm"], "duty_gain": 0.16 * 800.0, "max_duty": 0.9,
      "max_current": 1.5},
     {"encoder_slip": 0.3, "encoder_noise": 1e-3, "oc_fraction": 0.3, "oc_time": 0.05},
     {"oc_fraction": 0.5, "oc_current": 0.05, "oc_duration": 0.003, "law": LAWS["erob_pd"], "pd_kp": 5.0,

@@ -11,7 +11,7 @@ import serial
 
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.protocol import Instruction, encode_instruction
-from drivers.dynamixel.server import BusServer
+from drivers.dynamixel.server import DynamixelServer
 from drivers.ports import PtyPort, wire_time_s
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
@@ -27,12 +27,12 @@ PING_REPLY = 14     # bytes of a Protocol 2.0 Ping status packet
 
 @pytest.fixture(params=[0, 49], ids=["not-asked", "fifo-49"])
 def served(request, tmp_path):
-    """A paced BusServer for one XM430 (ID 3) with fifo_priority = the param, and a client on its pty."""
+    """A paced DynamixelServer for one XM430 (ID 3) with fifo_priority = the param, and a client on its pty."""
     kernel = Kernel(1, 1e-3)
     kernel.set_params(0, kernel_params(entry("xm430_w350").actuator(), LoadConfig(mass=0.3, length=0.1),
                                        EncoderConfig(), FaultConfig(), "euler"))
     servo = DynamixelServo(load_model("xm430_w350"), KernelJoint(kernel), {"ID": 3, "Baud Rate": 3})
-    server = BusServer(DynamixelBus([servo]), PtyPort(tmp_path / "tty"), fifo_priority=request.param)
+    server = DynamixelServer(DynamixelBus([servo]), PtyPort(tmp_path / "tty"), fifo_priority=request.param)
     server.start()
     client = serial.Serial(str(tmp_path / "tty"), BAUD, timeout=1.0)
     yield server, client, request.param

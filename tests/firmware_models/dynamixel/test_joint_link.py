@@ -12,6 +12,8 @@ import pytest
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
 from hil.daemon.live_rig import LiveJoint
+from hil.joint import GoalPort
+from hil.loop.rt import COMMANDS
 from tests.hil.daemon import running_rig
 
 RIG = """name = "joint_link"
@@ -83,3 +85,63 @@ def test_goal_staged_in_the_batch_committed_outside(live):
     _wait(lambda: _goal(live) == servo._units.position_si(3072) != before)
     assert servo.write(GOAL_POSITION, (1024).to_bytes(4, "little")).error == 0   # no batch: committed at once
     _wait(lambda: _goal(live) == servo._units.position_si(1024))
+
+
+class RecordingPort:
+    """A Joint and GoalPort that is not a LiveJoint (no rig behind it to reach): it forwards to `joint` and records
+    the goals the link hands to `queue_goal` (forwarded too while `forward`)."""
+
+    def __init__(self, joint: LiveJoint):
+        self.joint = joint
+        self.queued: list[float] = []
+        self.forward = True
+
+    loop = property(lambda self: self.joint.loop)
+    j = property(lambda self: self.joint.j)
+    period_s = property(lambda self: self.joint.period_s)
+    batch_thread = property(lambda self: self.joint.batch_thread)
+
+    def queue_goal(self, u: float) -> None:
+        self.queued.append(u)
+        if self.forward:
+            self.joint.queue_goal(u)
+
+    def read_state(self):
+        return self.joint.read_state()
+
+    def params(self):
+        return self.joint.params()
+
+    def command(self, **kw):
+        self.joint.command(**kw)
+
+    def time_s(self):
+        return self.joint.time_s()
+
+    def sync(self):
+        self.joint.sync()
+
+
+def test_the_link_reaches_the_loop_through_the_goal_port_only(live):
+    """Outside a batch a goal goes to `queue_goal`; inside the batch on this thread it is staged on the ring in C;
+    with the ring full it goes to `queue_goal` again."""
+    assert isinstance(LiveJoint(live, 0), GoalPort)
+    port = RecordingPort(LiveJoint(live, 0))
+    assert isinstance(port, GoalPort) and not hasattr(port, "live")
+    servo = DynamixelServo(load_model("xm430_w350"), port, {"ID": 1})
+    si = servo._units.position_si
+    assert servo.write(GOAL_POSITION, (3072).to_bytes(4, "little")).error == 0
+    assert port.queued == [si(3072)]
+    _wait(lambda: _goal(live) == si(3072))
+    with live.atomic():
+        assert servo.write(GOAL_POSITION, (1024).to_bytes(4, "little")).error == 0
+    assert port.queued == [si(3072)]                          # staged in C, not handed over
+    _wait(lambda: _goal(live) == si(1024))
+    port.forward = False
+    with live.atomic():
+        staged = 0
+        while live.loop.push(COMMANDS["set_enable"], 1, 1.0, 0.0, None, False):   # fill the ring
+            staged += 1
+        assert staged > 0
+        assert servo.write(GOAL_POSITION, (2048).to_bytes(4, "little")).error == 0
+    assert port.queued == [si(3072), si(2048)]                # the ring was full: handed over

@@ -223,6 +223,8 @@ class MqttClient:
     port: int
     topics: list[str]
     messages: list[MqttMessage] = field(default_factory=list)
+    username: str | None = None
+    password: str | None = None
 
     def __post_init__(self) -> None:
         self._queue: queue.Queue[MqttMessage] = queue.Queue()
@@ -259,7 +261,7 @@ class MqttClient:
 
     async def _session(self) -> None:
         async with aiomqtt.Client("127.0.0.1", self.port, identifier=f"servo-hil-test-{next(_ids)}",
-                                  timeout=3.0) as client:
+                                  username=self.username, password=self.password, timeout=3.0) as client:
             for t in self.topics:
                 await client.subscribe(t, qos=1)
             self._client = client
@@ -281,6 +283,15 @@ class MqttClient:
         fut = asyncio.run_coroutine_threadsafe(self._client.publish(topic, payload, qos=1, retain=retain),
                                                self._loop)
         fut.result(timeout)
+
+    def publish_many(self, topic: str, payloads: list[bytes], timeout: float = 60.0) -> None:
+        """Publish every payload at QoS 1 as fast as the broker acknowledges them (20 in flight, paho's
+        window), as a flooding client does."""
+        async def flood() -> None:
+            for k in range(0, len(payloads), 20):
+                await asyncio.gather(*(self._client.publish(topic, p, qos=1) for p in payloads[k:k + 20]))
+
+        asyncio.run_coroutine_threadsafe(flood(), self._loop).result(timeout)
 
     def publish_json(self, topic: str, obj) -> None:
         self.publish(topic, json.dumps(obj))

@@ -221,7 +221,7 @@ ERRORS = [
                  ("unknown parameter", "stiffness"), id="unknown-parameter"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "law", "value": 1.0},
                  ("unknown parameter", "law"), id="structural-parameter"),
-    pytest.param({"cmd": "set_param", "actuator": "arm", "name": "gear", "value": 0.0}, ("gear", "> 0"),
+    pytest.param({"cmd": "set_param", "actuator": "arm", "name": "gear", "value": 0.0}, ("gear", "out of range"),
                  id="gear-zero"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "mass", "value": -1.0},
                  ("value", "out of range"), id="negative-mass"),

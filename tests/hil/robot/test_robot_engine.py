@@ -65,5 +65,5 @@ def test_tick_hook_is_a_named_capsule() -> None:
     hook = robot.engine.tick_hook()
     name = ctypes.pythonapi.PyCapsule_GetName
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    assert name(hook) == b"hil.robot.TickHook"
+    assert name(hook) == b"hil.loop.TickHook"
     assert mujoco.__version__ == "3.11.0"

@@ -92,6 +92,7 @@ BAD_JOINT_ARM = """<mujoco>
     ("slide", "actuators[1] (elbow).joint: 'elbow' is a slide joint"),
     ("load", "actuators[0] (shoulder).load:"),
     ("timestep", "does not divide a tick"),
+    ("integrator", "loop: a robot's integrator and physics step are its MJCF's"),
 ])
 def test_bad_robot_rig_is_one_line_exit_2(tmp_path: Path, case: str, expect: str) -> None:
     text, mjcf = RIG, str(ARM_2R)
@@ -113,6 +114,8 @@ def test_bad_robot_rig_is_one_line_exit_2(tmp_path: Path, case: str, expect: str
         text = RIG.replace('model = "m4"\n', 'model = "m4"\nload = { mass = 0.2, length = 0.1 }\n', 1)
     elif case == "timestep":
         text = RIG.replace("rate_hz = 1000", "rate_hz = 700")
+    elif case == "integrator":
+        text = RIG.replace("rate_hz = 1000", 'rate_hz = 1000\nintegrator = "bam"')
     rig = write_rig(tmp_path, text, mjcf)
     (tmp_path / "in.csv").write_text("t,shoulder,elbow\n0,0,0\n")
     r = cli("simulate", str(rig), "--input", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))

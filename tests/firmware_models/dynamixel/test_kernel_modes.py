@@ -1,0 +1,54 @@
+"""The Operating Mode register selects what the kernel's Dynamixel law regulates (servo.py KERNEL_MODES):
+every mode a model lists maps, and in PWM mode the duty applied is Goal PWM itself (e-manual, Operating
+Mode 16: Present PWM follows Goal PWM, no position or current loop), whatever the shaft's position."""
+
+from __future__ import annotations
+
+import pytest
+
+from firmware_models.dynamixel.control_table import load_model, model_names
+from firmware_models.dynamixel.servo import KERNEL_MODES, DynamixelServo
+from hil.joint import KernelJoint
+from hil.kernel import DXL_MODES, Kernel
+from hil.params.catalog import entry
+from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+
+
+def servo_of(model: str) -> DynamixelServo:
+    kernel = Kernel(1, 1e-3)
+    kernel.set_params(0, kernel_params(entry(model).actuator(), LoadConfig(mass=0.3, length=0.1),
+                                       EncoderConfig(), FaultConfig(), "euler"))
+    return DynamixelServo(load_model(model), KernelJoint(kernel), {"ID": 1})
+
+
+def write(servo: DynamixelServo, name: str, value: int) -> None:
+    item = servo.spec.item(name)
+    assert servo.write(item.address, value.to_bytes(item.size, "little", signed=item.signed)).error == 0
+
+
+def read(servo: DynamixelServo, name: str) -> int:
+    item = servo.spec.item(name)
+    reply = servo.read(item.address, item.size)
+    assert reply.error == 0
+    return int.from_bytes(reply.params, "little", signed=item.signed)
+
+
+@pytest.mark.parametrize("model", model_names())
+def test_every_operating_mode_maps_to_a_kernel_mode(model):
+    modes = load_model(model).operating_modes
+    assert modes <= KERNEL_MODES.keys()
+    assert {KERNEL_MODES[m] for m in modes} == set(DXL_MODES.values())   # each law the kernel has is reachable
+
+
+@pytest.mark.parametrize("model", ["xm430_w350", "xh540_w270", "mx64"])
+def test_pwm_mode_applies_goal_pwm(model):
+    servo = servo_of(model)
+    write(servo, "Operating Mode", 16)
+    write(servo, "Torque Enable", 1)
+    assert servo.joint.params()["dxl_mode"] == DXL_MODES["pwm"]
+    write(servo, "Goal PWM", 300)
+    servo.joint.step(5)
+    assert read(servo, "Present PWM") == 300
+    write(servo, "Goal PWM", -120)
+    servo.joint.step(5)
+    assert read(servo, "Present PWM") == -120

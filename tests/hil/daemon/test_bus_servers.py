@@ -1,0 +1,144 @@
+"""Every bus a rig can declare is opened as a `drivers.server.BusServer` (hil/buses `open_bus`): the daemon starts
+it, prints its `path` and `summary`, watches `error` and stops it, whatever its protocol. The eRob buses of one rig
+share one drive set, kept by the rig (`LiveRig.shared`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import zmq
+
+from drivers.server import BusServer
+from hil.buses import open_bus
+from hil.buses.erob import rig_drives
+from tests.hil.daemon import free_port, running_rig
+
+
+def _rig(tmp_path) -> str:
+    return f"""name = "servers"
+[loop]
+lockstep = true
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+port = "{tmp_path / 'tty-dxl'}"
+baud = 1000000
+[[buses]]
+name = "can"
+protocol = "canopen"
+port = "{tmp_path / 'tty-can'}"
+baud = 1000000
+[[buses]]
+name = "ethercat"
+protocol = "etherban"
+bind = "tcp://127.0.0.1:{free_port()}"
+joints = ["e100"]
+[[actuators]]
+joint = "x"
+catalog = "xm430_w350"
+load = {{ mass = 0.3, length = 0.1 }}
+bus = "dxl"
+id = 1
+[[actuators]]
+joint = "e100"
+catalog = "erob80_100"
+load = {{ mass = 2.0, length = 0.2 }}
+bus = "can"
+id = 2
+"""
+
+
+@pytest.fixture
+def live(tmp_path):
+    with running_rig(tmp_path / "rig.toml", _rig(tmp_path)) as live:
+        yield live
+
+
+def test_every_protocol_opens_a_bus_server(live, tmp_path):
+    servers = [open_bus(cfg, live) for cfg in live.rig.buses]
+    try:
+        for server in servers:
+            assert isinstance(server, BusServer), type(server).__name__
+            server.start()
+        dxl, can, ether = servers
+        assert os.path.realpath(dxl.path) == os.path.realpath(tmp_path / "tty-dxl") and "IDs 1" in dxl.summary
+        assert os.path.realpath(can.path) == os.path.realpath(tmp_path / "tty-can") and "nodes 2" in can.summary
+        assert ether.path == live.rig.buses[2].bind and "devices 0: " in ether.summary
+        assert [s.error for s in servers] == [None, None, None]
+    finally:
+        for server in servers:
+            server.stop()
+    assert not os.path.lexists(tmp_path / "tty-dxl") and not os.path.lexists(tmp_path / "tty-can")
+    with zmq.Context() as ctx, ctx.socket(zmq.REP) as sock:     # the Etherban endpoint is free again
+        sock.bind(live.rig.buses[2].bind)
+
+
+def test_the_erob_buses_share_one_drive_set_with_one_reset_hook(live):
+    hooks = len(live.reset_hooks)
+    drives = rig_drives(live)
+    can = open_bus(live.rig.buses[1], live)
+    ether = open_bus(live.rig.buses[2], live)
+    try:
+        assert can.drives is drives and ether.drives is drives and rig_drives(live) is drives
+        assert len(live.reset_hooks) == hooks + 1
+        assert ether.devices[0] is can.nodes[0].drive     # one simulated drive, reached both ways
+    finally:
+        can.stop()
+        ether.stop()
+
+
+def test_the_mirrors_are_bus_servers_too(tmp_path):
+    """A Dynamixel mirror in front of a serial device (a pty's far end here) and a CAN mirror in front of a
+    python-can bus (its `virtual` interface here)."""
+    master, slave = os.openpty()
+    rig = f"""name = "mirrors"
+[loop]
+lockstep = true
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+port = "{tmp_path / 'tty-dxl'}"
+baud = 1000000
+real = "{os.ttyname(slave)}"
+[[buses]]
+name = "can"
+protocol = "canopen"
+port = "{tmp_path / 'tty-can'}"
+baud = 1000000
+real = "virtual:servo-hil-test-mirrors"
+[[actuators]]
+joint = "x"
+catalog = "xm430_w350"
+load = {{ mass = 0.3, length = 0.1 }}
+bus = "dxl"
+id = 1
+[[actuators]]
+joint = "e100"
+catalog = "erob80_100"
+load = {{ mass = 2.0, length = 0.2 }}
+bus = "can"
+id = 2
+"""
+    try:
+        with running_rig(tmp_path / "rig.toml", rig) as live:
+            servers = [open_bus(cfg, live) for cfg in live.rig.buses]
+            try:
+                for server in servers:
+                    assert isinstance(server, BusServer), type(server).__name__
+                    server.start()
+                dxl, can = servers
+                assert "mirroring " + os.ttyname(slave) in dxl.summary
+                assert "mirroring virtual:servo-hil-test-mirrors" in can.summary
+                assert [s.error for s in servers] == [None, None]
+            finally:
+                for server in servers:
+                    server.stop()
+            assert [s.error for s in servers] == [None, None]
+    finally:
+        os.close(master)
+        os.close(slave)
