@@ -28,7 +28,7 @@ A robot rig (docs/robots.md) also publishes its bodies' poses, one message every
 ticks on topic `b"<rig>/poses"`: a map of `seq` (+1 per message), `t` [s] and `tick` of the copy, `bodies`
 (the MJCF's body names, world first), `position` (x, y, z [m] of each body in the world frame, flattened)
 and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame as above, taken
-when the message is sent.
+when the message is sent. It is the latest copy when the publisher looks (a lock-step burst ends on its last).
 
 Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
 `{"ok": false, "error": "…"}` (see LiveRig for the commands).

@@ -78,7 +78,7 @@ def test_the_sdk_moves_the_arm_and_zmq_shows_its_poses(launcher, tmp_path: Path)
         assert end[2] - start[2] > 300, (start, end)
         msgs: dict[bytes, list[dict]] = {}
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(msgs.get(b"arm/poses", [])) < 150:
+        while time.monotonic() < deadline and not any(p["tick"] == 1500 for p in msgs.get(b"arm/poses", [])):
             if sub.poll(200):
                 topic, payload, _stamp = sub.recv_multipart()
                 msgs.setdefault(topic, []).append(msgpack.unpackb(payload))
@@ -91,7 +91,10 @@ def test_the_sdk_moves_the_arm_and_zmq_shows_its_poses(launcher, tmp_path: Path)
     shoulder = np.array([m["position"] for m in msgs[b"arm/shoulder"]])
     assert np.ptp(shoulder) > 1e-4
     poses = msgs[b"arm/poses"]
-    assert [p["tick"] for p in poses[:3]] == [10, 20, 30]
+    # the latest copy each time the publisher looks: a lock-step burst of 1500 ticks ends on its last tick
+    ticks = [p["tick"] for p in poses]
+    assert ticks[-1] == 1500 and all(t % 10 == 0 for t in ticks) and ticks == sorted(set(ticks))
+    assert [p["seq"] for p in poses] == list(range(len(poses)))
     last = poses[-1]
     assert last["bodies"][:3] == ["world", "upper_arm", "forearm"]
     xyz = np.array(last["position"]).reshape(-1, 3)
