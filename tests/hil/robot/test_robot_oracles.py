@@ -4,7 +4,8 @@
    pendulum load to 1e-9 rad over bam's four excitation trajectories (6 s each), MuJoCo's Euler.
 2. The 2R arm (config/robots/arm_2r.xml, MX-106 + MX-64 with bam's M4 friction) against bam's own
    `MujocoController.update()` + `mj_step` (better-actuator-models 1.0.2 in bench/.venv-bam) on the
-   same MJCF and goals, to round-off.
+   same MJCF and goals, to round-off; and against an independent replica of that update written here
+   (`replica_of_bams_update`), which runs where bam's Python 3.12 venv cannot be made.
 3. A 2R arm whose hinges carry MuJoCo's native <dcmotor> actuators: MuJoCo alone versus a robot rig
    importing the same motors (`mjcf = ..., name = ...`), to 1e-9 rad.
 """
@@ -131,6 +132,43 @@ def bam_python() -> Path:
     return py
 
 
+def replica_of_bams_update(peers: list[dict], goals: np.ndarray) -> np.ndarray:
+    """An independent replica of bam's `MujocoController.update()` + `mj_step` (bam/mujoco.py, bam/actuator.py
+    `VoltageControlledActuator`, bam/model.py `compute_frictions` for an M4 set: load-dependent with Stribeck,
+    neither directional nor quadratic), written from bam's source for hosts without bam; q (T, n) before each step."""
+    model = mujoco.MjModel.from_xml_path(str(ARM_2R))
+    data = mujoco.MjData(model)
+    sets = [json.loads(Path(p["params"]).read_text()) for p in peers]
+    assert all(b["model"] == "m4" for b in sets)
+    acts = [model.actuator(p["name"]).id for p in peers]
+    dofs = [int(model.jnt_dofadr[model.actuator_trnid[a][0]]) for a in acts]
+    qadr = [int(model.jnt_qposadr[model.actuator_trnid[a][0]]) for a in acts]
+    for dof, b in zip(dofs, sets, strict=True):
+        model.dof_armature[dof] = b["armature"]
+    mujoco.mj_setConst(model, data)
+    for qa, p in zip(qadr, peers, strict=True):
+        data.qpos[qa] = p["q0"]
+    mujoco.mj_forward(model, data)
+    q = np.empty_like(goals)
+    for k in range(len(goals)):
+        for j, (p, b, a, dof, qa) in enumerate(zip(peers, sets, acts, dofs, qadr, strict=True)):
+            qj, dqj = data.qpos[qa], data.qvel[dof]
+            q[k, j] = qj
+            duty = min(max((goals[k, j] - qj) * p["kp"] * p["error_gain"], -p["max_pwm"]), p["max_pwm"])
+            volts = p["vin"] * duty
+            data.ctrl[a] = b["kt"] * volts / b["R"] - b["kt"] ** 2 * dqj / b["R"]
+            rows = (data.efc_type == mujoco.mjtConstraint.mjCNSTR_FRICTION_DOF) & (data.efc_id == dof)
+            tau_e = -data.qfrc_bias[dof] + data.qfrc_constraint[dof] - np.sum(data.efc_force[rows])
+            load = abs(tau_e - data.qfrc_actuator[dof])
+            stribeck = math.exp(-(abs(dqj / b["dtheta_stribeck"]) ** b["alpha"]))
+            model.dof_frictionloss[dof] = (b["friction_base"] + b["load_friction_base"] * load
+                                           + stribeck * b["friction_stribeck"]
+                                           + b["load_friction_stribeck"] * load * stribeck)
+            model.dof_damping[dof] = b["friction_viscous"]
+        mujoco.mj_step(model, data)
+    return q
+
+
 def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path) -> None:
     n_steps = 5000
     g = arm_goals(n_steps)
@@ -147,6 +185,12 @@ def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path) -> None:
     robot = build_robot(RobotConfig(mjcf=ARM_2R.name), ARM_2R.parent, bindings, DT)
     assert robot.engine.kernel.get_params(0)["law"] == bindings[0].params["law"]
     out = robot.engine.run(g)
+
+    # the replica first: it runs wherever MuJoCo does
+    q_replica = replica_of_bams_update(peers, g)
+    assert np.ptp(q_replica[:, 0]) > 0.5 and np.ptp(q_replica[:, 1]) > 0.5
+    err = np.max(np.abs(out["theta"] - q_replica))
+    assert err < Q_TOL, f"replica: max |Δq| = {err:.3e} rad"
 
     py = bam_python()
     job = {"mjcf": str(ARM_2R), "actuators": peers, "goals": g.tolist()}
