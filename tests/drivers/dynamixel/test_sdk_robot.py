@@ -101,3 +101,74 @@ def test_the_sdk_moves_the_arm_and_zmq_shows_its_poses(launcher, tmp_path: Path)
     quat = np.array(last["quaternion"]).reshape(-1, 4)
     np.testing.assert_allclose(np.linalg.norm(quat, axis=1), 1.0, rtol=1e-9)
     assert abs(np.linalg.norm(xyz[2] - xyz[1]) - 0.2) < 1e-9     # the elbow is 0.2 m from the shoulder
+
+
+DESKTOP = Path(__file__).resolve().parents[3] / "config" / "rigs" / "desktop_arm.toml"
+
+
+def desktop_rig(directory: Path) -> DxlRig:
+    """config/rigs/desktop_arm.toml on free ZeroMQ ports, lock-step, its pty in `directory`."""
+    pub, cmd = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    text = DESKTOP.read_text()
+    text = text.replace('mjcf = "../robots/', f'mjcf = "{DESKTOP.parent.parent}/robots/')
+    text = text.replace("rate_hz = 1000\n", f'rate_hz = 1000\nmlockall = false\nlockstep = true\n'
+                                             f'[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n[mqtt]\nenabled = false\n')
+    text = text.replace('baud = 1000000\n', 'baud = 1000000\nfast = true\n')
+    path = directory / "desktop.toml"
+    path.write_text(text)
+    return DxlRig(path, str(directory / "tty-desktop"), cmd, pub, True, True, 1000.0)
+
+
+def test_an_sdk_script_sweeps_the_desktop_arm_and_pushes_the_box(launcher, tmp_path: Path) -> None:
+    """The script a controller would run on the real arm: torque on, then Goal Positions by GroupSyncWrite
+    (e-manual Protocol 2.0 §Sync Write) every 100 ms, sweeping the waist 0.9 rad at hover height; the fingers
+    push the box on the table (contacts), which the poses topic shows."""
+    import dynamixel_sdk as sdk
+
+    rig = desktop_rig(tmp_path)
+    daemon = launcher.start(rig)
+    assert daemon.ids == (1, 2, 3, 4, 5, 6)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"desktop_arm/poses")
+    sub.connect(rig.pub)
+    time.sleep(0.3)
+    poses = []
+
+    def drain() -> None:
+        while sub.poll(100):
+            poses.append(msgpack.unpackb(sub.recv_multipart()[1]))
+
+    try:
+        with open_dxl(rig.port) as dxl:
+            start = {i: dxl.read(i, A.PRESENT_POSITION, signed=True) for i in range(1, 7)}
+            for i in range(1, 7):
+                dxl.write(i, A.TORQUE_ENABLE, 1)
+            daemon.step(10)
+            drain()
+            sync = sdk.GroupSyncWrite(dxl.port, dxl.ph, *A.GOAL_POSITION)
+            for k in range(1, 26):
+                waist = start[1] + round(min(k / 15, 1.0) * 0.9 * COUNTS_PER_RAD)
+                for i in range(1, 7):
+                    goal = waist if i == 1 else start[i]
+                    assert sync.addParam(i, list(goal.to_bytes(4, "little", signed=True)))
+                assert sync.txPacket() == sdk.COMM_SUCCESS
+                sync.clearParam()
+                daemon.step(100)
+            end = {i: dxl.read(i, A.PRESENT_POSITION, signed=True) for i in range(1, 7)}
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and not any(p["tick"] == 2510 for p in poses):
+            drain()
+    finally:
+        sub.close(0)
+        ctx.term()
+    assert abs(end[1] - start[1] - 0.9 * COUNTS_PER_RAD) < 0.05 * COUNTS_PER_RAD, (start, end)   # the waist swept
+    assert all(abs(end[i] - start[i]) < 0.02 * COUNTS_PER_RAD for i in range(2, 6)), (start, end)  # the arm held
+    # the box pushes back on the finger: the gripper's XL330 yields to the contact
+    assert abs(end[6] - start[6]) > 0.05 * COUNTS_PER_RAD, (start, end)
+    box = poses[0]["bodies"].index("object")
+    first = np.array(poses[0]["position"]).reshape(-1, 3)[box]
+    last = np.array(poses[-1]["position"]).reshape(-1, 3)[box]
+    assert poses[-1]["tick"] == 2510
+    assert np.linalg.norm(last[:2] - first[:2]) > 0.02, (first, last)      # pushed over 2 cm across the table
+    assert abs(last[2] - first[2]) < 0.005                                  # and still on it
