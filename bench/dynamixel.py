@@ -13,13 +13,14 @@ time.perf_counter_ns:
 Runs: paced (wire timing emulated) with Return Delay Time 0 (the tuned setting) and 250 (the
 default, 500 µs), and fast (the bus's `fast = true`: no pacing, no delays). Each sample is compared
 with the wire-time bound computed from the encoded packets (stuffing counted), 10 bits per byte at
-the baud, plus the Return Delay Time before each reply (notes/dynamixel.md §1.5, §6.3):
+the baud (as dynamixel-sdk's port_handler.py `setPacketTimeout` counts), plus the Return Delay Time before each
+reply (e-manual §Return Delay Time(9)):
 
   read4 = instruction + return delay + status
   cycle = sync write + sync read request + Σ over servos (return delay + status)
   sync_read = sync read request + Σ over servos (return delay + status)
 
-Targets (the issue): paced p50 within 10 % or 50 µs of the bound; fast ≥ 2000 "Sync Read cycles"/s at
+Targets (docs/performance.md): paced p50 within 10 % or 50 µs of the bound; fast ≥ 2000 "Sync Read cycles"/s at
 each baud, judged on both readings: the full Sync Read + Sync Write cycle (`cycle`) and the Sync Read
 alone (`sync_read`).
 
@@ -159,7 +160,7 @@ def echo_peer(conn, replies: dict[bytes, bytes]) -> None:
     Sync Write (no reply) and unknown packets are ignored. Ends on SIGTERM.
     """
     master, slave = os.openpty()
-    tty.setraw(slave)     # keep our slave fd open: the SDK closes and reopens it (notes §6.4)
+    tty.setraw(slave)     # keep our slave fd open: the SDK closes and reopens it (no holder: the master reads EIO)
     conn.send(os.ttyname(slave))
     conn.close()
     buf = b""

@@ -12,7 +12,7 @@ Sync Write cycles of the 12. Both sides stamp time.monotonic_ns() (one CLOCK_MON
 
 Per transaction every stamp is taken relative to the start of the client's request write; the JSON gives
 the median of each over the transactions, and the bound (wire time of the packets + Return Delay Time) as
-`servo-hil bench dynamixel` computes it. The stamps cost the server ≈ 1 µs each, so the round trips here
+`servo-hil bench dynamixel` computes it. Taking the stamps adds to the server's work, so the round trips here
 are a little slower than the bench's. A diagnostic, not a judged benchmark.
 """
 

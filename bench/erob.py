@@ -25,7 +25,7 @@ time.perf_counter_ns, in this process:
     (see its echo-peer figures).
 * Etherban (pyzmq REQ, our `drivers.erob.etherban_pb2`): a 1 kHz loop on absolute deadlines in
   TORQUE mode with bam's host PD toward a fixed target (amps = kp·(q* − q) + damping·√kp·(dq* − dq),
-  ±12 A; kp 10, damping 2 for device 0 (eRob80:100) and 1 for device 1 (eRob80:50), notes/erob.md §2).
+  ±12 A; kp 10, damping 2 for device 0 (eRob80:100) and 1 for device 1 (eRob80:50), bam/actuators.py).
   Request/response = send → reply read; an overrun = a reply read after the next cycle's deadline.
 
 The wire-time floor of one CANopen cycle at 1 Mbit/s is computed from `frame_bits` (the worst-case
@@ -43,7 +43,7 @@ loopback and the scheduler on this machine; the emulator figures are also given 
 Hypervisor steal over each phase is reported, and where the CPU went (cores used by this client, by
 the server process, by everything else on the host), with the server's CPU per cycle above its idle
 background, as `bench dynamixel` does. The daemon's own loop telemetry (lateness, overruns; since
-the daemon started) at the end of each phase is included. Targets (the issue): no CANopen miss at
+the daemon started) at the end of each phase is included. Targets (docs/performance.md): no CANopen miss at
 1 kHz (lean client); p50/p99 reported. The process exits 0 even when a target is missed: it is a
 measurement.
 """
@@ -87,7 +87,7 @@ TPDO1, RPDO1 = 0x180, 0x200
 CONTROLWORD_ENABLE = 0x0F
 CSP = 8
 KP = (10.0, 10.0)                               # bam's Client.position_control gains, per device
-DAMPING = (2.0, 1.0)                            # eRob80:100, eRob80:50 (notes/erob.md §2)
+DAMPING = (2.0, 1.0)                            # eRob80:100, eRob80:50 (bam/actuators.py ErobActuator damping)
 MAX_AMPS = 12.0
 ETHERBAN_STEP_RAD = 0.1                         # the fixed PD target: the first position + this
 PEER_POSITION = 0                               # what the SLCAN peer's TPDOs carry
@@ -522,7 +522,7 @@ def _can_result(raw: dict, warmup: int, idle_cores: float) -> dict:
 
 
 def _stats_p95(samples_ns: list[int]) -> dict:
-    """`bench dynamixel`'s percentiles (1 µs histogram) plus p95, the notes' figure."""
+    """`bench dynamixel`'s percentiles (1 µs histogram) plus p95."""
     st = latency_stats(samples_ns)
     p95 = percentile_us(np.bincount(np.asarray(samples_ns, dtype=np.int64) // 1000), 0.95) if samples_ns else None
     return {"samples": len(samples_ns), "p50_us": st["p50_us"], "p95_us": p95, "p99_us": st["p99_us"],

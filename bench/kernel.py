@@ -13,7 +13,7 @@ What is measured (dt = 1 ms, one core, pinned to CPU 0 when the OS allows it):
   `Kernel.run` takes each block of 32 actuators through all T steps before the next block.
 * `kernel_step_call_n1`: one `Kernel.step(u)` Python call per step at N = 1 (call overhead included);
   `kernel_step_call_n1024`: the same at N = 1024, i.e. the whole rig one step at a time, the real-time
-  loop's order (the call's ≈ 0.5 µs spread over 1024 actuators).
+  loop's order (one call's overhead spread over 1024 actuators).
 * `mujoco_mj_step`: `mujoco.mj_step` (3.11, Euler) on the equivalent one-hinge `<dcmotor>` pendulum
   with the features MuJoCo has, called from a Python loop that writes `data.ctrl` each step.
 * `mujoco_rollout`: the same model through `mujoco.rollout` (no Python per step), nbatch 1 and 32,
@@ -93,7 +93,7 @@ ENCODER = {"encoder_counts": 4096.0, "encoder_noise": 2e-4}
 # Open-circuit fault armed (10 % of each motor revolution open once it latches), never triggered:
 # no temporal trigger, and the behavioural trigger needs |i| > 50 A for 10 ms (i stays < 7 A).
 FAULT = {"oc_fraction": 0.1, "oc_time": math.inf, "oc_current": 50.0, "oc_duration": 0.01}
-# bam MX-64 m6 (bam/params/mx64/m6.json, notes/bam.md §3), friction budget M6 at the output.
+# bam MX-64 m6 (bam/params/mx64/m6.json, copied to data/bam/params), friction budget M6 at the output.
 BAM_MX64_M6 = {
     "friction_base": 6.217919698787649e-07,
     "friction_stribeck": 0.12269525980968875,

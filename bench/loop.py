@@ -8,8 +8,8 @@ ZeroMQ latency from each tick's deadline (the message's timestamp frame) to its 
 drops counted from sequence gaps. Targets are judged only when steal stays under 2 %.
 
 The subscriber that is judged receives and stamps in C (`zmq_receiver.pyx`), so that its own interpreter
-time (≈ 5 µs per message, i.e. ≈ 150 µs behind the first message for the last of 32 in a tick) is not
-charged to the transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
+time per message (which the last of 32 messages in a tick waits behind 31 times) is not charged to the
+transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
 cyclictest's measuring thread does), so that its own wake-ups behind other processes are not either;
 the same stream received from Python at normal priority follows in the same run
 (`zmq_python_subscriber`), as a Python script sees it.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import tomli_w
 import zmq
 
 from bench import zmq_receiver
@@ -71,38 +71,23 @@ def _realtime(priority: int):
 
 def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int,
               rig: Path | None = None) -> str:
-    """The daemon's rig: N MX-64 m6 pendulums, or the actuators and the robot of `rig` (without its buses)."""
+    """The daemon's rig: N MX-64 m6 pendulums, or the actuators and the robot of `rig` without its buses (files
+    made absolute; the poses topic off, so that the judged stream is the joints')."""
+    doc = {"name": "bench", "loop": {"rate_hz": rate},
+           "zmq": {"pub": pub, "command": cmd, "publish_every": publish_every},
+           "mqtt": {"embedded_port": mqtt_port}}
     if rig is None:
-        joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "mx64"\nmodel = "m6"\n'
-                         f'load = {{ mass = 0.5, length = 0.1 }}\n' for i in range(actuators))
-        robot = ""
-    else:
-        joints, robot = _rig_actuators(rig)
-    return (f'name = "bench"\n[loop]\nrate_hz = {rate}\n[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n'
-            f'publish_every = {publish_every}\n[mqtt]\nembedded_port = {mqtt_port}\n{robot}{joints}')
-
-
-def _toml_value(value) -> str:
-    # the scalars and flat tables of an actuator entry: JSON's strings, numbers and booleans are TOML's
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    return json.dumps(value)
-
-
-def _rig_actuators(path: Path) -> tuple[str, str]:
-    """`[[actuators]]` and `[robot]` of the rig at `path`, its files made absolute, without buses; the poses
-    topic off (the subscriber judges the joint stream alone)."""
-    rig = read_rig(path)
+        doc["actuators"] = [{"joint": f"j{i}", "catalog": "mx64", "model": "m6",
+                             "load": {"mass": 0.5, "length": 0.1}} for i in range(actuators)]
+        return tomli_w.dumps(doc)
+    parsed = read_rig(rig)
     files = ("params", "mjcf")
-    joints = ""
-    for a in rig.actuators:
-        entry = a.model_dump(exclude_unset=True, exclude={"bus", "id", "registers"})
-        entry = {k: str((path.parent / v).resolve()) if k in files else v for k, v in entry.items()}
-        joints += "\n[[actuators]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in entry.items())
-    robot = ""
-    if rig.robot is not None:
-        robot = f'[robot]\nmjcf = {json.dumps(str((path.parent / rig.robot.mjcf).resolve()))}\npose_every = 1000000\n'
-    return joints, robot
+    doc["actuators"] = [{k: str((rig.parent / v).resolve()) if k in files else v
+                         for k, v in a.model_dump(exclude_unset=True, exclude={"bus", "id", "registers"}).items()}
+                        for a in parsed.actuators]
+    if parsed.robot is not None:
+        doc["robot"] = {"mjcf": str((rig.parent / parsed.robot.mjcf).resolve()), "pose_every": 1_000_000}
+    return tomli_w.dumps(doc)
 
 
 def _drain(sub: zmq.Socket, into: list) -> None:

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """`servo-hil bench loop`'s state-stream subscriber in C: receive and stamp without the interpreter.
 
-A Python subscriber spends ≈ 5 µs of interpreter time per message (three `recv()` calls, a clock read,
-a tuple), so at 32 messages per tick the last message of a tick waits ≈ 150 µs behind the first ones
+A Python subscriber spends interpreter time on every message (three `recv()` calls, a clock read, a
+tuple), so at 32 messages per tick the last message of a tick waits 31 times that behind the first ones
 in its own process: that is the subscriber's cost, not the transport's. This loop receives with libzmq's
 `zmq_recv` (the libzmq pyzmq loaded, as the daemon's publisher does) without the GIL, stamps every
 message with CLOCK_REALTIME when its first frame is in, and keeps what the benchmark decodes afterwards:

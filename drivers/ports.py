@@ -9,9 +9,9 @@ non-blocking byte pipe to the controller with a file descriptor for select/poll.
   USB-RS485 adapter.
 
 A pty moves bytes as fast as memory does, so `PacedWriter` releases a reply no earlier than a real
-UART at the configured baud rate would deliver it (DESIGN.md, Timing).
+UART at the configured baud rate would deliver it (docs/architecture.md, Timing).
 
-Linux pty facts this module relies on (notes/dynamixel.md §6.4, re-checked by tests/drivers/test_ports.py):
+Linux pty facts this module relies on (pty(7), termios(3); re-checked by tests/drivers/test_ports.py):
 termios settings made on the slave are read back through the master; when the last holder of the
 slave closes it, reads on the master fail with EIO; until someone sets raw mode, the line
 discipline echoes and translates bytes.

@@ -4,7 +4,7 @@ The controller's unchanged python-can (`can.Bus(interface="slcan", channel=<pty 
 same choice from python-can's env/config) opens the pty as if it were a USB-CAN adapter; this thread
 serves the master side, speaks the Lawicel ASCII protocol to the host, and connects the host to a
 simulated CAN bus: frames the host transmits go to `on_frame`, frames the simulated nodes `send()`
-go to the host (notes/erob.md §0.3, §4).
+go to the host (the host side is python-can's `can/interfaces/slcan.py`).
 
 Protocol (Lawicel CANUSB/CAN232 manual; every command ends with CR, 0x0D). Replies: CR for OK, BEL
 (0x07) for an error, as the manual says. LF is ignored, so a terminal's CRLF works.

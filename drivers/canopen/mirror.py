@@ -49,7 +49,7 @@ log = logging.getLogger("servo-hil")
 _SDO_TX, _SDO_RX = 0x580, 0x600
 _SDO_UPLOAD_REPLY, _SDO_DOWNLOAD = 0x40, 0x20       # command specifier bits 5..7 of byte 0
 _EXPEDITED, _SIZE_GIVEN = 0x02, 0x01
-_OPERATION_ENABLED = (0x6F, 0x27)                   # statusword mask → value (notes/erob.md §3.3)
+_OPERATION_ENABLED = (0x6F, 0x27)                   # statusword mask → value (CiA 402-2 FSA)
 
 # drive object → (state field, SI conversion with the drive's units)
 _STATE_OBJECTS: dict[tuple[int, int], tuple[str, Callable[[Units, int], float | bool]]] = {

@@ -1,6 +1,6 @@
 """One eRob as a CANopen node (CiA 301) on top of its CiA 402 drive model.
 
-Services (notes/erob.md §3.1; COB-IDs for node n):
+Services (CiA 301 §7.2.2–§7.2.8; COB-IDs for node n):
 
 - NMT (0x000): [cs, node] (node 0 = all; DLC ≠ 2 ignored): 0x01 start, 0x02 stop, 0x80 pre-operational,
   0x81 reset node (every object to its power-up value), 0x82 reset communication (0x1000–0x1FFF); a

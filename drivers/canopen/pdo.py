@@ -3,7 +3,8 @@
 The communication (0x1400+n RPDO, 0x1800+n TPDO) and mapping (0x1600+n, 0x1A00+n) parameters live
 in the drive's object store like every other object; `Pdo` is a view of one of them. python-canopen's
 `pdo` package is the master's view of a remote node (it reads maps by SDO and owns callbacks), so the
-slave side is here (notes/erob.md §4, "missing" (a)–(d), (g)).
+slave side is here (canopen 2.4.1's `LocalNode`, canopen/node/local.py and canopen/pdo/base.py: no SYNC or
+event-driven TPDOs, no NMT gating, no re-read of a map after an SDO write, received RPDOs not applied).
 
 Configuration writes follow CiA 301 §7.5.2.35–38 with the abort codes of CANopenNode's CO_PDO.c (the
 reference open-source CiA 301 stack), which the eRob's own firmware does not document:

@@ -1,11 +1,11 @@
 """The eRob drives of a running rig and the thread that runs their firmware at the control rate.
 
-An eRob is reached two ways (notes/erob.md §0): CANopen on its CAN bus (`drivers/canopen/bus.py`)
-and, as Rhoban does, through an EtherCAT master behind the Etherban ZeroMQ server
-(`drivers/erob/etherban.py`). Both talk to the same simulated drive: one `Cia402Drive` per actuator,
-created by whichever opens it first, shared by both, and ticked here.
+An eRob is reached two ways: CANopen on its CAN bus, as ZeroErr's eRob_CANopen_Python demos do
+(`drivers/canopen/bus.py`), and, as Rhoban's bam/erob/etherban.py does, through an EtherCAT master behind the
+Etherban ZeroMQ server (`drivers/erob/etherban.py`). Both talk to the same simulated drive: one `Cia402Drive`
+per actuator, created by whichever opens it first, shared by both, and ticked here.
 
-Threads: the drive model holds no lock (firmware_models/erob/cia402.py), so every access — a CAN frame,
+Threads: the drive model holds no lock (firmware_models/erob/cia402/), so every access — a CAN frame,
 an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick()` of every drive (the
 eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
 rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,

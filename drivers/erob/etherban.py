@@ -1,14 +1,13 @@
 """An Etherban-compatible ZeroMQ server: bam's eRob client (`bam/erob/etherban.py`, `Client`) runs
 unchanged against the rig's simulated eRob drives.
 
-What is known (notes/erob.md §2, notes/bam.md §5): Rhoban's Etherban server sits behind a ZeroMQ REP
-socket (bam connects a REQ socket to tcp://<host>:7332). The client sends one protobuf `Request` (a list
-of `Order`s: device, operation mode POSITION / VELOCITY / TORQUE, target) about every 1 ms and reads one
-`Response` (a `Status` per device and `has_fault`); it exits when `has_fault` is set. Its TORQUE target
-is a current in A (bam's host PD, clamped to ±12 A); positions are in rad, velocities in rad/s. The
-status fields look like CiA 402 objects, so the server is taken to be an EtherCAT master (the notes'
-inference). The server itself is not public: everything below that the notes do not say is this
-module's model of it, marked "choice".
+What is known (bam/erob/etherban.py `Client`, bam/erob/etherban.proto): Rhoban's Etherban server sits behind a
+ZeroMQ REP socket (bam connects a REQ socket to tcp://<host>:7332). The client sends one protobuf `Request` (a
+list of `Order`s: device, operation mode POSITION / VELOCITY / TORQUE, target) about every 1 ms and reads one
+`Response` (a `Status` per device and `has_fault`); it exits when `has_fault` is set. Its TORQUE target is a
+current in A (bam's host PD, clamped to ±12 A); positions are in rad, velocities in rad/s. The status fields
+look like CiA 402 objects, so the server is taken to be an EtherCAT master (an inference). The server itself is
+not public: everything below that bam's client does not show is this module's model of it, marked "choice".
 
 Behaviour (messages: drivers/erob/etherban.proto, field numbers assumed):
 - One Request → one Response, always (a REP socket that does not answer stalls the client).

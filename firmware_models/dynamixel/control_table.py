@@ -2,7 +2,7 @@
 
 Engine
     `ControlTable` holds one servo's bytes and makes every check a real servo makes on a read or a write,
-    raising `ControlTableError` with the Protocol 2.0 error number (notes/dynamixel.md §1.4). It does not
+    raising `ControlTableError` with the Protocol 2.0 error number (Protocol 2.0 §Status Packet, Error). It does not
     do what the firmware does *because of* a write (mode switch, torque, physics): `write()` returns the
     names of the items whose value changed and the firmware model acts on them.
 
@@ -203,7 +203,8 @@ class ControlTable:
         """Items a switch to Operating Mode `mode` resets, and their new values, in address order.
 
         Gains and profile (per-mode defaults from the TOML over the item defaults), then Goal PWM / Goal
-        Current = PWM Limit / Current Limit (the new PWM Limit if the mode resets it; notes §4.1).
+        Current = PWM Limit / Current Limit (the new PWM Limit if the mode resets it; e-manual
+        §Operating Mode(11) note).
         """
         spec = self.spec
         if mode not in spec.operating_modes:

@@ -8,7 +8,7 @@ import enum
 
 class ErrorCode(enum.IntEnum):
     """Protocol 2.0 status-packet error numbers (low 7 bits of the Error byte, a single value, not a
-    bitmask; notes §1.4). The bus codec uses the same enum."""
+    bitmask; Protocol 2.0 §Status Packet). The bus codec uses the same enum."""
 
     NONE = 0
     RESULT_FAIL = 1

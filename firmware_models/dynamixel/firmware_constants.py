@@ -1,7 +1,8 @@
 """Per-model firmware constants: gain scalings and the thresholds ROBOTIS does not publish.
 
 Read from the `[firmware]` table of `config/dynamixel/<model>.toml`. The e-manual documents the gain
-scalings in register units (notes/dynamixel.md §3.2: K_PP = P/128, K_PI = I/65536, K_PD = D/16,
+scalings in register units (e-manual §Position PID Gain(84, 82, 80), Feedforward 1st/2nd Gains(90, 88),
+§Velocity PI Gain(78, 76): K_PP = P/128, K_PI = I/65536, K_PD = D/16,
 K_FF = FF/4, K_VP = VP/128, K_VI = VI/65536: PWM units per pulse, per 0.229 rpm, per control period).
 Here they become SI gains of the kernel's Dynamixel law, in duty (PWM 885 = 1.0) per rad and per rad/s:
 
@@ -13,9 +14,9 @@ Here they become SI gains of the kernel's Dynamixel law, in duty (PWM 885 = 1.0)
     kvp = VP / 128 / (0.229 rpm in rad/s) / 885               [duty·s/rad]
     kvi = VI / 65536 / (0.229 rpm in rad/s) / 885 / control_period_s   [duty/rad]
 
-Where a model was measured otherwise the measurement wins (issue text, notes/bam.md §2.2):
-`position_p_duty_per_rad` replaces the P scaling (MX: bam's oscilloscope gain), `position_p_divisor`
-changes the divisor (XL330: 256, bam 1.0.2).
+Where a model was measured otherwise the measurement wins: `position_p_duty_per_rad` replaces the P scaling
+(MX: bam's oscilloscope gain, bam/dynamixel/actuator.py `MXActuator` error_gain), `position_p_divisor`
+changes the divisor (XL330: 256, bam/dynamixel/actuator.py `XL330_KP_DIVISOR`).
 """
 
 from __future__ import annotations

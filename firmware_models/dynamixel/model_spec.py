@@ -43,7 +43,7 @@ __all__ = [
     "sdk_map",
 ]
 
-EEPROM_END = 64  # addresses below are EEPROM (notes §3.1)
+EEPROM_END = 64  # addresses below are EEPROM (e-manual §Control Table of EEPROM Area)
 
 
 class Access(enum.StrEnum):
@@ -343,7 +343,8 @@ def _build(name: str, cfg: _ModelFile, where: str) -> ModelSpec:
             time_based_max=c.time_based_max,
         ))
 
-    # indirect slots, expanded by rule (notes §3.2): Indirect Address n holds a target address, default its data
+    # indirect slots, expanded by rule (e-manual §Indirect Address, Indirect Data): Indirect Address n holds a
+    # target address, default its data
     tmin, tmax = cfg.indirect.target_min, cfg.indirect.target_max
     if tmin > tmax:
         raise bad("indirect.target_min", f"{tmin} > target_max {tmax}")

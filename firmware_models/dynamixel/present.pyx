@@ -6,7 +6,8 @@ every conversion between positions, velocities, currents and their registers). `
 Present items a read returns (Present Position with multi-turn, homing and reverse mode, Velocity, Current,
 PWM, the Trajectories, Input Voltage, Temperature, Moving, Moving Status, Realtime Tick) from the kernel's
 `State` struct straight into the control table's bytes, so that a Sync Read runs no Python per servo.
-Rules: notes/dynamixel.md §3.4 (encoder, multi-turn), §4.1 (reverse mode), §4.4 (Moving, Moving Status).
+Rules: e-manual §Present Position(132) (encoder, multi-turn), §Homing Offset(20), §Drive Mode(10) (reverse mode),
+§Moving(122), §Moving Status(123).
 
 Register values are rounded half to even (Python's `round`, C's `rint`) and saturate at the item's width
 rather than wrap. A NaN (the kernel never produces one) reads 0.
@@ -20,7 +21,7 @@ from libc.stdint cimport int64_t, uint8_t
 from firmware_models.dynamixel.joint_link cimport JointLink
 from hil.kernel.core cimport State
 
-# register units (notes §3.2, §3.4)
+# register units (e-manual §Specifications; §Present Position(132), §PWM Limit(36))
 cdef enum:
     _PULSES_PER_REV = 4096      # 12-bit absolute encoder
     _ZERO_PULSE = 2048          # 0 rad = middle of the range (the SDK's easy models agree)
@@ -207,7 +208,8 @@ cdef class PresentItems:
             _put(p + self.addr[MOVING_STATUS], self.size[MOVING_STATUS], self._moving_status(st, p, profiling))
 
     cdef double _moving_status(self, const State* st, const uint8_t* p, bint profiling) noexcept nogil:
-        """Bits: 0 in position, 1 profile ongoing, 3 following error, 5..4 profile type (notes §4.4)."""
+        """Bits: 0 in position, 1 profile ongoing, 3 following error, 5..4 profile type (e-manual
+        §Moving Status(123))."""
         if self.mode not in (1, 3, 4, 5):
             return 0
         cdef int64_t status = (st.prof_type & 3) << 4 | (0x02 if profiling else 0)

@@ -3,7 +3,7 @@
 The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (Read and
 Write are in the C base class, servo_core.pyx); this module turns register writes into kernel parameters and
 goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual
-as summarised in notes/dynamixel.md §3–§4; where the e-manual is silent the choice is ours and says so.
+(<model> §Control Table Description, one section per item); where it is silent the choice is ours and says so.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ BUS_WATCHDOG_UNIT_S = 0.020
 KERNEL_MODES = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: DXL_MODES["position"],
                 4: DXL_MODES["position"], 5: DXL_MODES["current_position"], 16: DXL_MODES["pwm"]}
 
-# Hardware Error Status (70) and Shutdown (63) bits (notes §3.3)
+# Hardware Error Status (70) and Shutdown (63) bits (e-manual §Shutdown(63))
 HW_INPUT_VOLTAGE = 0x01
 HW_OVERHEATING = 0x04
 HW_MOTOR_ENCODER = 0x08
@@ -37,7 +37,7 @@ _KERNEL_TO_HW = {FAULT_BITS["overheat"]: HW_OVERHEATING, FAULT_BITS["overload"]:
 
 _LATCHED = FAULT_BITS["overheat"] | FAULT_BITS["overload"]
 
-CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (notes §2)
+CLEAR_KEY = bytes([0x01, 0x44, 0x58, 0x4C, 0x22])     # 0x01 + "DXL\"" (Protocol 2.0 §Clear)
 BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x02 (restore)
 
 class DynamixelServo(ServoCore):
@@ -61,7 +61,7 @@ class DynamixelServo(ServoCore):
         for name, value in (registers or {}).items():
             self.table.set(name, value)
         base = joint.params()
-        self._hw_max_duty = base["max_duty"]          # measured maximum duty at PWM Limit 885 (bam: MX 0.9625)
+        self._hw_max_duty = base["max_duty"]          # duty at PWM Limit 885 (bam MXActuator: max_pwm 0.9625)
         self._registered: tuple[int, bytes] | None = None
         self._backup: bytearray | None = None
         self._hw_error = 0             # Hardware Error Status as latched (HW_* bits)
@@ -90,7 +90,7 @@ class DynamixelServo(ServoCore):
         self.return_delay_s = t.get("Return Delay Time") * 2e-6
         self.status_return_level = t.get("Status Return Level")
         u = self._units
-        u.sign = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (notes §4.1)
+        u.sign = -1 if t.get("Drive Mode") & 0x01 else 1          # reverse mode (e-manual §Drive Mode(10))
         u.mode = t.get("Operating Mode")
         u.homing = t.get("Homing Offset")
         u.moving_threshold = t.get("Moving Threshold")
@@ -101,14 +101,14 @@ class DynamixelServo(ServoCore):
                      + bytes([self.table.get("Firmware Version")]))
 
     def reg_write(self, address: int, data: bytes) -> Reply:
-        """Hold the write until Action; Registered Instruction (69) shows it (notes §4.5)."""
+        """Hold the write until Action; Registered Instruction (69) shows it (Protocol 2.0 §Reg Write)."""
         self._registered = (address, bytes(data))
         self.table.set("Registered Instruction", 1)
         return Reply()
 
     def action(self) -> Reply:
         if self._registered is None:
-            return Reply(2)          # Instruction Error: Action with nothing registered (notes §1.4)
+            return Reply(2)          # Instruction Error: Action without Reg Write (Protocol 2.0 §Status Packet)
         address, data = self._registered
         self._registered = None
         self.table.set("Registered Instruction", 0)
@@ -127,7 +127,7 @@ class DynamixelServo(ServoCore):
         return Reply()
 
     def clear(self, params: bytes) -> Reply:
-        """Clear (0x10): the multi-turn count back to one turn, only while stopped (notes §2)."""
+        """Clear (0x10): the multi-turn count back to one turn, only while stopped (Protocol 2.0 §Clear)."""
         if params != CLEAR_KEY:
             return Reply(4)
         self.refresh()
@@ -208,7 +208,7 @@ class DynamixelServo(ServoCore):
         time_based = bool(t.get("Drive Mode") & 0x04)
         pv, pa = t.get("Profile Velocity"), t.get("Profile Acceleration")
         if self._watchdog_tripped():
-            pv = pa = 0   # the watchdog stop uses Profile Velocity and Acceleration 0 (notes §4.5)
+            pv = pa = 0   # the watchdog stop uses Profile Velocity and Acceleration 0 (e-manual §Bus Watchdog(98))
         duty_per_pwm = self._hw_max_duty / PWM_FULL
         shutdown = t.get("Shutdown")
         mask = (FAULT_BITS["overheat"] if shutdown & HW_OVERHEATING else 0) | \
@@ -276,8 +276,9 @@ class DynamixelServo(ServoCore):
         return out
 
     def housekeeping(self) -> None:
-        """What the firmware watches between packets: hardware errors, shutdown, Bus Watchdog (notes §3.3,
-        §4.5). The bus server calls it every few milliseconds."""
+        """What the firmware watches between packets: hardware errors, shutdown, Bus Watchdog (e-manual
+        §Hardware Error Status(70), §Shutdown(63), §Bus Watchdog(98)). The bus server calls it every few
+        milliseconds."""
         self._sense()
         self._hardware_errors(self.joint.read_state(), self._units.vin, self.joint.time_s())
 
@@ -299,7 +300,7 @@ class DynamixelServo(ServoCore):
         if not t.get("Min Voltage Limit") <= round(vin * 10) <= t.get("Max Voltage Limit"):
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error
-        self._hw_error |= hw            # latched until reboot (notes §3.3)
+        self._hw_error |= hw            # latched until reboot (e-manual §Shutdown(63))
         t.set("Hardware Error Status", self._hw_error)
         if new & t.get("Shutdown") and t.get("Torque Enable"):
             t.set("Torque Enable", 0)
@@ -309,7 +310,8 @@ class DynamixelServo(ServoCore):
         self._check_watchdog(now)
 
     def _check_watchdog(self, now: float) -> None:
-        """Bus Watchdog: torque on and no instruction for value × 20 ms of simulation time (notes §4.5)."""
+        """Bus Watchdog: torque on and no instruction for value × 20 ms of simulation time (e-manual
+        §Bus Watchdog(98))."""
         data = self.table.data
         wd = data[self._a_watchdog]
         if 0 < wd < 128 and data[64] and now - self._last_instruction_s > wd * BUS_WATCHDOG_UNIT_S:
@@ -322,7 +324,8 @@ class DynamixelServo(ServoCore):
         return self.spec.has("Bus Watchdog") and self.table.get("Bus Watchdog") in (-1, 255)
 
     def _trip_watchdog(self) -> None:
-        """No instruction for the watchdog time with torque on: stop at once and read −1 (notes §4.5)."""
+        """No instruction for the watchdog time with torque on: stop at once and read −1 (e-manual
+        §Bus Watchdog(98))."""
         t = self.table
         t.set("Bus Watchdog", -1 if self.spec.item("Bus Watchdog").signed else 255)
         mode = t.get("Operating Mode")

@@ -106,12 +106,13 @@ cdef class ServoCore:
 
     @property
     def alert(self):
-        """Bit 7 of every status packet's error byte while a hardware error is latched (notes §1.4)."""
+        """Bit 7 of every status packet's error byte while a hardware error is latched (Protocol 2.0
+        §Status Packet, Alert)."""
         return self._hw_error != 0
 
     def note_instruction(self, now_s=None):
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
-        the Bus Watchdog restarts (notes §4.5)."""
+        the Bus Watchdog restarts (e-manual §Bus Watchdog(98))."""
         self.note(self.link.time_s() if now_s is None else now_s)
 
     cdef int note(self, double now_s) except -1:
@@ -134,7 +135,7 @@ cdef class ServoCore:
         try:
             return reply(0, self.table.read(address, length))
         except ControlTableError as exc:
-            return reply(exc.code, b"")   # the firmware answers an error with no parameters (notes §1.4)
+            return reply(exc.code, b"")   # an error reply has no parameters (Protocol 2.0 §Status Packet)
 
     def write(self, Py_ssize_t address, data):
         """Write `data` at `address` as a Write instruction does: checked, applied all or nothing, then acted on."""
@@ -161,7 +162,7 @@ cdef class ServoCore:
         return reply(self.apply(changed, wakes) if changed else 0, b"")
 
     cdef bint _torque_on_by_goal(self, Py_ssize_t address, Py_ssize_t end) except -1:
-        """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (notes §4.1)."""
+        """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (e-manual §Drive Mode(10))."""
         if address > 116 or end <= 100:
             return False                          # no goal item (100..119) in the write
         cdef const unsigned char* regs = <const unsigned char*> PyByteArray_AS_STRING(self.regs)
@@ -182,7 +183,7 @@ cdef class ServoCore:
         if effects & TORQUE:
             on = self.table.get("Torque Enable") == 1
             if on and self._hw_shutdown():
-                # Only a reboot allows torque on after a shutdown (notes §3.3); e-manual silent on the reply.
+                # Only a reboot allows torque on after a shutdown (e-manual §Shutdown(63)); silent on the reply.
                 self.table.set("Torque Enable", 0)
                 return 1
             self._torque(on, keep_goal=goal_wakes)

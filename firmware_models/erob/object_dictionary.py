@@ -3,16 +3,17 @@
 `load_object_dictionary(variant, node_id)` imports the vendor EDS ("ZeroErr Driver_V1.5.eds", kept in
 `config/erob/`) with python-canopen's importer, then fills in what the EDS does not give:
 
-- objects the EDS lists without a DefaultValue (notes/erob.md §3.2): canopen's `LocalNode` would answer
+- objects the EDS lists without a DefaultValue (ZeroErr Driver_V1.5.eds): canopen's `LocalNode` would answer
   an upload of these with abort 0x060A0023. Configurable ones (rated current 0x6075, rated torque 0x6076,
   windows, slopes, …) come from `config/erob/<variant>.toml`, every number with its source there; the
   live ones (actual values, demands, targets, controlword, error code, …) start at 0 and the CiA 402 drive
-  (`firmware_models/erob/cia402.py`) overwrites them at every tick;
+  (`firmware_models/erob/cia402/`) overwrites them at every tick;
 - the identity 0x1018:1..3 from the same file (the EDS carries them too; a variant may differ);
-- CiA 402 objects the CANopen EDS lacks but that the drive model uses (notes/erob.md §3.2 lists the first
-  ones as used over EtherCAT): 0x605A quick stop option code, 0x6063 position actual internal value,
-  0x6066 following error time out, 0x6072 max torque, 0x608F position encoder resolution. Accepting them
-  is our choice; how ZeroErr's CANopen firmware answers them is unknown (notes §3.2, §6).
+- CiA 402 objects the CANopen EDS lacks but that the drive model uses (the first ones are used over EtherCAT:
+  ESI "ZeroErr Driver_V3.2.0.xml", eRob_pysoem_demo `pysoem_cst.py`): 0x605A quick stop option code,
+  0x6063 position actual internal value, 0x6066 following error time out, 0x6072 max torque, 0x608F position
+  encoder resolution. Accepting them is our choice; ZeroErr publishes no behaviour of its CANopen firmware
+  for them.
 
 `default_values(od)` flattens a dictionary into the plain `{(index, subindex): int}` store the drive keeps.
 """
@@ -175,7 +176,7 @@ EXTRA_OBJECTS: tuple[tuple[int, int, str, int, str, bool], ...] = (
     (0x608F, 2, "Motor revolutions", UNSIGNED32, "ro", False),
 )
 _EXTRA_RECORDS = {0x608F: "Position encoder resolution"}
-ENCODER_MOTOR_REVOLUTIONS = 1   # 0x608F:2: the 19-bit encoder sits on the output shaft (notes/erob.md §1.2)
+ENCODER_MOTOR_REVOLUTIONS = 1   # 0x608F:2: the 19-bit encoder sits on the output shaft (eRob user manual, third-hand)
 
 
 def erob_dir() -> Path:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape  # "[rad]" in a header is rich markup, not text
 from rich.table import Table
 
+from hil.offline.identify.command import identify
 from hil.params.config_file import ConfigError
 
 # help texts are plain text: units in brackets ("[kg]") must not be read as rich markup and vanish
@@ -90,6 +91,9 @@ def replay(
         table.add_row(r.file, str(len(r.t)), f"{1e3 * r.mae:.2f}")
     table.add_row("mean", "", f"{1e3 * doc['mae']:.2f}", style="bold")
     console.print(table)
+
+
+app.command()(one_line_errors(identify))
 
 
 @app.command()
@@ -362,6 +366,16 @@ def bench_kernel(ctx: typer.Context) -> None:
     """Kernel actuator-steps per second against MuJoCo's mj_step and bam's step in the same run, as JSON
     (its options: servo-hil bench kernel --help)."""
     from bench.kernel import main as bench
+
+    raise typer.Exit(bench(ctx.args))
+
+
+@bench_app.command("identify", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_identify(ctx: typer.Context) -> None:
+    """`servo-hil identify` against bam's fit on the 12 XL330 logs at equal evaluations, wall time and
+    validation MAE, as JSON (its options: servo-hil bench identify --help)."""
+    from bench.identify import main as bench
 
     raise typer.Exit(bench(ctx.args))
 

@@ -13,10 +13,8 @@ from amqtt.broker import Broker
 from amqtt.plugins.base import BaseAuthPlugin
 
 from hil.daemon.arguments import shown
-from hil.daemon.mqtt_plane import MAX_PAYLOAD
 
 log = logging.getLogger("servo-hil")
-MAX_PACKET = MAX_PAYLOAD + 1024        # the largest packet [bytes]: a command's JSON and its topic
 
 
 class RigCredentials(BaseAuthPlugin):
@@ -65,11 +63,12 @@ class _BoundedReader(StreamReaderAdapter):
 class EmbeddedBroker(Broker):
     """amqtt's broker with a largest packet size (amqtt has no such setting)."""
 
-    def __init__(self, config: dict, on_oversize: Callable[[int], None]) -> None:
+    def __init__(self, config: dict, max_packet: int, on_oversize: Callable[[int], None]) -> None:
         super().__init__(config)
+        self._max_packet = max_packet     # [bytes]
         self._on_oversize = on_oversize
 
     async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                listener_name: str) -> None:
-        await self._client_connected(listener_name, _BoundedReader(reader, writer, MAX_PACKET, self._on_oversize),
+        await self._client_connected(listener_name, _BoundedReader(reader, writer, self._max_packet, self._on_oversize),
                                      StreamWriterAdapter(writer))

@@ -1,6 +1,6 @@
 """Faults that can be injected into a running rig, and how each one changes the kernel.
 
-Kernel faults (seed 003 "Faults", plus what real servos show):
+Kernel faults (Simscape DC Motor block reference, Faults, plus what real servos show):
 
 | fault          | arguments                                        | effect |
 |----------------|--------------------------------------------------|--------|

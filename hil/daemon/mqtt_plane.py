@@ -40,6 +40,7 @@ from hil.rig import MqttConfig
 
 log = logging.getLogger("servo-hil")
 MAX_PAYLOAD = 64 * 1024                # a command's JSON [bytes]
+MAX_PACKET = MAX_PAYLOAD + 1024        # the largest packet the embedded broker takes [bytes]: JSON and topic
 
 
 def _json(obj) -> bytes:
@@ -127,7 +128,7 @@ class MqttPlane(threading.Thread):
             log.error("MQTT plane stopped: %s", exc)
 
     async def _start_embedded_broker(self) -> None:
-        from hil.daemon.embedded_broker import MAX_PACKET, EmbeddedBroker  # amqtt: only when it is used
+        from hil.daemon.embedded_broker import EmbeddedBroker  # amqtt: only when it is used
 
         cfg = self.cfg
         if cfg.username is not None or cfg.password is not None:
@@ -137,7 +138,7 @@ class MqttPlane(threading.Thread):
             auth = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
         config = {"listeners": {"default": {"type": "tcp", "bind": f"{cfg.embedded_host}:{self.port}"}},
                   "plugins": auth}
-        self._broker = EmbeddedBroker(config, lambda n: self._oversize(n, MAX_PACKET))
+        self._broker = EmbeddedBroker(config, MAX_PACKET, lambda n: self._oversize(n, MAX_PACKET))
         await self._broker.start()
         log.info("embedded MQTT broker on %s:%d (%s)", cfg.embedded_host, self.port,
                  "anonymous clients" if "amqtt.plugins.authentication.AnonymousAuthPlugin" in auth

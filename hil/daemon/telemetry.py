@@ -1,7 +1,7 @@
 """Loop telemetry: lateness percentiles from the 1 µs histogram, overruns, CPU and hypervisor steal.
 
 Steal is read from /proc/stat and reported, never hidden: on shared hosts the tails of the lateness
-distribution come from it (notes/ecosystem.md §2.3).
+distribution come from it (proc(5), /proc/stat `steal`).
 """
 
 from __future__ import annotations

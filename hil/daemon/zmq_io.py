@@ -173,8 +173,8 @@ class StatePublisher(threading.Thread):
         try:
             while not self._halt.is_set():
                 if self.live.stopping.is_set():
-                    # loop.publish returns at once from now on: spinning on it at SCHED_FIFO starved the loop's
-                    # own exit and the main thread (stops of 2-7 s on a busy CPU); wait for stop() instead
+                    # loop.publish returns at once from now on: spinning on it at SCHED_FIFO would starve the
+                    # loop's own exit and the main thread (sched(7): FIFO runs until it blocks); wait for stop()
                     self._halt.wait()
                     break
                 self.publish_pending(wait_s=self._wait_s)

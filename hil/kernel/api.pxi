@@ -231,14 +231,19 @@ cdef class Kernel:
 
         Returns a dict of (T, n) arrays, row k holding the state *before* step k (`theta`, `omega`,
         `temperature`) and what step k produced (`theta_meas`, `torque`, `friction_torque`,
-        `current`, `voltage`, `fault_flags`). With record=False nothing is kept (benchmarks).
+        `current`, `voltage`, `fault_flags`). With record=False nothing is kept (benchmarks); with
+        record="state" only `theta` and `omega` (rollouts scored on the joint state).
         """
+        if record not in (True, False, "state"):
+            raise ValueError(f"record must be True, False or 'state', got {record!r}")
         cdef Py_ssize_t T = np.shape(u)[0]
         cdef const double[:, :] uu = _per_step(u, T, self.n, 0.0)
         cdef const double[:, :] ee = _per_step(enable, T, self.n, 1.0)
         cdef const double[:, :] xx = _per_step(external_torque, T, self.n, 0.0)
-        cdef Py_ssize_t rec = 1 if record else 0
-        out = {name: np.empty((T if record else 0, self.n)) for name in OUTPUTS}
+        cdef Py_ssize_t rec_state = 1 if record else 0
+        cdef Py_ssize_t rec = 1 if record is True else 0
+        out = {name: np.empty((T if (rec or (rec_state and name in ("theta", "omega"))) else 0, self.n))
+               for name in OUTPUTS}
         cdef double[:, ::1] o_th = out["theta"], o_w = out["omega"], o_thm = out["theta_meas"]
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
@@ -261,7 +266,7 @@ cdef class Kernel:
                         b.cmd[j] = uu[k, j0 + j]
                         b.enable[j] = ee[k, j0 + j]
                         b.ext[j] = xx[k, j0 + j]
-                        if rec:
+                        if rec_state:
                             o_th[k, j0 + j] = b.theta[j]
                             o_w[k, j0 + j] = b.omega[j]
                     hil_step(b, P, &self.params[j0], &self.states[j0], m, padded(m), self.dt, path)

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Servo physics kernel: firmware law → motor → friction → load → integrate, for N actuators at once.
 
-Step order and semantics follow MuJoCo 3.11's `dcmotor` (notes/mujoco_dcmotor.md §3, Euler) and bam's
-`Simulator.step` (notes/bam.md §2.4); the oracle tests hold both to round-off.
+Step order and semantics follow MuJoCo 3.11's `dcmotor` (engine_forward.c `mj_fwdActuation`, Euler) and bam's
+`Simulator.step` (bam/simulate.py; friction paper §IV-D, Algorithm 1); the oracle tests hold both to round-off.
 """
 
 from libc.math cimport exp, fabs, sin, sqrt, log, pow, isnan, M_PI, INFINITY, NAN

@@ -9,7 +9,8 @@ cdef inline double clip(double x, double lo, double hi) noexcept nogil:
 
 cdef inline void dxl_plan(const Params* p, State* s, double goal) noexcept nogil:
     """A new goal position: plan the move from the running trajectory (velocity override, e-manual
-    "Profile Velocity"), velocity- or time-based (Drive Mode bit 2), notes/dynamixel.md §4.3.
+    "Profile Velocity"), velocity- or time-based (Drive Mode bit 2): e-manual §Profile Velocity(112),
+    §Profile Acceleration(108), §Drive Mode(10).
 
     The plan is exact: a ramp at ±a from the current velocity v0 to the peak vp, a cruise at vp and a
     stop at −a, along the direction in which the goal lies beyond the point where a stop now would end
@@ -117,8 +118,8 @@ cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
 
 cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double omega, double vs,
                                 double R, double emf, bint enabled, double dt) noexcept nogil:
-    """Dynamixel firmware (e-manual control block diagrams, notes/dynamixel.md §4.1): the duty cycle
-    [-1, 1] the inverter applies. Current loops are modelled as ideal with voltage feed-forward
+    """Dynamixel firmware (e-manual §Operating Mode(11) block diagrams, §Position PID Gain): the duty
+    cycle [-1, 1] the inverter applies. Current loops are modelled as ideal with voltage feed-forward
     (V = R·i* + back-EMF), clamped by Goal PWM like the real current controller's output."""
     cdef double clamp = min(p.dxl_goal_duty, p.max_duty), duty = 0.0, e, ev, i_star, ilim, acc
     cdef int64_t mode = p.dxl_mode

@@ -15,9 +15,9 @@
 
 #define HIL_BAM_MAX_VELOCITY 100.0   /* bam/simulate.py clips |dq| to 100 rad/s */
 
-/* bam's M1–M6 budget τ_fm ≥ 0 (notes/bam.md §2.1) of lane j with Stribeck factor s; unused terms have
-   zero coefficients. The quadratic term applies while motor and external torque oppose: the smaller
-   one's, none when they are equal. */
+/* bam's M1–M6 budget τ_fm ≥ 0 (bam/model.py `compute_frictions`) of lane j with Stribeck factor s;
+   unused terms have zero coefficients. The quadratic term applies while motor and external torque oppose:
+   the smaller one's, none when they are equal. */
 static inline double hil_budget(const double* restrict P, ptrdiff_t st, ptrdiff_t j, double tau_m,
                                 double tau_e, double w, double s) {
 #define C(col) P[(col) * st + j]
@@ -60,7 +60,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
         tau_net = tau_act + tau_e - w * (C(PL_DAMPING_B1) + C(PL_DAMPING_B2) * wabs + C(PL_DAMPING_B3) * w * w) * g * g;
         Meff = hil_sel(euler, M + dt * (C(PL_DAMPING_B1) + 2.0 * C(PL_DAMPING_B2) * wabs + 3.0 * C(PL_DAMPING_B3) * w * w) * g * g,
                        M);
-        /* bam: the friction torque is the stopping torque clipped to the budget (notes/bam.md §2.4) */
+        /* bam/simulate.py `Simulator.step`: the friction torque is the stopping torque clipped to the budget */
         if (uses & HIL_USES_BUDGET) {
             double bud = hil_budget(P, st, j, tau_act, tau_e, w, hil_sel(C(PL_STRIBECK) != 0, stribeck[j], 0.0));
             double stop;

@@ -12,8 +12,8 @@
 #include "plan.h"
 #include "select.h"
 
-/* i_max(T) of seed 000 §1.3.5 at absolute winding temperature t [°C]: the rated current up to T1, the
-   safe one from T2, a smoothstep between */
+/* i_max(T) of the MuJoCo DC motor model §1.3.5 at absolute winding temperature t [°C]: the rated current
+   up to T1, the safe one from T2, a smoothstep between */
 static inline double hil_derated_current(const double* restrict P, ptrdiff_t st, ptrdiff_t j, double t) {
 #define C(col) P[(col) * st + j]
     double x = (t - C(PL_DERATE_T1)) * C(PL_DERATE_INV_SPAN);

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Real-time setup of a process and its time-critical threads (notes/ecosystem.md §2.3).
+"""Real-time setup of a process and its time-critical threads (sched(7), prctl(2), mlockall(2)).
 
 A thread asks for SCHED_FIFO (it then runs before every normal process on its CPU), else for 1 ns timer
 slack (its sleeps and select/poll timeouts then end on time instead of up to the default slack late, prctl(2)

@@ -2,7 +2,7 @@
 """Fixed-rate real-time loop around the kernel, in a nogil thread.
 
 * Absolute deadlines on CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`), optional spin margin;
-  SCHED_FIFO tried for the loop thread, else timer slack 1 ns (notes/ecosystem.md §2.3).
+  SCHED_FIFO tried for the loop thread, else timer slack 1 ns (sched(7); prctl(2) PR_SET_TIMERSLACK).
 * Simulation time is tick·dt whatever the wall clock does; lateness is measured and kept in a
   1 µs histogram; a wake-up more than one period late is an overrun.
 * Python talks to the loop only through single-producer/single-consumer rings (commands in,

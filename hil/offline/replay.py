@@ -85,8 +85,8 @@ class ReplayResult:
                 "mae": self.mae}
 
 
-def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str) -> ReplayResult:
-    """Roll the actuator over one log, closed loop, from the log's first state."""
+def log_spec(spec: ActuatorSpec, log: ProcessedLog) -> ActuatorSpec:
+    """The actuator as it ran in `log`: the header's gain and supply (or eRob damping) in its firmware law."""
     fw = spec.firmware
     if isinstance(fw, DynamixelPwmLaw):
         fw = fw.model_copy(update={"kp": log.kp} | ({"supply_v": log.vin} if log.vin else {}))
@@ -94,18 +94,94 @@ def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str
         fw = fw.model_copy(update={"kp": log.kp} | ({"damping": log.damping} if log.damping is not None else {}))
     else:
         raise ConfigError(f"{spec.name}: replay needs a position law (dxl_pwm or erob_pd), not {fw.law}")
-    spec = ActuatorSpec(spec.name, spec.motor, fw, spec.friction, spec.encoder_counts)
+    return ActuatorSpec(spec.name, spec.motor, fw, spec.friction, spec.encoder_counts)
+
+
+def log_params(spec: ActuatorSpec, log: ProcessedLog, integrator: str) -> dict:
+    """The kernel parameter dict of `spec` on the pendulum and firmware settings of `log`."""
     load = LoadConfig(mass=log.mass, length=log.length, arm_mass=log.arm_mass, gravity=STANDARD_GRAVITY)
-    kernel = Kernel(1, log.dt)
-    kernel.set_params(0, kernel_params(spec, load, EncoderConfig(), FaultConfig(), integrator))
-    first = log.entries[0]
-    kernel.set_state(0, theta=first.position, omega=first.speed)
-    goal = np.array([e.goal_position for e in log.entries])
-    enable = np.array([float(e.torque_enable) for e in log.entries])
-    out = kernel.run(goal, enable)
-    q, dq = out["theta"][:, 0], out["omega"][:, 0]
-    q_log = np.array([e.position for e in log.entries])
-    return ReplayResult(name, np.arange(len(goal)) * log.dt, q, dq, q_log, float(np.mean(np.abs(q - q_log))))
+    return kernel_params(log_spec(spec, log), load, EncoderConfig(), FaultConfig(), integrator)
+
+
+def batch_params(specs: list[ActuatorSpec], logs: list[ProcessedLog], integrator: str) -> list[dict]:
+    """`log_params(spec, log)` for every spec × log, spec-major, from one dict per spec and one per log.
+
+    A log sets the load and the firmware's gain and supply, a spec everything else (motor, friction), so
+    the keys where a log's dict differs from the first log's are taken from the log and the rest from the
+    spec: the same dicts as log_params, at the cost of len(specs) + len(logs) of them.
+    """
+    per_log = [log_params(specs[0], log, integrator) for log in logs]
+    keys = [[k for k, v in p.items() if v != per_log[0][k] and v == v] for p in per_log]   # NaN: unset
+    out = []
+    for spec in specs:
+        base = log_params(spec, logs[0], integrator)
+        out += [base | {k: p[k] for k in ks} for p, ks in zip(per_log, keys, strict=True)]
+    return out
+
+
+@dataclass(frozen=True)
+class LogArrays:
+    """What a rollout needs of a log, as arrays: dt [s], goal [rad], torque enable [0/1] and measured
+    position [rad] per entry, and the first entry's speed [rad/s]."""
+
+    dt: float
+    goal: np.ndarray
+    enable: np.ndarray
+    q: np.ndarray
+    dq0: float
+
+    @classmethod
+    def of(cls, log: ProcessedLog) -> LogArrays:
+        return cls(log.dt, np.array([e.goal_position for e in log.entries]),
+                   np.array([float(e.torque_enable) for e in log.entries]),
+                   np.array([e.position for e in log.entries]), log.entries[0].speed)
+
+
+def _fill(column: np.ndarray, x: np.ndarray, steps: int) -> None:
+    """x applied `steps` late (its first value held meanwhile), then its last value held to the column's end."""
+    n = len(x)
+    steps = min(steps, n)
+    column[:steps] = x[0]
+    column[steps:n] = x[:n - steps]
+    column[n:] = x[-1]
+
+
+def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None = None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Closed-loop rollouts of (log, kernel parameters) cases as actuators of one kernel run per dt.
+
+    Every case starts from its log's first state and follows its log's goals and torque enable,
+    delayed by `delays[i]` steps. Logs of different lengths share a run: a shorter one holds its last
+    command past its end, and its result is cut to its length. Returns (q [rad], dq [rad/s]) per case,
+    the state before each step, as bam's `rollout_log` records it.
+    """
+    delays = delays or [0] * len(cases)
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(cases)
+    by_dt: dict[float, list[int]] = {}
+    for i, (log, _) in enumerate(cases):
+        by_dt.setdefault(log.dt, []).append(i)
+    for dt, idx in by_dt.items():
+        T = max(len(cases[i][0].q) for i in idx)
+        goal, enable = np.empty((T, len(idx))), np.empty((T, len(idx)))
+        kernel = Kernel(len(idx), dt)
+        for col, i in enumerate(idx):
+            log, params = cases[i]
+            _fill(goal[:, col], log.goal, delays[i])
+            _fill(enable[:, col], log.enable, delays[i])
+            kernel.set_params(col, params)
+            kernel.set_state(col, theta=log.q[0], omega=log.dq0)
+        res = kernel.run(goal, enable, record="state")
+        for col, i in enumerate(idx):
+            n = len(cases[i][0].q)
+            out[i] = (res["theta"][:n, col], res["omega"][:n, col])
+    return out  # type: ignore[return-value]
+
+
+def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str, delay: int = 0) -> ReplayResult:
+    """Roll the actuator over one log, closed loop, from the log's first state."""
+    arrays = LogArrays.of(log)
+    ((q, dq),) = rollout_batch([(arrays, log_params(spec, log, integrator))], [delay])
+    return ReplayResult(name, np.arange(len(q)) * log.dt, q, dq, arrays.q, float(np.mean(np.abs(q - arrays.q))))
 
 
 def replay(path: str | Path, actuator: str, model: str | None = None, params: BamParams | None = None,
@@ -122,7 +198,8 @@ def replay(path: str | Path, actuator: str, model: str | None = None, params: Ba
     entry = catalog.entry(actuator)
     spec = entry.actuator(model) if model else entry.actuator().with_bam(params)
     spec = spec.bam_only()
-    return [replay_log(load_log(f), spec, integrator, f.name) for f in log_files(path)]
+    delay = spec.friction.delay_steps if spec.friction else 0
+    return [replay_log(load_log(f), spec, integrator, f.name, delay) for f in log_files(path)]
 
 
 def write_report(results: list[ReplayResult], out: str | Path) -> dict:

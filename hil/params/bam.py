@@ -1,8 +1,8 @@
 """bam's identified actuator parameter sets (Rhoban/bam `params/<actuator>/mN.json`).
 
 Key names are bam's own, so a bam JSON file loads unchanged. Meanings and the friction budget
-they feed are in notes/bam.md §2.1; `kt` [N·m/A], `R` [ohm] and `armature` [kg·m²] are at the
-output shaft (bam models no gear).
+they feed: bam/model.py `Model.compute_frictions` (friction paper §II-B, §III); `kt` [N·m/A], `R` [ohm]
+and `armature` [kg·m²] are at the output shaft (bam models no gear).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from hil.params.config_file import ConfigError, Strict, validate
 
@@ -47,6 +47,8 @@ class BamParams(Strict):
     load_friction_motor_quad: NonNegativeFloat = 0.0
     load_friction_external_quad: NonNegativeFloat = 0.0
     q_offset: float = 0.0
+    delay_steps: NonNegativeInt = Field(0, description="not bam's (bam ignores it): the goal reaches the law "
+                                        "this many log steps late in offline replays [steps]")
 
     def friction_params(self) -> dict[str, float]:
         """Kernel parameters of the friction budget (quadratic term only for M6, as bam does)."""

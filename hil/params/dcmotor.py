@@ -1,6 +1,7 @@
 """DC motor parameters with MuJoCo's `<dcmotor>` attribute names and value order, resolved to SI constants.
 
-Every parameterization of the seeds is accepted (seed 000 Table 19, Simscape DC Motor):
+Every parameterization of the public models is accepted (MuJoCo DC motor model §3 Table 19; Simscape DC Motor
+block reference, Parameters > Electrical Torque):
 equivalent circuit (`resistance`, `motorconst`), stall torque and no-load speed (`nominal`, with
 MuJoCo's damping correction), rated load and speed (`rated`), rotor damping given directly
 (`damping`) or from the no-load current (`no_load_current`), and datasheet units for Kt / Ke
@@ -28,7 +29,7 @@ def _pad(values: list[float] | None, n: int) -> list[float]:
 
 
 class DCMotor(Strict):
-    """`<dcmotor>` attributes (notes/mujoco_dcmotor.md §2) plus the parameterizations MuJoCo lacks.
+    """`<dcmotor>` attributes (MuJoCo XML reference, `<actuator><dcmotor>`) plus the parameterizations MuJoCo lacks.
 
     Constants are motor-side: the output angle θ becomes g·θ at the motor.
     """
@@ -232,7 +233,7 @@ class MotorConstants:
         return out
 
     def derived(self, voltage: float, inertia: float | None = None) -> dict[str, float]:
-        """Datasheet quantities of seed 000 Table 19 at `voltage`, at the output shaft.
+        """Datasheet quantities of the MuJoCo DC motor model §3 Table 19 at `voltage`, at the output shaft.
 
         Stall torque Kv/R, no-load speed vK/(K² + RB), torque-speed gradient −R/K², mechanical
         time constant t_m = RJ/K² (J = armature, or `inertia` at the output), t_e, nominal torque

@@ -17,7 +17,8 @@ from hil.params.config_file import ConfigError, Strict, describe
 
 
 class DynamixelPwmLaw(Strict):
-    """bam's Dynamixel voltage law (notes/bam.md §2.2): duty = error_gain·kp·(goal − q)."""
+    """bam's Dynamixel voltage law: duty = error_gain·kp·(goal − q) (bam/dynamixel/actuator.py `MXActuator`;
+    friction paper §IV-B)."""
 
     law: Literal["dxl_pwm"] = "dxl_pwm"
     kp: NonNegativeFloat = Field(description="raw Position P Gain register value")
@@ -33,7 +34,8 @@ class DynamixelPwmLaw(Strict):
 
 
 class ErobPdLaw(Strict):
-    """bam's eRob host PD in amps (notes/bam.md §2.3): i = kp·e − damping·√kp·ω, ±max_amps, supply band."""
+    """bam's eRob host PD in amps: i = kp·e − damping·√kp·ω, ±max_amps, supply band (bam/erob/actuator.py
+    `ErobActuator.compute_control`, `compute_torque`)."""
 
     law: Literal["erob_pd"] = "erob_pd"
     kp: NonNegativeFloat = Field(description="[A/rad]")

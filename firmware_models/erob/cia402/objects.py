@@ -112,7 +112,7 @@ class Mode(IntEnum):
 
 def _members(enum: type[IntEnum]) -> types.SimpleNamespace:
     """The members of `enum` as plain attributes. Python 3.11's EnumType has a `__getattr__`, which sends every
-    `State.X` through the slow generic lookup (≈ 0.3 µs; 3.12 dropped it): the drive compares its state and mode
+    `State.X` through the slow generic lookup (3.12 dropped it): the drive compares its state and mode
     dozens of times per tick, through these (`_S.FAULT is State.FAULT`)."""
     return types.SimpleNamespace(**enum.__members__)
 

@@ -1,6 +1,6 @@
 """The CiA 402 state machine of a simulated eRob, and its faults (a mixin of `Cia402Drive`).
 
-State machine (notes/erob.md §3.3, CiA 402 / canopen.profiles.p402.State402): controlword commands need
+State machine (CiA 402-2, drive device control FSA; canopen.profiles.p402.State402): controlword commands need
 bit 7 = 0; a rising edge of bit 7 is fault reset. Commands that are not a transition of the present state
 are ignored. "Switch on + enable operation" (0x0F) in Ready to switch on runs transitions 3 and 4.
 Transitions 0/1 happen at the first `tick()` after power-up or `reset()`; 14 (fault reaction → fault)
@@ -62,7 +62,7 @@ class State(IntEnum):
     FAULT = 7
 
 
-# statusword bits 0, 1, 2, 3, 5, 6 of each state (notes/erob.md §3.3)
+# statusword bits 0, 1, 2, 3, 5, 6 of each state (CiA 402-2 FSA; canopen's State402.SW_MASK)
 STATE_BITS = {
     State.NOT_READY_TO_SWITCH_ON: 0x00,
     State.SWITCH_ON_DISABLED: 0x40,

@@ -1,0 +1,158 @@
+"""`servo-hil identify` against bam's own fit, `python -m bam.fit`, on the 12 real XL330 logs.
+
+Prints ONE JSON object on stdout (progress on stderr); `--out FILE` also writes it to FILE.
+
+Both tools fit the same models (m4 and m6 by default) with the same budget of evaluations (bam's
+`--trials`, 2000 by default) on the same training logs: the XL330 logs at gains 100 and 400; the 4
+logs at gain 800 are held out (bam's `--validation_kp 800` convention). bam's fit gets a folder of the
+training logs only, so that its per-trial cost is not inflated by its monitor's validation rollouts.
+Both results are then scored on the held-out logs by `hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
+tests/hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
+of the process and its children) with the host's steal over the run from /proc/stat.
+
+bam (better-actuator-models 1.0.2) runs in the Python 3.12 venv that bench/kernel.py builds at
+bench/.venv-bam, with optuna, cmaes and wandb added (bam.fit imports them); when it cannot run, the
+JSON says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.kernel import _run, bam_python, cpu_model, proc_stat, steal_fraction
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+LOG_DIR = ROOT / "data" / "bam" / "logs" / "xl330" / "processed"
+VALIDATION_KP = 800.0
+FIT_REQUIREMENTS = ("optuna", "cmaes", "wandb")   # what bam.fit imports beyond bam's own dependencies
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def logdir() -> Path:
+    if len(list(LOG_DIR.glob("*.json"))) != 12:
+        raise SystemExit(f"{LOG_DIR}: the 12 XL330 processed logs of data/bam are missing")
+    return LOG_DIR
+
+
+def timed(cmd: list[str], cwd: Path) -> dict:
+    """Run `cmd`; its wall time, CPU time (children) [s], steal share of the host over the run."""
+    before, ru0, t0 = proc_stat(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    ru1, after = resource.getrusage(resource.RUSAGE_CHILDREN), proc_stat()
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} exited {r.returncode}: {r.stderr.strip()[-800:]}")
+    return {"wall_s": wall, "cpu_s": cpu, "cpu_share": cpu / wall, "steal": steal_fraction(before, after, "cpu"),
+            "stdout": r.stdout}
+
+
+def validation_mae(params_file: Path, logs: list[Path]) -> tuple[float, dict[str, float]]:
+    from hil.offline.replay import replay
+    from hil.params.bam import load_bam_params
+
+    params = load_bam_params(params_file)
+    per_log = {f.name: replay(f, "xl330_m288", params=params)[0].mae for f in logs}
+    return sum(per_log.values()) / len(per_log), per_log
+
+
+def bam_fit_python() -> tuple[Path | None, str]:
+    py, how = bam_python()
+    if py is None:
+        return None, how
+    # bam.fit parses its arguments on import: find it, do not import it
+    probe = ["-c", f"import importlib.util, {', '.join(FIT_REQUIREMENTS)}; "
+                   "assert importlib.util.find_spec('bam.fit')"]
+    if _run([str(py), *probe], 120).returncode != 0:
+        log(f"[bam] installing {' '.join(FIT_REQUIREMENTS)} into {py.parent.parent} (bam.fit imports them)")
+        r = _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *FIT_REQUIREMENTS], 900)
+        if r.returncode != 0:
+            return None, f"pip install {' '.join(FIT_REQUIREMENTS)} failed: {r.stderr.strip()[-500:]}"
+    return py, how
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=2000, help="evaluations per fit, both tools")
+    ap.add_argument("--models", default="m4,m6")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-bam", action="store_true", help="skip bam's fit")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    src = logdir()
+    logs = sorted(src.glob("*.json"))
+    held = [f for f in logs if json.loads(f.read_text())["kp"] == VALIDATION_KP]
+    work = Path(tempfile.mkdtemp(prefix="bench-identify-"))
+    train = work / "train"
+    train.mkdir()
+    for f in logs:
+        if f not in held:
+            shutil.copy(f, train / f.name)
+    servo_hil = Path(sys.executable).parent / "servo-hil"
+    bam_py, bam_how = (None, "skipped (--no-bam)") if args.no_bam else bam_fit_python()
+
+    result: dict = {
+        "logs": str(src), "train_logs": sorted(p.name for p in train.glob("*.json")),
+        "validation_logs": [f.name for f in held], "validation": f"every log at kp {VALIDATION_KP:g}",
+        "trials": args.trials, "seed": args.seed, "models": {},
+        "bam": {"available": bam_py is not None, "venv": bam_how} if bam_py else {"available": False,
+                                                                                   "reason": bam_how},
+        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+    }
+    for model in args.models.split(","):
+        log(f"[identify] {model}: {args.trials} evaluations")
+        out = work / f"identify_{model}"
+        ours = timed([str(servo_hil), "identify", str(train), *[a for f in held for a in ("--validation", str(f))],
+                      "--actuator", "xl330_m288", "--model", model, "--trials", str(args.trials),
+                      "--seed", str(args.seed), "--out", str(out)], work)
+        report = json.loads((out / "report.json").read_text())
+        (fit,) = report["fits"]
+        entry = {"identify": {"wall_s": ours["wall_s"], "cpu_s": ours["cpu_s"], "cpu_share": ours["cpu_share"],
+                              "steal": ours["steal"], "fit_s": fit["seconds"], "evaluations": fit["evaluations"],
+                              "train_mae_rad": fit["train_mae"], "validation_mae_rad": fit["validation_mae"],
+                              "validation_mae_per_log": fit["validation_mae_per_log"]}}
+        if bam_py is not None:
+            log(f"[bam.fit] {model}: {args.trials} trials (minutes)")
+            bam_out = work / f"bam_{model}.json"
+            theirs = timed([str(bam_py), "-m", "bam.fit", "--actuator", "xl330", "--model", model,
+                            "--logdir", str(train), "--trials", str(args.trials), "--output", str(bam_out)], work)
+            val, per_log = validation_mae(bam_out, held)
+            train_mae, _ = validation_mae(bam_out, sorted(train.glob("*.json")))
+            entry["bam_fit"] = {"wall_s": theirs["wall_s"], "cpu_s": theirs["cpu_s"],
+                                "cpu_share": theirs["cpu_share"], "steal": theirs["steal"],
+                                "evaluations": args.trials, "train_mae_rad": train_mae, "validation_mae_rad": val,
+                                "validation_mae_per_log": per_log, "params": json.loads(bam_out.read_text())}
+            entry["speedup_wall"] = theirs["wall_s"] / ours["wall_s"]
+            entry["speedup_cpu"] = theirs["cpu_s"] / ours["cpu_s"]
+            entry["validation_mae_ratio"] = fit["validation_mae"] / val
+            entry["targets_met"] = {"speedup_25x_wall": entry["speedup_wall"] >= 25,
+                                    "speedup_25x_cpu": entry["speedup_cpu"] >= 25,
+                                    "validation_mae_no_worse": fit["validation_mae"] <= val}
+        result["models"][model] = entry
+        log(json.dumps({model: {k: v for k, v in entry.items() if k not in ("identify", "bam_fit")}}))
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""What an identification leaves in its output folder: params.json (bam's parameter format),
+catalog.toml (an actuator catalog entry with provenance), report.json, and plots."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import cmaes
+import numpy as np
+import tomli_w
+
+from hil.offline.identify.fit import INC_POPSIZE, SIGMA0, FitResult, FitTask, delay_bounds
+from hil.offline.identify.logs import NamedLog
+from hil.offline.replay import replay_log
+from hil.params import catalog
+from hil.params.bam import BamParams
+from hil.params.config_file import read_toml
+
+
+@dataclass
+class Ranked:
+    """A model's best fit (lowest validation MAE, or training MAE without validation) and its rank."""
+
+    model: str
+    fit: FitResult
+    score: float
+    rank: int
+
+
+def rank(results: list[FitResult]) -> list[Ranked]:
+    best: dict[str, FitResult] = {}
+    for r in results:
+        score = r.validation if r.validation is not None else r.train
+        if r.model not in best or score < _score(best[r.model]):
+            best[r.model] = r
+    order = sorted(best.values(), key=_score)
+    return [Ranked(r.model, r, _score(r), i + 1) for i, r in enumerate(order)]
+
+
+def _score(r: FitResult) -> float:
+    return r.validation if r.validation is not None else r.train
+
+
+def write_json(path: Path, doc: dict) -> None:
+    """`doc` as indented JSON, replacing `path` at once (a reader never sees half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def check_writable(out: Path) -> None:
+    """Create `out` and prove a file can be written there, before any fitting (OSError otherwise)."""
+    out.mkdir(parents=True, exist_ok=True)
+    probe = out / ".servo-hil-identify"
+    probe.write_text("")
+    probe.unlink()
+
+
+def report_doc(tasks: list[FitTask], results: list[FitResult], ranked: list[Ranked], seed: int,
+               seconds: float, argv: list[str]) -> dict:
+    lo, hi = delay_bounds()
+    return {
+        "actuator": tasks[0].actuator,
+        "command": argv,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seed": seed,
+        "seconds": seconds,
+        "evaluations": sum(r.evaluations for r in results),
+        "interrupted": any(r.interrupted for r in results),
+        "objective": "mean over logs of mean |q_sim - q_log| [rad], closed-loop rollout (hil.offline.replay)",
+        "optimizer": {"library": "cmaes", "version": cmaes.__version__, "method": "CMA-ES with IPOP restarts",
+                      "space": "unit cube of each parameter's bounds", "sigma0": SIGMA0,
+                      "inc_popsize": INC_POPSIZE, "trials": tasks[0].trials, "delay_steps_bounds": [lo, hi],
+                      "integrator": tasks[0].integrator},
+        "ranking": [{"rank": x.rank, "model": x.model, "split": x.fit.split, "train_mae": x.fit.train,
+                     "validation_mae": x.fit.validation} for x in ranked],
+        "fits": [{"model": r.model, "split": r.split, "seed": r.seed, "free": r.free, "params": r.params,
+                  "train_mae": r.train, "validation_mae": r.validation, "train_mae_per_log": r.train_mae,
+                  "validation_mae_per_log": r.validation_mae, "evaluations": r.evaluations,
+                  "generations": r.generations, "restarts": r.restarts, "seconds": r.seconds,
+                  "interrupted": r.interrupted, "history": r.history} for r in results],
+    }
+
+
+def catalog_doc(actuator: str, ranked: list[Ranked], logs: list[NamedLog], date: str) -> dict:
+    """The catalog entry of `actuator` with the identified sets as its models (schema: hil.params.catalog)."""
+    doc = read_toml(catalog.config_dir() / "actuators" / f"{actuator}.toml")
+    doc["name"] = f"{actuator}_identified"
+    doc["title"] = f"{doc['title']}, identified from {len(logs)} logs"
+    doc["models"] = {}
+    for x in ranked:
+        r = x.fit
+        val = f", validation MAE {1e3 * r.validation:.3f} mrad" if r.validation is not None else ""
+        source = (f"servo-hil identify {date}: {r.model} fitted on {len(r.train_mae)} logs "
+                  f"({', '.join(r.train_mae)}), training MAE {1e3 * r.train:.3f} mrad{val}; "
+                  f"{r.evaluations} evaluations, seed {r.seed}")
+        doc["models"][r.model] = {"source": source, **{k: v for k, v in r.params.items() if k != "actuator"}}
+    return doc
+
+
+def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[str, NamedLog],
+         actuator: str) -> list[Path]:
+    """validation_<model>.png (each validation log against its fitted rollout; the training logs when
+    there is no validation) and convergence.png (best training MAE against evaluations, per fit)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    base = catalog.entry(actuator).actuator()
+    for x in ranked:
+        shown = x.fit.validation_mae or x.fit.train_mae
+        params = BamParams.model_validate(x.fit.params)
+        spec = base.with_bam(params).bam_only()
+        fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown)), squeeze=False, sharex=False)
+        for ax, name in zip(axes[:, 0], shown, strict=True):
+            r = replay_log(logs[name].log, spec, "bam", name, params.delay_steps)
+            ax.plot(r.t, r.q_log, label="log", color="k", lw=1.0)
+            ax.plot(r.t, r.q, label=f"{x.model} rollout", color="C1", lw=1.0)
+            ax.set_title(f"{name}: MAE {1e3 * r.mae:.2f} mrad", fontsize=9)
+            ax.set_ylabel("q [rad]")
+        axes[0, 0].legend(loc="upper right", fontsize=8)
+        axes[-1, 0].set_xlabel("t [s]")
+        # fixed margins: tight_layout measures every text's extent and costs more than the fit's rollouts
+        fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.3 / (2.4 * len(shown)),
+                            bottom=0.5 / (2.4 * len(shown)), hspace=0.45)
+        path = out / f"validation_{x.model}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        written.append(path)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in results:
+        if r.history:
+            e, b = zip(*r.history, strict=True)
+            ax.plot(e, 1e3 * np.array(b), label=f"{r.model} split {r.split}")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best training MAE [mrad]")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.95, bottom=0.12)
+    path = out / "convergence.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, seconds: float,
+          logs: list[NamedLog], validation: list[NamedLog], argv: list[str] | None = None) -> tuple[dict, list[Ranked]]:
+    """Every output file; returns the report and the ranking."""
+    ranked = rank(results)
+    doc = report_doc(tasks, results, ranked, seed, seconds, list(argv if argv is not None else sys.argv))
+    winner = ranked[0].fit
+    write_json(out / "params.json", winner.params)
+    if len(ranked) > 1:
+        (out / "models").mkdir(exist_ok=True)
+        for x in ranked:
+            (out / "models" / f"{x.model}.json").write_text(json.dumps(x.fit.params, indent=2) + "\n")
+    cat = catalog_doc(tasks[0].actuator, ranked, logs, doc["date"])
+    header = (f"# {cat['title']}: servo-hil identify, {doc['date']}, seed {seed}.\n"
+              f"# Logs: {', '.join(x.name for x in logs + validation)}\n")
+    (out / "catalog.toml").write_text(header + tomli_w.dumps(cat))
+    (out / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plot(out, ranked, results, {x.name: x for x in logs + validation}, tasks[0].actuator)
+    return doc, ranked

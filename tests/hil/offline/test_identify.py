@@ -1,0 +1,326 @@
+"""`servo-hil identify`: recovery of known parameters, the real XL330 logs, the MCAP path, scale-out, bad input."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from hil.cli.main import app
+from hil.kernel import Kernel
+from hil.logs.mcap import SideBySideRecorder
+from hil.offline.identify.fit import FitTask, run_fit
+from hil.offline.identify.logs import NamedLog
+from hil.offline.identify.space import space
+from hil.offline.replay import (
+    LogArrays,
+    ProcessedLog,
+    batch_params,
+    load_log,
+    log_params,
+    replay,
+    replay_log,
+    rollout_batch,
+)
+from hil.params import catalog
+from hil.params.bam import load_bam_params
+from hil.params.catalog import CatalogEntry
+from hil.params.config_file import read_toml, validate
+from hil.rig import load_offline_rig
+
+ACTUATOR = "xl330_m288"
+# the 3 held-out logs of the real-data test: one per gain and a different trajectory each
+VALIDATION = ("2026-01-15_10h28m24.json", "2026-01-15_10h29m14.json", "2026-01-15_10h30m10.json")
+# the synthetic logs follow these real logs' goals: 3 gains, 4 trajectories
+SYNTH_FROM = ("2026-01-15_10h28m10.json", "2026-01-15_10h29m21.json", "2026-01-15_10h30m02.json",
+              "2026-01-15_10h29m37.json")
+
+
+@pytest.fixture(scope="module")
+def xl330_logs(bam_data) -> Path:
+    """The 12 processed XL330 logs (data/bam/logs/xl330/processed)."""
+    return bam_data / "logs" / "xl330" / "processed"
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(app, ["identify", *args])
+
+
+def synthesize(logdir: Path, params_of: str, steps: int = 600, noise_rad: float = 1e-3,
+               edit: dict | None = None) -> list[NamedLog]:
+    """Logs written by the kernel: the catalog's published `params_of` set (edited by `edit`) following the
+    goals of real logs, positions through a 4096-count encoder with Gaussian noise [rad]."""
+    spec = catalog.entry(ACTUATOR).actuator(params_of).bam_only()
+    if edit:
+        spec = spec.with_bam(spec.friction.model_copy(update=edit)).bam_only()
+    out = []
+    for i, name in enumerate(SYNTH_FROM):
+        log = load_log(logdir / name)
+        entries = log.entries[:steps]
+        p = log_params(spec, log, "bam") | {"encoder_counts": 4096, "encoder_noise": noise_rad, "seed": i + 1}
+        k = Kernel(1, log.dt)
+        k.set_params(0, p)
+        k.set_state(0, theta=entries[0].position, omega=entries[0].speed)
+        goal = np.array([e.goal_position for e in entries])
+        enable = np.array([float(e.torque_enable) for e in entries])
+        r = k.run(goal, enable)
+        doc = log.model_dump() | {"entries": [
+            {"position": float(r["theta_meas"][j, 0]), "speed": float(r["omega"][j, 0]),
+             "goal_position": float(goal[j]), "torque_enable": bool(enable[j])} for j in range(len(goal))]}
+        out.append(NamedLog(f"synthetic_{i}.json", name, ProcessedLog.model_validate(doc)))
+    return out
+
+
+# --- the objective is replay's path ------------------------------------------------------------------------
+
+def test_a_generation_is_replays_path_batched(xl330_logs):
+    """A generation (candidates × logs, one kernel run) gives each case the kernel dict `replay` builds and the
+    MAE `replay` computes, to round-off (the batch runs the vector math path, a single log the scalar one)."""
+    logs = [load_log(f) for f in sorted(xl330_logs.glob("*.json"))]
+    sp = space(ACTUATOR, "m6")
+    rng = np.random.default_rng(1)
+    base = catalog.entry(ACTUATOR).actuator()
+    specs = [base.with_bam(sp.params(sp.from_unit(rng.uniform(size=sp.dim)))).bam_only() for _ in range(3)]
+    batch = batch_params(specs, logs, "bam")
+    single = [log_params(s, log, "bam") for s in specs for log in logs]
+    assert len(batch) == len(single) == 36
+    for a, b in zip(batch, single, strict=True):
+        assert a.keys() == b.keys()
+        assert all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)   # NaN: unset
+    rolled = rollout_batch([(LogArrays.of(logs[i % 12]), p) for i, p in enumerate(batch)])
+    for i, (q, _) in enumerate(rolled):
+        one = replay_log(logs[i % 12], specs[i // 12], "bam", "x")
+        assert np.mean(np.abs(q - one.q_log)) == pytest.approx(one.mae, rel=1e-9)
+    # record="state" keeps exactly the state a full record has
+    k1, k2 = Kernel(3, 0.005), Kernel(3, 0.005)
+    for j in range(3):
+        k1.set_params(j, batch[j])
+        k2.set_params(j, batch[j])
+    goal = np.array([[e.goal_position for e in logs[0].entries[:300]]] * 3).T
+    full, state = k1.run(goal), k2.run(goal, record="state")
+    assert np.array_equal(full["theta"], state["theta"]) and np.array_equal(full["omega"], state["omega"])
+    assert state["torque"].shape == (0, 3)
+
+
+# --- recovery ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["m1", "m2", "m3", "m4", "m5", "m6"])
+def test_recovers_known_parameters(xl330_logs, model):
+    """Fitted back from bam's start values within: MAE ≤ the true set's + 1.5 mrad (the floor is the encoder's
+    quantization and 1 mrad noise), kt/R (the law's torque per volt) 4 %, armature 12 %, q_offset 3 mrad.
+    The friction coefficients of one model trade off against each other and are not checked one by one."""
+    logs = synthesize(xl330_logs, model)
+    truth = catalog.entry(ACTUATOR).models[model]
+    spec = catalog.entry(ACTUATOR).actuator(model).bam_only()
+    floor = np.mean([replay_log(x.log, spec, "bam", x.name).mae for x in logs])
+    assert 0.5e-3 < floor < 1.5e-3
+    fit = run_fit(FitTask(ACTUATOR, model, logs, [], 3000, seed=3))
+    assert fit.evaluations <= 3000 and not fit.interrupted
+    assert fit.train < floor + 1.5e-3, (fit.train, floor)
+    p = fit.params
+    assert p["kt"] / p["R"] == pytest.approx(truth.kt / truth.R, rel=0.04)
+    assert p["armature"] == pytest.approx(truth.armature, rel=0.12)
+    assert abs(p["q_offset"] - truth.q_offset) < 3e-3
+    lo, hi = space(ACTUATOR, model).low, space(ACTUATOR, model).high
+    values = np.array([p[n] for n in space(ACTUATOR, model).names])
+    assert np.all((lo <= values) & (values <= hi))
+
+
+def test_delay_is_recovered(xl330_logs):
+    """--delay: logs whose commands (goal and torque enable) reached the servo 4 steps (20 ms) late are fitted
+    with delay_steps = 4."""
+    logs = synthesize(xl330_logs, "m1", steps=600)
+    late = []
+    for x in logs:   # re-synthesize with the goal applied 4 steps late
+        spec = catalog.entry(ACTUATOR).actuator("m1").bam_only()
+        k = Kernel(1, x.log.dt)
+        k.set_params(0, log_params(spec, x.log, "bam"))
+        k.set_state(0, theta=x.log.entries[0].position, omega=x.log.entries[0].speed)
+        goal = np.array([e.goal_position for e in x.log.entries])
+        enable = np.array([float(e.torque_enable) for e in x.log.entries])
+        r = k.run(*(np.concatenate([np.full(4, v[0]), v[:-4]]) for v in (goal, enable)))
+        doc = x.log.model_dump()
+        for e, q in zip(doc["entries"], r["theta"][:, 0], strict=True):
+            e["position"] = float(q)
+        late.append(NamedLog(x.name, x.path, ProcessedLog.model_validate(doc)))
+    fit = run_fit(FitTask(ACTUATOR, "m1", late, [], 1500, seed=5, delay=True))
+    assert fit.params["delay_steps"] == 4
+    assert fit.train < 1e-3
+
+
+# --- real data ---------------------------------------------------------------------------------------------
+
+def test_real_xl330_fit_beats_the_published_set_and_replay_reproduces_it(xl330_logs, tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    for f in xl330_logs.glob("*.json"):
+        if f.name not in VALIDATION:
+            shutil.copy(f, train / f.name)
+    out = tmp_path / "fit"
+    val_args = [a for name in VALIDATION for a in ("--validation", str(xl330_logs / name))]
+    res = _invoke([str(train), "--actuator", ACTUATOR, "--model", "m4", "--trials", "2000", "--seed", "7",
+                   "--out", str(out), *val_args])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "report.json").read_text())
+    (fit,) = report["fits"]
+    assert sorted(fit["train_mae_per_log"]) == sorted(p.name for p in train.glob("*.json"))
+    assert sorted(fit["validation_mae_per_log"]) == sorted(VALIDATION)
+    assert fit["evaluations"] <= 2000 and report["seed"] == 7
+    # the published m4 on the same held-out logs
+    published = [r for r in replay(xl330_logs, ACTUATOR, model="m4") if r.file in VALIDATION]
+    published_mae = np.mean([r.mae for r in published])
+    assert fit["validation_mae"] < published_mae, (fit["validation_mae"], published_mae)
+    # `servo-hil replay --params DIR/params.json` gives the reported MAE, log by log
+    for name in VALIDATION:
+        rep = tmp_path / f"replay_{name}"
+        r = CliRunner().invoke(app, ["replay", str(xl330_logs / name), "--actuator", ACTUATOR,
+                                     "--params", str(out / "params.json"), "--out", str(rep)])
+        assert r.exit_code == 0, r.output
+        assert json.loads(rep.read_text())["mae"] == pytest.approx(fit["validation_mae_per_log"][name],
+                                                                   rel=1e-12, abs=0)
+    # params.json is a bam parameter file; catalog.toml a catalog entry with provenance
+    params = json.loads((out / "params.json").read_text())
+    assert params["model"] == "m4" and params["actuator"] == "xl330"
+    load_bam_params(out / "params.json")
+    entry = validate(CatalogEntry, read_toml(out / "catalog.toml"), "catalog.toml")
+    assert entry.name == f"{ACTUATOR}_identified" and list(entry.models) == ["m4"]
+    assert VALIDATION[0] in (out / "catalog.toml").read_text()
+    assert f"{1e3 * fit['validation_mae']:.3f} mrad" in entry.models["m4"].source
+    assert (out / "validation_m4.png").stat().st_size > 1000 and (out / "convergence.png").stat().st_size > 1000
+    # and a rig's `params = "…"` runs it
+    (out / "rig.toml").write_text('[actuator]\ncatalog = "xl330_m288"\nparams = "params.json"\n'
+                                  '[load]\nmass = 0.49\nlength = 0.1\n')
+    _, _, spec = load_offline_rig(out / "rig.toml")
+    assert spec.friction.model == "m4" and spec.motor.motorconst == params["kt"]
+
+
+# --- MCAP path ---------------------------------------------------------------------------------------------
+
+def test_mcap_mirror_recording_is_identified_toward_the_real_servo(xl330_logs, tmp_path):
+    """A side-by-side recording of a "real" servo (the published m1 with kt 30 % higher and twice the Coulomb
+    friction) beside its twin (the published m1): fitting kt and friction_base moves them to the real ones."""
+    real_edit = {"kt": 1.3 * catalog.entry(ACTUATOR).models["m1"].kt,
+                 "friction_base": 2 * catalog.entry(ACTUATOR).models["m1"].friction_base}
+    real = synthesize(xl330_logs, "m1", steps=800, noise_rad=0.0, edit=real_edit)[1]
+    twin = synthesize(xl330_logs, "m1", steps=800, noise_rad=0.0)[1]
+    t0, dt_ns = 1_780_000_000_000_000_000, round(real.log.dt * 1e9)
+    with SideBySideRecorder(tmp_path / "rec", prefix="rig-bus") as rec:
+        for k, (r, s) in enumerate(zip(real.log.entries, twin.log.entries, strict=True)):
+            t = t0 + k * dt_ns
+            # the mirror sees what the controller reads of the real servo (no goal); the twin holds the goal
+            rec.state("real", "arm", t, {"position": r.position, "velocity": r.speed})
+            rec.state("sim", "arm", t, {"position": s.position, "velocity": s.speed, "goal": s.goal_position,
+                                        "enable": s.torque_enable})
+    header = [f"--mcap-header={k}={getattr(real.log, k):g}" for k in ("mass", "length", "kp")]
+    out = tmp_path / "fit"
+    res = _invoke([str(tmp_path / "rec"), "--actuator", ACTUATOR, "--model", "m1", "--trials", "600",
+                   "--free", "kt", "--free", "friction_base", "--out", str(out), *header])
+    assert res.exit_code == 0, res.output
+    params = json.loads((out / "params.json").read_text())
+    published = catalog.entry(ACTUATOR).models["m1"]
+    assert params["R"] == published.R   # held at the published set
+    assert abs(params["kt"] - real_edit["kt"]) < 0.1 * abs(published.kt - real_edit["kt"])
+    assert abs(params["friction_base"] - real_edit["friction_base"]) < \
+        0.25 * abs(published.friction_base - real_edit["friction_base"])
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["fits"][0]["train_mae_per_log"]) == ["rec:arm"]
+    assert report["fits"][0]["train_mae"] < 2e-3
+
+
+# --- scale-out and reproducibility -------------------------------------------------------------------------
+
+def test_same_seed_same_result_in_process_in_workers_and_on_dask(xl330_logs, tmp_path):
+    from distributed import LocalCluster
+
+    logs = [str(xl330_logs / n) for n in SYNTH_FROM]
+    common = [*logs, "--actuator", ACTUATOR, "--model", "m1", "--trials", "120", "--split", "0.25",
+              "--repeats", "2", "--seed", "11"]
+    outs = {}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        for how, extra in (("local", []), ("again", []), ("workers", ["--workers", "2"]),
+                           ("dask", ["--scheduler", cluster.scheduler_address])):
+            res = _invoke([*common, "--out", str(tmp_path / how), *extra])
+            assert res.exit_code == 0, (how, res.output)
+            outs[how] = json.loads((tmp_path / how / "report.json").read_text())["fits"]
+    assert len(outs["local"]) == 2   # 2 random hold-outs of one model
+    for how in ("again", "workers", "dask"):
+        assert [f["params"] for f in outs[how]] == [f["params"] for f in outs["local"]], how
+        assert [f["validation_mae"] for f in outs[how]] == [f["validation_mae"] for f in outs["local"]], how
+
+
+def test_model_all_ranks_every_model_on_validation(xl330_logs, tmp_path):
+    out = tmp_path / "all"
+    res = _invoke([str(xl330_logs), "--actuator", ACTUATOR, "--model", "all", "--trials", "40",
+                   "--validation-kp", "800", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "report.json").read_text())
+    ranking = report["ranking"]
+    assert sorted(r["model"] for r in ranking) == ["m1", "m2", "m3", "m4", "m5", "m6"]
+    vals = [r["validation_mae"] for r in ranking]
+    assert vals == sorted(vals)
+    assert json.loads((out / "params.json").read_text())["model"] == ranking[0]["model"]
+    assert sorted(p.name for p in (out / "models").glob("*.json")) == [f"m{i}.json" for i in range(1, 7)]
+    for fit in report["fits"]:
+        assert all(json.loads(Path(xl330_logs / n).read_text())["kp"] == 800
+                   for n in fit["validation_mae_per_log"])
+
+
+def test_ctrl_c_keeps_the_best_so_far(xl330_logs, tmp_path):
+    out = tmp_path / "int"
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "identify", str(xl330_logs / SYNTH_FROM[0]),
+                             "--actuator", ACTUATOR, "--model", "m6", "--trials", "10000000", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().startswith("fitting"), proc.stderr.read()
+        while not (out / "params.json").exists():   # a first best set has been saved
+            assert proc.poll() is None, proc.stderr.read()
+            os.sched_yield()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["interrupted"] and 0 < report["evaluations"] < 10000000
+    assert json.loads((out / "params.json").read_text())["model"] == "m6"
+    assert "interrupted" in stdout
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+
+def _one_line_exit_2(args: list[str], *needles: str):
+    res = _invoke(args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_bad_input_is_one_line_and_exit_2(xl330_logs, tmp_path):
+    log = str(xl330_logs / SYNTH_FROM[0])
+    out = str(tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    _one_line_exit_2([str(tmp_path / "empty"), "--actuator", ACTUATOR, "--out", out], "empty", "no *.json")
+    doc = json.loads(Path(log).read_text())
+    del doc["kp"]
+    (tmp_path / "nokp.json").write_text(json.dumps(doc))
+    _one_line_exit_2([str(tmp_path / "nokp.json"), "--actuator", ACTUATOR, "--out", out], "nokp.json", "kp")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--model", "m9", "--out", out], "m9")
+    _one_line_exit_2([log, "--actuator", "xl999", "--out", out], "xl999")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kq=1", "--out", out], "kq")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kt=9", "--out", out], "kt=9", "bounds")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kt", "--out", out], "NAME=VALUE")
+    (tmp_path / "afile").write_text("")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--out", str(tmp_path / "afile" / "sub")], "afile")
+    _one_line_exit_2([str(tmp_path / "rec.mcap"), "--actuator", ACTUATOR, "--out", out], "rec.mcap")
+    _one_line_exit_2([log, "--validation", log, "--actuator", ACTUATOR, "--out", out], SYNTH_FROM[0], "validation")
+    _one_line_exit_2([log, "--validation-kp", "5", "--actuator", ACTUATOR, "--out", out], "--validation-kp 5")
+    assert not Path(out).exists() or not any(Path(out).iterdir())
