@@ -1,5 +1,5 @@
-"""Builds the Cython extensions (kernel, real-time loop, Dynamixel and SLCAN codecs, Dynamixel firmware); the rest
-is in pyproject.toml."""
+"""Builds the Cython extensions (kernel, real-time loop, robot engine, Dynamixel and SLCAN codecs, Dynamixel
+firmware); the rest is in pyproject.toml."""
 
 import os
 import platform
@@ -78,6 +78,20 @@ def write_if_changed(path: Path, lines: list[str]) -> None:
 
 kernel_params_pxi()
 
+
+def robot_extension() -> Extension:
+    """hil.robot.engine: calls MuJoCo's C API (the `mujoco` wheel ships include/ and libmujoco, which
+    `import mujoco` loads before the engine is imported: hil/robot/__init__.py)."""
+    import mujoco
+
+    here = os.path.dirname(mujoco.__file__)
+    lib = next(f for f in sorted(os.listdir(here)) if f.startswith("libmujoco.so"))
+    ext = extension("hil.robot.engine", depends=(*KERNEL_HEADERS, "hil/kernel/core.pxd", "hil/kernel/params.pxi"))
+    ext.include_dirs += [os.path.join(here, "include"), "hil/kernel"]
+    ext.extra_link_args = [os.path.join(here, lib)]
+    return ext
+
+
 # the kernel's lane loops stay loops: GCC -O3 turns a loop that zeroes a few padding lanes into a
 # memset call (rep stos, or a call with vzeroupper), costlier than the loop for the few lanes of a small rig
 KERNEL_FLAGS = ("-fno-tree-loop-distribute-patterns",)
@@ -88,7 +102,7 @@ extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS, flags=KERNEL_
               extension("drivers.dynamixel.codec"), extension("drivers.can.slcan_codec"),
               extension("drivers.dynamixel.bus"), extension("firmware_models.dynamixel.present"),
               extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks"),
-              extension("firmware_models.dynamixel.joint_link")]
+              extension("firmware_models.dynamixel.joint_link"), robot_extension()]
 
 
 

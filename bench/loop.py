@@ -34,6 +34,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import tomli_w
 import zmq
 
 from bench import zmq_receiver
@@ -41,6 +42,7 @@ from bench.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import loaded_libzmq, request
 from hil.loop.rt import realtime_thread
+from hil.rig import read_rig
 
 zmq_receiver.bind_libzmq(loaded_libzmq())
 
@@ -67,11 +69,25 @@ def _realtime(priority: int):
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int) -> str:
-    joints = "".join(f'\n[[actuators]]\njoint = "j{i}"\ncatalog = "mx64"\nmodel = "m6"\n'
-                     f'load = {{ mass = 0.5, length = 0.1 }}\n' for i in range(actuators))
-    return (f'name = "bench"\n[loop]\nrate_hz = {rate}\n[zmq]\npub = "{pub}"\ncommand = "{cmd}"\n'
-            f'publish_every = {publish_every}\n[mqtt]\nembedded_port = {mqtt_port}\n{joints}')
+def _rig_text(rate: float, actuators: int, publish_every: int, pub: str, cmd: str, mqtt_port: int,
+              rig: Path | None = None) -> str:
+    """The daemon's rig: N MX-64 m6 pendulums, or the actuators and the robot of `rig` without its buses (files
+    made absolute; the poses topic off, so that the judged stream is the joints')."""
+    doc = {"name": "bench", "loop": {"rate_hz": rate},
+           "zmq": {"pub": pub, "command": cmd, "publish_every": publish_every},
+           "mqtt": {"embedded_port": mqtt_port}}
+    if rig is None:
+        doc["actuators"] = [{"joint": f"j{i}", "catalog": "mx64", "model": "m6",
+                             "load": {"mass": 0.5, "length": 0.1}} for i in range(actuators)]
+        return tomli_w.dumps(doc)
+    parsed = read_rig(rig)
+    files = ("params", "mjcf")
+    doc["actuators"] = [{k: str((rig.parent / v).resolve()) if k in files else v
+                         for k, v in a.model_dump(exclude_unset=True, exclude={"bus", "id", "registers"}).items()}
+                        for a in parsed.actuators]
+    if parsed.robot is not None:
+        doc["robot"] = {"mjcf": str((rig.parent / parsed.robot.mjcf).resolve()), "pose_every": 1_000_000}
+    return tomli_w.dumps(doc)
 
 
 def _drain(sub: zmq.Socket, into: list) -> None:
@@ -88,11 +104,14 @@ def _drain(sub: zmq.Socket, into: list) -> None:
 
 
 def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publish_every: int = 1,
-        warmup: float = 1.0) -> dict:
+        warmup: float = 1.0, rig_path: Path | None = None) -> dict:
+    """The benchmark's JSON; `rig_path`: the actuators (and robot) of that rig instead of N pendulums."""
     pub, cmd = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    if rig_path is not None:
+        actuators = len(read_rig(rig_path).actuators)
     with tempfile.TemporaryDirectory() as tmp:
         rig = Path(tmp) / "bench.toml"
-        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port()))
+        rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port(), rig_path))
         proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
                                 stderr=subprocess.PIPE, text=True)
         print(f"bench loop: the daemon, {actuators} actuators at {rate:g} Hz, for {seconds:g} s", file=sys.stderr,
@@ -105,6 +124,14 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    if rig_path is not None:
+        out["config"]["rig"] = str(rig_path)
+        if read_rig(rig_path).robot is not None:   # the same model offline: mj_step's share, bam's peer
+            from bench.robot import run as robot_bench
+
+            print("bench loop: the robot offline and bam's MujocoController on it", file=sys.stderr, flush=True)
+            out["robot"] = robot_bench(rig_path, seconds=min(seconds, 2.0), repeats=3)
+            out["robot"].pop("machine", None)
     print(f"bench loop: the ZeroMQ peer, the same stream, for {seconds:g} s", file=sys.stderr, flush=True)
     out["zmq_peer"] = _measure_peer(rate / publish_every, actuators, out["zmq"]["payload_bytes"], seconds, warmup)
     if out["zmq"]["latency_p99_us"] and out["zmq_peer"]["latency_p99_us"]:

@@ -23,6 +23,8 @@ which is the rig of one `[[actuators]]` entry with joint = "actuator" and those 
     [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
               tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
     [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
+    [robot]   mjcf = "robots/arm.xml"       # optional: each actuator turns the MJCF hinge named by its joint,
+                                            # and gives no load (docs/robots.md)
     [[buses]]                               # optional: impersonate the servos on their own bus
     name = "dxl"  protocol = "dynamixel"    # or "canopen" (eRob CiA 402 nodes behind an SLCAN adapter)
     port = "/tmp/servo-hil-dxl"             # pty symlink to create (or device = "/dev/ttyUSB0")
@@ -69,6 +71,7 @@ from hil.params.config_file import ConfigError, Strict, describe, read_toml, val
 from hil.params.dcmotor import DCMotor
 from hil.params.firmware import DcmotorLaw, parse_firmware
 from hil.params.mjcf import load_dcmotor
+from hil.robot.rig import Binding, Robot, RobotConfig, build_robot
 
 STANDARD_GRAVITY = 9.80665  # m/s², also bam's value
 SINGLE_JOINT = "actuator"   # the joint name of a rig spelled with one [actuator]
@@ -356,11 +359,14 @@ class Rig(RigSettings):
 
     buses: list[BusConfig] = Field(default_factory=list)
     actuators: list[RigActuator] = Field(min_length=1)
+    robot: RobotConfig | None = Field(None, description="the actuators drive the hinges of this MuJoCo model")
 
     @model_validator(mode="after")
     def _unique(self) -> Rig:
         seen: set[str] = set()
-        for a in self.actuators:
+        for j, a in enumerate(self.actuators):
+            if self.robot and "load" in a.model_fields_set:
+                raise ValueError(f"actuators[{j}] ({a.joint}).load: a robot's load is its MJCF (robot.mjcf)")
             if a.joint in seen:
                 raise ValueError(f"actuators: joint name {a.joint!r} is used twice")
             seen.add(a.joint)
@@ -457,9 +463,31 @@ def load_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Kernel]:
     """Read a rig for the daemon and build its kernel (dt = 1/(rate·substeps)) in the initial state."""
     path = Path(path)
     rig, single = _parse(path)
+    if rig.robot is not None:
+        raise ConfigError(f"{path}: robot: a robot rig's actuators turn its MJCF's hinges: load it with "
+                          "load_robot_rig")
     kernel, specs = _build_kernel(rig, path, single, 1.0 / (rig.loop.rate_hz * rig.loop.substeps),
                                   rig.loop.integrator)
     return rig, specs, kernel
+
+
+def load_robot_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Robot]:
+    """Read a robot rig (`[robot] mjcf = ...`): its actuators bound to the MJCF's hinges named by `joint`."""
+    path = Path(path)
+    rig, single = _parse(path)
+    if rig.robot is None or single:
+        raise ConfigError(f"{path}: robot: a robot rig names its MJCF ([robot] mjcf = ...) and its [[actuators]]")
+    if "integrator" in rig.loop.model_fields_set or "substeps" in rig.loop.model_fields_set:
+        raise ConfigError(f"{path}: loop: a robot's integrator and physics step are its MJCF's <option>: give "
+                          "neither integrator nor substeps")
+    tick = 1.0 / rig.loop.rate_hz
+    kernel, specs = _build_kernel(rig, path, single, tick, rig.loop.integrator)
+    bindings = [Binding(a.joint, kernel.get_params(j), f"actuators[{j}] ({a.joint})", a.initial.theta,
+                        a.initial.omega, a.initial.temperature_c) for j, a in enumerate(rig.actuators)]
+    try:
+        return rig, specs, build_robot(rig.robot, path.parent, bindings, tick)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def load_offline_rig(path: str | Path, integrator: str | None = None) -> tuple[Rig, Kernel, ActuatorSpec]:

@@ -1,8 +1,8 @@
 """The house's rules, read from the source: imports point down the layers, and no two files import each other.
 
-Layers (docs/architecture.md): engine (`hil.kernel`, `hil.loop`, `hil.joint`, `hil.params`) ← `firmware_models` ←
-`drivers` ← application (the rest of `hil`, `bench`). Every import counts, lazy ones (inside functions) and
-`TYPE_CHECKING` ones included, in Python and Cython files alike.
+Layers (docs/architecture.md): engine (`hil.kernel`, `hil.loop`, `hil.joint`, `hil.params`, `hil.robot`) ←
+`firmware_models` ← `drivers` ← application (the rest of `hil`, `bench`). Every import counts, lazy ones (inside
+functions) and `TYPE_CHECKING` ones included, in Python and Cython files alike.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hil", "firmware_models", "drivers", "bench")
-ENGINE = ("hil.kernel", "hil.loop", "hil.joint", "hil.params")
+ENGINE = ("hil.kernel", "hil.loop", "hil.joint", "hil.params", "hil.robot")
 
 # a Cython import line: `from a.b cimport x`, `from a.b import x`, `cimport a.b`, `import a.b`
 _CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\s+([\w ,()*]+)|c?import\s+([\w., ]+))", re.M)
@@ -33,7 +33,8 @@ def _sources() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*")):
-            if path.suffix in (".py", ".pyx", ".pxd") and not path.name.endswith("_pb2.py"):
+            hidden = any(part.startswith(".") for part in path.relative_to(ROOT).parts)  # bench/.venv-bam
+            if path.suffix in (".py", ".pyx", ".pxd") and not path.name.endswith("_pb2.py") and not hidden:
                 found.setdefault(f"{_module_name(path)}{path.suffix if path.suffix == '.pxd' else ''}", path)
     return found
 

@@ -51,12 +51,14 @@ def one_line_errors(fn):
 @app.command()
 @one_line_errors
 def simulate(
-    rig: Annotated[Path, typer.Argument(help="rig TOML: [actuator] [load] [sim] [encoder] [faults] [initial]")],
-    input: Annotated[Path, typer.Option("--input", help="IN.csv with columns t,u[,enable,external_torque]")],
+    rig: Annotated[Path, typer.Argument(help="rig TOML: [actuator] [load] [sim] [encoder] [faults] [initial], "
+                                             "or a robot rig ([robot] mjcf = ...)")],
+    input: Annotated[Path, typer.Option("--input", help="IN.csv with columns t,u[,enable,external_torque]; "
+                                                        "a robot: t,<joint>,...[,<joint>.enable]")],
     out: Annotated[Path, typer.Option("--out", help="OUT.csv to write")],
     integrator: Annotated[Integrator | None, typer.Option(help="override [sim] integrator")] = None,
 ) -> None:
-    """Run one actuator offline over a command CSV; one output row per step."""
+    """Run one actuator, or a robot's joints, offline over a command CSV; one output row per step."""
     from hil.offline.simulate import simulate as run
 
     cols = run(rig, input, out, integrator)
@@ -390,18 +392,37 @@ def bench_first_run(
     _print_json(bench(no_cache), out)
 
 
+@bench_app.command("robot")
+@one_line_errors
+def bench_robot(
+    rig: Annotated[Path, typer.Option(help="a robot rig ([robot] mjcf = ...)")] = Path("config/rigs/desktop_arm.toml"),
+    seconds: Annotated[float, typer.Option(help="simulated seconds per window")] = 2.0,
+    repeats: Annotated[int, typer.Option(help="windows (the median is reported)")] = 3,
+    peer: Annotated[bool, typer.Option(help="also time bam's MujocoController on the same model")] = True,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """A robot rig's physics steps per second and mj_step's share, against bam's MujocoController.update()
+    + mj_step from Python on the same model in the same run, as JSON."""
+    from bench.robot import run as bench
+
+    _print_json(bench(rig, seconds, repeats, peer), out)
+
+
 @bench_app.command("loop")
+@one_line_errors
 def bench_loop(
     rate: Annotated[float, typer.Option(help="loop rate [Hz]")] = 1000.0,
     seconds: Annotated[float, typer.Option(help="measurement window [s]")] = 10.0,
     actuators: Annotated[int, typer.Option(help="MX-64 pendulums in the rig")] = 32,
     publish_every: Annotated[int, typer.Option(help="publish one tick in N")] = 1,
+    rig: Annotated[Path | None, typer.Option(help="the actuators (and robot) of this rig instead of pendulums; "
+                                                  "a robot rig adds its offline figures and bam's peer")] = None,
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
     """The daemon's loop lateness, overruns, CPU, steal and ZeroMQ latency/drops, as JSON."""
     from bench.loop import run as bench
 
-    _print_json(bench(rate, seconds, actuators, publish_every), out)
+    _print_json(bench(rate, seconds, actuators, publish_every, rig_path=rig), out)
 
 
 @bench_app.command("dynamixel")

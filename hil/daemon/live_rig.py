@@ -30,6 +30,7 @@ from hil.params.actuator import ActuatorSpec
 from hil.params.catalog import config_dir
 from hil.params.config_file import Strict, read_toml, validate
 from hil.rig import Rig
+from hil.robot.rig import Robot
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
@@ -75,8 +76,9 @@ def _check_args(cmd: dict, allowed: tuple[str, ...]) -> None:
 class LiveRig:
     """The kernel running in its loop thread, plus the host-side bookkeeping of commands and faults."""
 
-    def __init__(self, rig: Rig, specs: list[ActuatorSpec], kernel: Kernel):
+    def __init__(self, rig: Rig, specs: list[ActuatorSpec], kernel: Kernel, robot: Robot | None = None):
         self.rig = rig
+        self.robot = robot   # the loop ticks its engine (kernel + MuJoCo) instead of the kernel alone
         self.specs = specs
         self.names = [a.joint for a in rig.actuators]
         self.index = {n: j for j, n in enumerate(self.names)}
@@ -89,8 +91,9 @@ class LiveRig:
         self.active: list[dict[str, dict]] = [{} for _ in self.names]  # injected faults and their args
         self.overheat_restore: list[float | None] = [None for _ in self.names]  # °C before the injection
         self.period_s = 1.0 / rig.loop.rate_hz
-        self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, rig.loop.substeps, rig.zmq.publish_every,
-                                 rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep)
+        self.loop = RealtimeLoop(kernel, rig.loop.rate_hz, robot.substeps if robot else rig.loop.substeps,
+                                 rig.zmq.publish_every, rig.loop.fifo_priority, rig.loop.spin_us, rig.loop.lockstep,
+                                 physics=robot.engine if robot else None)
         self.stats = LoopStats(self.loop)
         self._push_lock = threading.RLock()
         # the thread inside atomic() (it holds _push_lock), None outside: its pushes are staged until the batch ends

@@ -18,7 +18,7 @@ from hil.daemon.mqtt_plane import MqttPlane, check_embedded_port
 from hil.daemon.zmq_io import CommandServer, StatePublisher, curve_keys, realtime_context
 from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
-from hil.rig import BusConfig, Rig, load_rig
+from hil.rig import BusConfig, Rig, load_rig, load_robot_rig, read_rig
 
 log = logging.getLogger("servo-hil")
 
@@ -32,7 +32,12 @@ class Daemon:
 
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
                  real: list[str] = (), record: str | None = None, record_segment_s: float | None = None):
-        self.rig, self.specs, kernel = load_rig(rig_path)
+        self.robot = None   # a robot rig: its actuators turn the hinges of a MuJoCo model (docs/robots.md)
+        if read_rig(rig_path).robot is not None:
+            self.rig, self.specs, self.robot = load_robot_rig(rig_path)
+            kernel = self.robot.kernel
+        else:
+            self.rig, self.specs, kernel = load_rig(rig_path)
         self.rig_dir = Path(rig_path).parent   # relative paths in the rig are from its folder
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
@@ -50,7 +55,7 @@ class Daemon:
                 self.rig.buses[k] = validate(BusConfig, bus.model_dump() | {"record_segment_s": record_segment_s},
                                              f"--record-segment-s {record_segment_s}")
         self.buses: list[BusServer] = []
-        self.live = LiveRig(self.rig, self.specs, kernel)
+        self.live = LiveRig(self.rig, self.specs, kernel, self.robot)
         self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
         self.commands: CommandServer | None = None

@@ -24,6 +24,12 @@ reads (topic → series prefix, third frame → time stamp). Payload keys (SI un
 The timestamp frame is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
 the simulation time in lock-step mode.
 
+A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
+ticks on topic `b"<rig>/poses"`: a map of `seq` (+1 per message), `t` [s] and `tick` of the copy, `bodies`
+(the MJCF's body names, world first), `position` (x, y, z [m] of each body in the world frame, flattened)
+and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame as above, taken
+when the message is sent. It is the latest copy when the publisher looks (a lock-step burst ends on its last).
+
 Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
 `{"ok": false, "error": "…"}` (see LiveRig for the commands).
 """
@@ -109,6 +115,15 @@ class StatePublisher(threading.Thread):
         self._halt = threading.Event()
         # epoch time = monotonic time + this offset [ns] (both clocks read once, back to back)
         self._epoch_minus_monotonic_ns = time.time_ns() - time.monotonic_ns()
+        self.robot = live.robot
+        self._wait_s = 0.1   # how long a publish_pending call serves the stream: poses go out between calls
+        if self.robot is not None:
+            self._wait_s = min(0.1, live.rig.robot.pose_every / live.rig.loop.rate_hz)
+        self.poses_sent = 0
+        self._pose_tick = 0
+        if self.robot is not None:
+            self.robot.engine.publish_poses(live.rig.robot.pose_every)
+            self._bodies = [self.robot.model.body(i).name for i in range(self.robot.model.nbody)]
 
     def stop(self) -> None:
         self._halt.set()
@@ -125,6 +140,19 @@ class StatePublisher(threading.Thread):
             self._flags_changed(j, flags, t, None if temp != temp else temp)
         self.published += sent
         return sent
+
+    def publish_poses(self) -> None:
+        """The robot's latest copy of its bodies' poses, if new, on `<rig>/poses` (module docstring)."""
+        copy = self.robot.engine.read_poses()
+        if copy is None or copy[0] == self._pose_tick:
+            return
+        tick, t, poses = copy
+        self._pose_tick = tick
+        payload = {"seq": self.poses_sent, "t": t, "tick": tick, "bodies": self._bodies,
+                   "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
+        stamp = t if self.live.rig.loop.lockstep else time.time()
+        self.sock.send_multipart([f"{self.live.rig.name}/poses".encode(), msgpack.packb(payload), repr(stamp).encode()])
+        self.poses_sent += 1
 
     def _flags_changed(self, j: int, flags: int, t: float, temperature: float | None) -> None:
         live = self.live
@@ -149,7 +177,9 @@ class StatePublisher(threading.Thread):
                     # loop's own exit and the main thread (sched(7): FIFO runs until it blocks); wait for stop()
                     self._halt.wait()
                     break
-                self.publish_pending(wait_s=0.1)
+                self.publish_pending(wait_s=self._wait_s)
+                if self.robot is not None:
+                    self.publish_poses()
             self.publish_pending()  # flush what the loop produced before it stopped
         except BaseException as exc:  # seen by the daemon's watchdog, which stops the daemon with this reason
             self.error = f"{type(exc).__name__}: {shown(str(exc))}"

@@ -23,3 +23,10 @@ cdef int snapshot_ref(object loop, SnapshotRef* out) except -1
 cdef void read_snapshot(const SnapshotRef* ref, int64_t j, State* out) noexcept nogil
 cdef int64_t read_tick(const SnapshotRef* ref) noexcept nogil
 cdef int push_command(object loop, int kind, int64_t index, double a, double b, bint commit) except -1
+
+
+cdef struct TickHook:
+    # other physics a RealtimeLoop ticks instead of its kernel's steps (hil/robot/engine.pyx: the kernel coupled to a
+    # MuJoCo model): fn(ctx) runs one whole tick without the GIL; handed over as a PyCapsule named "hil.loop.TickHook"
+    void (*fn)(void* ctx) noexcept nogil
+    void* ctx

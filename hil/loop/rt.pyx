@@ -13,6 +13,7 @@ The thread's real-time setup is hil/loop/realtime.pyx; the state publisher that 
 ZeroMQ is hil/loop/publisher.pyx.
 """
 
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memset
@@ -171,6 +172,8 @@ cdef class RealtimeLoop:
     cdef int64_t staged            # commands written but not yet published to the loop
     cdef readonly int64_t period_ns
     cdef readonly int substeps
+    cdef object physics           # keeps the hook below alive
+    cdef TickHook* hook           # NULL: the kernel's own steps
     cdef readonly int publish_every
     cdef readonly int fifo_priority
     cdef readonly int64_t spin_ns
@@ -180,7 +183,7 @@ cdef class RealtimeLoop:
 
     def __cinit__(self, Kernel kernel, double rate_hz, int substeps=1, int publish_every=1,
                   int fifo_priority=50, double spin_us=0.0, bint lockstep=False,
-                  int64_t command_capacity=4096, int64_t sample_capacity=1 << 16):
+                  int64_t command_capacity=4096, int64_t sample_capacity=1 << 16, physics=None):
         if not (1.0 <= rate_hz <= 20000.0):
             raise ValueError(f"rate_hz must be within 1..20000, got {rate_hz}")
         if substeps < 1 or publish_every < 1:
@@ -192,6 +195,9 @@ cdef class RealtimeLoop:
         if abs(kernel.dt * substeps * 1e9 - self.period_ns) > 1.0:
             raise ValueError(f"kernel dt {kernel.dt} s × {substeps} substeps != period {self.period_ns} ns")
         self.substeps = substeps
+        if physics is not None:   # its tick_hook() runs the substeps of the kernel's actuators and more
+            self.physics = physics
+            self.hook = <TickHook*>PyCapsule_GetPointer(physics.tick_hook(), b"hil.loop.TickHook")
         self.publish_every = publish_every
         self.fifo_priority = fifo_priority
         self.spin_ns = <int64_t>(spin_us * 1000.0)
@@ -275,8 +281,11 @@ cdef class RealtimeLoop:
         cdef int64_t j, head, tail, seq
         cdef Sample* o
         cdef int64_t t0 = hil_now_ns()
-        for s in range(self.substeps):
-            step_all(self.P, self.plan, self.S, self.I, self.n, self.dt)
+        if self.hook != NULL:
+            self.hook.fn(self.hook.ctx)
+        else:
+            for s in range(self.substeps):
+                step_all(self.P, self.plan, self.S, self.I, self.n, self.dt)
         self.sh.work_ns += hil_now_ns() - t0
         self.sh.tick += 1
         self._snapshot()

@@ -15,7 +15,7 @@ import pytest
 
 from hil.daemon.zmq_io import request
 from hil.params.config_file import ConfigError
-from hil.rig import SINGLE_JOINT, load_offline_rig, load_rig, read_rig
+from hil.rig import SINGLE_JOINT, load_offline_rig, load_rig, load_robot_rig, read_rig
 from tests.daemon_process import SERVO_HIL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +58,10 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 def test_the_committed_rigs_load(rig):
     r = read_rig(rig)
     assert r.actuators and all(a.joint for a in r.actuators)
+    if r.robot is not None:   # its actuators turn the hinges of its MJCF
+        _, specs, robot = load_robot_rig(rig)
+        assert robot.joints == [a.joint for a in r.actuators] == [robot.model.joint(j).name for j in robot.joints]
+        return
     _, specs, kernel = load_rig(rig)
     assert len(specs) == kernel.n == len(r.actuators)
 

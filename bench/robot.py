@@ -1,0 +1,94 @@
+"""`servo-hil bench robot`: a robot rig's physics steps per second offline, against bam's MuJoCo coupling, as JSON.
+
+Builds the rig's robot (`[robot] mjcf`, docs/robots.md) and runs `engine.run` over a pick-like goal
+trajectory (every joint swings about its initial angle, the arm's links and the table in contact), a
+whole window in one nogil call: physics steps per second, microseconds per step and the share of the
+step spent in `mj_step` (the engine's own clock around it). The peer, in the same run, is bam's
+`MujocoController.update()` + `mj_step` stepping the same MJCF from Python (better-actuator-models 1.0.2
+in bench/.venv-bam, one controller per hinge: bench/peers/bam_mujoco.py). Each figure is the median of
+`repeats` windows.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from bench.host import machine
+from hil.params import catalog
+from hil.rig import load_robot_rig
+
+PEER = Path(__file__).with_name("peers") / "bam_mujoco.py"
+DATA = Path(__file__).resolve().parents[1] / "data" / "bam" / "params"
+PEER_SET = ("mx64", "m4")   # bam's set every peer controller uses: update()'s cost does not depend on its values
+
+
+def goals(initial: np.ndarray, n_steps: int, dt: float) -> np.ndarray:
+    """(T, n) goals [rad]: each joint swings ±0.4 rad about its initial angle, at its own pace."""
+    t = np.arange(n_steps)[:, None] * dt
+    f = 0.3 + 0.15 * np.arange(len(initial))[None, :]
+    return initial[None, :] + 0.4 * np.sin(2 * np.pi * f * t)
+
+
+def peer(mjcf: Path, joints: list[str], g: np.ndarray, repeats: int) -> dict:
+    from bench.kernel import bam_python
+
+    py, why = bam_python()
+    if py is None:
+        return {"skipped": why}
+    probe = subprocess.run([str(py), "-c", "import mujoco; print(mujoco.__version__)"], capture_output=True,
+                           text=True, check=False)
+    if probe.stdout.strip() != mujoco.__version__:
+        return {"skipped": f"bench/.venv-bam has no MuJoCo {mujoco.__version__} (pip install it there)"}
+    fw = catalog.entry(PEER_SET[0]).firmware
+    job = {"mjcf": str(mjcf), "repeats": repeats, "goals": g.tolist(),
+           "joints": [{"name": j, "params": str(DATA / PEER_SET[0] / f"{PEER_SET[1]}.json"), "kp": fw["kp"],
+                       "vin": fw["supply_v"], "error_gain": fw["error_gain"], "max_pwm": fw["max_duty"]}
+                      for j in joints]}
+    r = subprocess.run([str(py), str(PEER)], input=json.dumps(job), capture_output=True, text=True, timeout=1800,
+                       check=False)
+    if r.returncode != 0:
+        return {"skipped": f"peer failed: {r.stderr.strip()[-400:]}"}
+    out = json.loads(r.stdout)
+    out["params"] = f"bam {PEER_SET[0]} {PEER_SET[1]} for every joint"
+    return out
+
+
+def run(rig: Path, seconds: float = 2.0, repeats: int = 3, with_peer: bool = True) -> dict:
+    """The benchmark's JSON document."""
+    cfg, _, robot = load_robot_rig(rig)
+    engine = robot.engine
+    tick = 1.0 / cfg.loop.rate_hz
+    n_ticks = max(int(seconds / tick), 1)
+    g = goals(np.array([a.initial.theta for a in cfg.actuators]), n_ticks, tick)
+    engine.run(g[: min(n_ticks, 200)])  # warm-up: caches, the contact set
+    rates, shares = [], []
+    for _ in range(repeats):
+        s0, m0 = engine.step_ns, engine.mj_step_ns
+        t0 = time.perf_counter()
+        engine.run(g)
+        wall = time.perf_counter() - t0
+        rates.append(n_ticks * robot.substeps / wall)
+        shares.append((engine.mj_step_ns - m0) / max(engine.step_ns - s0, 1))
+    steps = statistics.median(rates)
+    doc = {
+        "rig": str(rig), "joints": robot.joints, "timestep_s": robot.timestep, "substeps": robot.substeps,
+        "rate_hz": cfg.loop.rate_hz, "contacts_at_end": int(robot.data.ncon), "window_s": n_ticks * tick,
+        "repeats": repeats, "physics_steps_per_s": steps, "us_per_physics_step": 1e6 / steps,
+        "tick_share_of_period": cfg.loop.rate_hz * robot.substeps / steps,
+        "mj_step_share": statistics.median(shares), "samples_steps_per_s": rates,
+        "mujoco": mujoco.__version__, "machine": machine(),
+        "realtime_loop": "not measured: the real-time loop does not tick a robot yet (docs/robots.md)",
+    }
+    if with_peer:
+        p = peer(robot.mjcf, robot.joints, g, repeats)
+        doc["peer_bam_mujoco_controller"] = p
+        if "steps_per_s" in p:
+            doc["speedup_vs_peer"] = steps / p["steps_per_s"]
+    return doc
