@@ -22,6 +22,7 @@ from canopen.profiles.p402 import BaseNode402
 
 from drivers.can.interface import can_bus_kwargs
 from hil.logs.mcap import read_side_by_side
+from hil.offline.report import report
 from tests.daemon_process import SERVO_HIL
 
 from .conftest import ACTUATORS, EDS, CanLauncher, connect, write_can_rig
@@ -175,3 +176,58 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     assert len(rpdos) == 2.0 * SYNC_HZ and rpdos[-1]["objects"] == {"0x6040:0": 0x0F, "0x607A:0": target}
     assert any(m["service"] == "sdo_download" and m["index"] == 0x6060 and m["data"] == "08" for m in commands)
     assert any(m["service"] == "nmt" and m["command"] == 0x01 for m in commands)
+
+
+def _poll(node: BaseNode402, n: int) -> list[tuple[int, int, int]]:
+    """What a controller polls by SDO through the mirror: (statusword, mode display, position), n times."""
+    return [(node.sdo[0x6041].raw, node.sdo[0x6061].raw, node.sdo[0x6064].raw) for _ in range(n)]
+
+
+def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path):
+    """The real eRob was enabled in CSP by an earlier program: the twin reads its statusword and mode display as the
+    mirror starts and is in Operation enabled, CSP before the first frame it forwards. Then the real drive faults
+    (supply sag, CiA 402 Fault): the twin has no cause for a fault and stays enabled, and the report flags it."""
+    launcher, real_launcher = MirrorLauncher(tmp_path), CanLauncher(tmp_path)
+    net = canopen.Network()
+    try:
+        real = real_launcher.start(write_can_rig(tmp_path, "real", actuators=ONE_EROB, model="m6"))
+        earlier = connect(canopen.Network(), real.rig.port)
+        node = BaseNode402(2, str(EDS))
+        earlier.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 3.0
+        enable_by_sdo(node, 8)                     # CSP, Operation enabled (CiA 402 modes of operation 8)
+        earlier.disconnect()
+        logs = tmp_path / "logs"
+        bus_extra = (f'real = {{ interface = "slcan", channel = "{real.rig.port}", sleep_after_open = 0 }}\n'
+                     f'record = "{logs}"\n')
+        twin = launcher.start(write_can_rig(tmp_path, "twin", actuators=ONE_EROB, model="m1", bus_extra=bus_extra))
+        connect(net, twin.rig.port)
+        node = BaseNode402(2, str(EDS))
+        net.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 3.0
+        assert all(sw & 0x6F == 0x27 and mode == 8 for sw, mode, _ in _poll(node, 4))   # Operation enabled, CSP
+        real.inject(2, "supply_sag", voltage_v=30.0)                     # below the eRob's DC-link minimum
+        end = time.monotonic() + 10.0
+        while node.sdo[0x6041].raw & 0x4F != 0x08 and time.monotonic() < end:   # Fault
+            time.sleep(0.05)
+        assert all(sw & 0x4F == 0x08 for sw, _, _ in _poll(node, 4))
+        net.disconnect()
+        assert twin.terminate() == 0, twin.stderr()
+    finally:
+        try:
+            launcher.finish()
+        finally:
+            real_launcher.finish()
+    log = read_side_by_side(logs)
+    [attach] = [e for e in log["/bus/erob100/events"] if e["reason"] == "attach"]
+    assert attach["real"] == {"state": "OPERATION_ENABLED", "mode": 8}
+    assert attach["sim_before"]["state"] != "OPERATION_ENABLED"
+    assert attach["sim_after"] == {"state": "OPERATION_ENABLED", "mode": 8}
+    real_log, sim_log = log["/real/erob100/state"], log["/sim/erob100/state"]
+    assert len(real_log) == len(sim_log) >= 7
+    assert (sim_log[0]["enable"], sim_log[0]["mode"]) == (True, 8) == (real_log[0]["enable"], real_log[0]["mode"])
+    assert real_log[-1]["enable"] is False and sim_log[-1]["enable"] is True
+    doc = report(logs, tmp_path / "report")
+    spans = doc["state_disagreements"]
+    assert [(s["what"], s["real"], s["sim"]) for s in spans] == [("enable", 0.0, 1.0)]
+    assert spans[0]["start_s"] > 0 and doc["warnings"] and "enable" in doc["warnings"][0]
