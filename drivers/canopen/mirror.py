@@ -108,6 +108,8 @@ def statusword_state(statusword: int) -> State:
 def follow(drive: Cia402Drive, state: State | None, mode: int | None) -> None:
     """Bring `drive` to `state` and `mode` (None: leave as is) the way a master does: mode 0x6060 (CSP after
     0x607A = actual position), then controlwords along the state machine. Fault states are not entered."""
+    if drive.state == State.NOT_READY_TO_SWITCH_ON:
+        drive.tick()          # a drive just powered up: its first control period (transition 1) comes first
     if mode is not None and mode != drive.read(*MODE_DISPLAY) and drive.mode_supported(mode):
         if mode == Mode.CSP:
             drive.refresh()

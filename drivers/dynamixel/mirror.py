@@ -11,7 +11,7 @@ the side-by-side recorder (`/real/<joint>/state`, `/sim/<joint>/state`), and eac
 The twin follows the real servo's state (e-manual, Control Table: Operating Mode (11) is EEPROM, written with
 torque off; Torque Enable (64) and the goal items are RAM). As the mirror starts, before it serves the
 controller, it reads Operating Mode, Torque Enable and the goal items of each twin's ID from the real servo and
-writes them into the twin the way a controller would (torque off, mode, goals, torque). Afterwards, whenever a
+writes them into the twin the way a controller would (torque off, mode, torque, goals). Afterwards, whenever a
 real reply shows Torque Enable or Operating Mode — a read that covers it, or the acknowledged write of it — and
 the twin's differs, the twin takes the real value (and any goal item the reply carries); each such sync is an
 event on `/bus/<joint>/events`. Both sides' states carry `enable` and `mode`: the twin's registers, and the
@@ -48,8 +48,9 @@ from drivers.side_by_side import SideBySideLog, record_pair
 log = logging.getLogger("servo-hil")
 
 _WRITES = (Instruction.WRITE, Instruction.REG_WRITE)
-# what the twin takes from the real servo, in the order a controller writes them: mode with torque off
-_STATE_ITEMS = ("Operating Mode", "Torque Enable")
+# what the twin takes from the real servo, in the order a controller writes them: mode with torque off, torque,
+# then the goals (the firmware sets Goal Position to Present Position as torque comes on)
+_STATE_ITEMS = ("Operating Mode", "Torque Enable")   # written in this order, then the goal items
 _GOAL_ITEMS = ("Goal PWM", "Goal Current", "Goal Velocity", "Profile Acceleration", "Profile Velocity",
                "Goal Position")
 _STATE_KEYS = {"Torque Enable": "enable", "Operating Mode": "mode"}
@@ -146,9 +147,9 @@ class MirrorServer(BusThread):
             writes = []
             if mode is not None and mode != before["Operating Mode"]:
                 writes += [("Torque Enable", 0), ("Operating Mode", mode)]
-            writes += [(n, values[n]) for n in _GOAL_ITEMS if n in values]
-            if "Torque Enable" in values:
+            if "Torque Enable" in values:    # before the goals: torque on sets Goal Position to Present Position
                 writes.append(("Torque Enable", values["Torque Enable"]))
+            writes += [(n, values[n]) for n in _GOAL_ITEMS if n in values]
             for name, value in writes:
                 item = servo.spec.item(name)
                 params = item.address.to_bytes(2, "little") + item.encode(value)

@@ -78,7 +78,6 @@ class EtherbanMirror(ServerThread):
         self.path = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
         self.summary = ("devices " + ", ".join(f"{i}: {d.config.name}" for i, d in enumerate(self.devices))
                         + f"; mirroring {real}")
-        self.role = f"mirroring {real}"
 
     @property
     def error(self) -> BaseException | None:
