@@ -191,7 +191,8 @@ def _poll(node: BaseNode402, n: int) -> list[tuple[int, int, int]]:
 def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path):
     """The real eRob was enabled in CSP by an earlier program: the twin reads its statusword and mode display as the
     mirror starts and is in Operation enabled, CSP before the first frame it forwards. Then the real drive faults
-    (supply sag, CiA 402 Fault): the twin has no cause for a fault and stays enabled, and the report flags it."""
+    (supply sag, CiA 402 Fault): the twin has no cause for a fault and stays enabled, and the report flags it. The
+    fault reset takes the real drive to Switch on disabled, which the twin takes from the next statusword."""
     launcher, real_launcher = MirrorLauncher(tmp_path), CanLauncher(tmp_path)
     net = canopen.Network()
     try:
@@ -216,6 +217,13 @@ def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path)
         while node.sdo[0x6041].raw & 0x4F != 0x08 and time.monotonic() < end:   # Fault
             time.sleep(0.05)
         assert all(sw & 0x4F == 0x08 for sw, _, _ in _poll(node, 4))
+        # the supply is back and the controller resets the fault: the real drive goes to Switch on disabled, the
+        # twin (enabled, where a controlword with bit 7 set is no command) stays, until the next statusword
+        real.clear(2, "supply_sag")
+        node.sdo[0x6040].raw = 0x80               # fault reset: a rising edge of bit 7
+        while node.sdo[0x6041].raw & 0x4F != 0x40 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert all(sw & 0x4F == 0x40 for sw, _, _ in _poll(node, 4))    # Switch on disabled
         net.disconnect()
         assert twin.terminate() == 0, twin.stderr()
     finally:
@@ -231,8 +239,12 @@ def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path)
     real_log, sim_log = log["/real/erob100/state"], log["/sim/erob100/state"]
     assert len(real_log) == len(sim_log) >= 7
     assert (sim_log[0]["enable"], sim_log[0]["mode"]) == (True, 8) == (real_log[0]["enable"], real_log[0]["mode"])
-    assert real_log[-1]["enable"] is False and sim_log[-1]["enable"] is True
+    assert real_log[-1]["enable"] is False and sim_log[-1]["enable"] is False
+    [divergence] = [e for e in log["/bus/erob100/events"] if e["reason"] == "divergence"]
+    assert divergence["real"]["state"] == "SWITCH_ON_DISABLED" and divergence["sim_before"]["state"] == \
+        "OPERATION_ENABLED" and divergence["sim_after"]["state"] == "SWITCH_ON_DISABLED"
     doc = report(logs, tmp_path / "report")
     spans = doc["state_disagreements"]
     assert [(s["what"], s["real"], s["sim"]) for s in spans] == [("enable", 0.0, 1.0)]
-    assert spans[0]["start_s"] > 0 and doc["warnings"] and "enable" in doc["warnings"][0]
+    assert 0 < spans[0]["start_s"] < spans[0]["end_s"] < doc["rows"][0]["duration_s"]
+    assert doc["warnings"] and "enable" in doc["warnings"][0]
