@@ -226,6 +226,8 @@ class CanMirror(CanopenBus):
         state = None if statusword is None else statusword_state(statusword)
         follow(drive, state, mode)
         after = self._twin_state(drive)
+        if reason != "divergence" and after == before:      # at start, an event only if the twin changed
+            return
         self.syncs += 1
         log.info("mirror %s: twin of node %d takes the real drive's state (%s): %s, mode %s", self.name, node.id,
                  reason, "?" if state is None else state.name, mode)

@@ -155,7 +155,7 @@ class MirrorServer(BusThread):
                 params = item.address.to_bytes(2, "little") + item.encode(value)
                 self.bus.handle(Packet(servo.id, Instruction.WRITE, params, 12 + len(params)), None)
             after = {k: servo.table.get(k) for k in _STATE_ITEMS}
-        if reason == "attach" or after != before:
+        if reason == "divergence" or after != before:     # at start, an event only if the twin changed
             self.syncs += 1
             joint = self.joints.get(servo.id)
             log.info("mirror %s: twin ID %d takes the real servo's state (%s): %s", self.name, servo.id, reason,

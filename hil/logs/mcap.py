@@ -52,8 +52,8 @@ STATE_FIELDS: dict[str, Any] = {
         "voltage": {"type": _NULLABLE_NUMBER, "description": "supply voltage [V], null if unknown"},
         "enable": {"type": ["boolean", "null"], "description": "torque enabled, null if unknown"},
         "mode": {"type": ["integer", "null"], "description": "operating mode: Dynamixel Operating Mode (11), "
-                                                             "CiA 402 modes of operation display (0x6061); null "
-                                                             "if unknown"},
+                                                             "CiA 402 modes of operation display (0x6061); absent "
+                                                             "or null if unknown"},
     },
     "required": ["t", "position"],   # a mirror sees only the items the controller reads
     "additionalProperties": False,
@@ -190,8 +190,8 @@ class SideBySideRecorder:
             body[k] = None if v is None else _number(k, v)
         enable = message.get("enable")
         body["enable"] = None if enable is None else bool(enable)
-        mode = message.get("mode")
-        body["mode"] = None if mode is None else int(mode)
+        if message.get("mode") is not None:   # only mirrors know a mode: other logs keep their fields
+            body["mode"] = int(message["mode"])
         self._add(f"/{side}/{joint}/state", joint, "servo_hil.JointState", STATE_FIELDS,
                   {"side": side, "joint": joint}, t_ns, body)
 
