@@ -105,3 +105,52 @@ def test_bam_protocol_through_the_etherban_mirror(tmp_path):
     assert all(m["enable"] is True and m["mode"] == 8 for m in sim_log[1:])   # the twin in CSP, enabled
     assert log["/bus/big/commands"][-1] == {**log["/bus/big/commands"][-1], "operation_mode": "POSITION",
                                             "target": 0.3}
+
+
+def test_a_request_the_real_server_leaves_unanswered_stays_unanswered(tmp_path):
+    """In-process: the real server is the rig's Etherban server on its own drives. Once it is gone, a request
+    through the mirror gets no reply (none is made up) and the mirror carries on: the client that times out and
+    reconnects, as a REQ client must, is answered by the real server again once it is back."""
+    from drivers.erob.drives import ErobDrives
+    from drivers.erob.etherban import EtherbanServer
+    from drivers.erob.etherban_mirror import EtherbanMirror
+    from hil.joint import KernelJoint
+    from hil.rig import load_rig
+
+    _rig, _specs, kernel = load_rig(write_rig(tmp_path, "tcp://127.0.0.1:1"))
+    real_drives, twin_drives = ErobDrives(), ErobDrives()
+    real_devices = [real_drives.drive(0, "erob80_100", 1, KernelJoint(kernel, 0))]
+    twin_devices = [twin_drives.drive(0, "erob80_100", 1, KernelJoint(kernel, 1))]
+    real = EtherbanServer(real_drives, real_devices, "tcp://127.0.0.1:0", name="real")
+    real.start()
+    mirror = EtherbanMirror(twin_drives, twin_devices, "tcp://127.0.0.1:0", real.path, ["big"], timeout_s=0.3)
+    mirror.start()
+    master = Master(mirror.path)
+    try:
+        assert [s.device for s in master.exchange((0, pb.POSITION, 0.0)).statuses] == [0]
+        real.stop()
+        with pytest.raises(Exception, match="Resource temporarily unavailable"):    # RCVTIMEO: no reply
+            master.exchange((0, pb.POSITION, 0.0))
+        assert mirror.forwarded["unanswered"] == 1 and mirror.error is None
+        master.close()
+        again = EtherbanServer(real_drives, real_devices, real.path, name="real")
+        again.start()
+        try:
+            master = Master(mirror.path)
+            assert [s.device for s in master.exchange((0, pb.POSITION, 0.0)).statuses] == [0]
+            assert mirror.forwarded == {"to_real": 3, "to_client": 2, "unanswered": 1}
+        finally:
+            again.stop()
+    finally:
+        master.close()
+        mirror.stop()
+        real.stop()
+
+
+def test_a_real_that_is_not_an_endpoint_is_one_line_naming_the_key(tmp_path):
+    rig = write_rig(tmp_path, f"tcp://127.0.0.1:{free_port()}")
+    joints = 'joints = ["big", "small"]'
+    rig.write_text(rig.read_text().replace(joints, f'{joints}\nreal = "robot:7332"'))
+    run = subprocess.run([*SERVO_HIL, "mirror", str(rig)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "buses.0.real" in run.stderr and "tcp://" in run.stderr
