@@ -92,7 +92,16 @@ def stop(proc: subprocess.Popen) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("mirror-demo"), help="folder for logs/ and report/")
-    out = parser.parse_args().out.resolve()
+    parser.add_argument("--torque-on", metavar="PORT", help="only step 2: Torque Enable = 1 on PORT")
+    parser.add_argument("--controller", metavar="PORT", help="only step 4: the controller on PORT")
+    args = parser.parse_args()
+    if args.torque_on or args.controller:
+        if args.torque_on:
+            enable_torque(args.torque_on)
+        if args.controller:
+            controller(args.controller, [0.6, -0.6, 0.0])
+        return
+    out = args.out.resolve()
     real = start("run", str(ROOT / "config/rigs/mirror_demo_real.toml"))
     try:
         enable_torque(REAL_PORT)
