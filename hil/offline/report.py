@@ -293,7 +293,7 @@ def figure(c: Comparison):
     for i, (_, a, b, _, _) in enumerate(c.disagreements or []):
         for ax in axes:
             ax.axvspan(a, b, color="tab:red", alpha=0.2, zorder=0,
-                       label="twin ≠ real (enable/mode)" if i == 0 and ax is ax_q else None)
+                       label="twin ≠ real" if i == 0 and ax is ax_q else None)
     ax_q.plot(c.t, c.real.position, color="black", lw=1.8, label="real")
     for label, s in c.sims.items():
         ax_q.plot(c.t, s.position, color=colors[label], lw=1.1, label=label)
