@@ -26,8 +26,9 @@ twin's actual position, so it holds where it is). Afterwards, whenever a real fr
 TPDO, an SDO upload reply) and the twin's differs, the twin takes the real one again; a real heartbeat whose NMT
 state differs from the twin node's puts the twin node in that state. Each sync is an event on
 `/bus/<joint>/events`. Both sides' states carry `enable` (Operation enabled) and `mode` (0x6061): the twin's
-values, and the real node's last reported ones. Fault states are not copied (the twin has no cause for one): an
-event records the real drive's fault and the twin's state.
+values, and the real node's last reported ones (a controlword or 0x6060 the controller sends makes them unknown
+until the node reports them again; an acknowledged SDO download of 0x6060 reports the mode). Fault states are
+not copied (the twin has no cause for one): the log shows the real drive's fault beside the twin's state.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ log = logging.getLogger("servo-hil")
 
 _SDO_TX, _SDO_RX = 0x580, 0x600
 _SDO_UPLOAD_REPLY, _SDO_DOWNLOAD = 0x40, 0x20       # command specifier bits 5..7 of byte 0
+_SDO_DOWNLOAD_REPLY = 0x60                          # initiate download response (CiA 301 §7.2.4.3.3)
+_MODE_KEY = (0x60, 0x60, 0x00)                      # 0x6060 sub 0, little-endian index
 _EXPEDITED, _SIZE_GIVEN = 0x02, 0x01
 _OPERATION_ENABLED = (0x6F, 0x27)                   # statusword mask → value (notes/erob.md §3.3)
 _ATTACH_TIMEOUT_S = 0.2           # per SDO upload from a real node at start; no reply: the twin keeps its state
@@ -108,8 +111,6 @@ def statusword_state(statusword: int) -> State:
 def follow(drive: Cia402Drive, state: State | None, mode: int | None) -> None:
     """Bring `drive` to `state` and `mode` (None: leave as is) the way a master does: mode 0x6060 (CSP after
     0x607A = actual position), then controlwords along the state machine. Fault states are not entered."""
-    if drive.state == State.NOT_READY_TO_SWITCH_ON:
-        drive.tick()          # a drive just powered up: its first control period (transition 1) comes first
     if mode is not None and mode != drive.read(*MODE_DISPLAY) and drive.mode_supported(mode):
         if mode == Mode.CSP:
             drive.refresh()
@@ -158,6 +159,7 @@ class CanMirror(CanopenBus):
         # node ID → (t_ns, real, sim, the real fields frames carried) gathered so far
         self._cycle: dict[int, tuple[int, dict, dict, set]] = {}
         self.real_state: dict[int, dict] = {}   # node ID → the real drive's last reported "enable", "mode"
+        self._mode_written: dict[int, int] = {}  # node ID → 0x6060 the controller wrote by SDO, unacknowledged
         self.syncs = 0                          # times a twin took the real drive's state
         self._reader = ServerThread(f"servo-hil-mirror-{name}", target=self._read_real)
 
@@ -222,6 +224,8 @@ class CanMirror(CanopenBus):
             real["enable"] = statusword & _OPERATION_ENABLED[0] == _OPERATION_ENABLED[1]
         if mode is not None:
             real["mode"] = mode
+        if drive.state == State.NOT_READY_TO_SWITCH_ON:
+            drive.tick()      # a drive just powered up: its first control period (transition 1) comes first
         before = self._twin_state(drive)
         state = None if statusword is None else statusword_state(statusword)
         follow(drive, state, mode)
@@ -282,8 +286,33 @@ class CanMirror(CanopenBus):
                 log.warning("mirror %s: a frame could not be sent to %s: %s (counted, logged once)",
                             self.name, self.real_label, exc)
         super()._on_frame(frame, t)
+        self._note_command(frame)
         if self.record is not None:
             self._log_command(frame)
+
+    def _note_command(self, frame: CanFrame) -> None:
+        """A controller command that may change a real drive's state or mode makes them unknown until the drive
+        reports them (a statusword, 0x6061) or acknowledges the mode write (an SDO download response)."""
+        if frame.extended or frame.remote:
+            return
+        with self.drives.lock:
+            for node in self.nodes:
+                message = _command(node, frame.id, frame.data)
+                if message is None:
+                    continue
+                known = self.real_state.get(node.id, {})
+                if message["service"] == "nmt":
+                    known.clear()
+                elif message["service"] == "sdo_download" and (message["index"], message["subindex"]) in (
+                        CONTROLWORD, MODE):
+                    known.pop("enable" if (message["index"], message["subindex"]) == CONTROLWORD else "mode", None)
+                    if (message["index"], message["subindex"]) == MODE and "data" in message:
+                        self._mode_written[node.id] = struct.unpack_from("<b", message["data"])[0]
+                elif message["service"] == "rpdo":
+                    if f"0x{CONTROLWORD[0]:04X}:0" in message["objects"]:
+                        known.pop("enable", None)
+                    if f"0x{MODE[0]:04X}:0" in message["objects"]:
+                        known.pop("mode", None)
 
     def _log_command(self, frame: CanFrame) -> None:
         """A controller frame addressed to a node, on its joint's /bus/<joint>/commands."""
@@ -319,6 +348,9 @@ class CanMirror(CanopenBus):
             return
         with self.drives.lock:
             for node in self.nodes:
+                if frame.id == _SDO_TX + node.id and frame.data[:4] == bytes([_SDO_DOWNLOAD_REPLY, *_MODE_KEY]) \
+                        and node.id in self._mode_written:    # the real drive took the mode the controller wrote
+                    self.real_state.setdefault(node.id, {})["mode"] = self._mode_written.pop(node.id)
                 items = _reply_items(node, frame.id, frame.data)
                 if not items:
                     continue

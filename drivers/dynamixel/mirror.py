@@ -15,7 +15,8 @@ writes them into the twin the way a controller would (torque off, mode, torque, 
 real reply shows Torque Enable or Operating Mode — a read that covers it, or the acknowledged write of it — and
 the twin's differs, the twin takes the real value (and any goal item the reply carries); each such sync is an
 event on `/bus/<joint>/events`. Both sides' states carry `enable` and `mode`: the twin's registers, and the
-real servo's last reported values.
+real servo's last reported values (unknown after a change no status packet confirms: a Sync, Bulk, broadcast
+or registered write of them, a Reboot).
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ from collections.abc import Callable
 
 from drivers.dynamixel.bus import DynamixelBus
 from drivers.dynamixel.protocol import (
+    BROADCAST_ID,
     CorruptPacket,
     Instruction,
     Packet,
     Parser,
     ProtocolError,
     decode_bulk_read,
+    decode_bulk_write,
     decode_read,
     decode_status,
     decode_sync_read,
+    decode_sync_write,
     decode_write,
     encode_instruction,
 )
@@ -200,8 +204,20 @@ class MirrorServer(BusThread):
         try:
             if ins == Instruction.READ:
                 self._pending[packet.id] = decode_read(packet.params)
-            elif ins == Instruction.WRITE:
+            elif ins == Instruction.WRITE and packet.id != BROADCAST_ID:
                 self._writing[packet.id] = decode_write(packet.params)
+            elif ins in (Instruction.WRITE, Instruction.REG_WRITE):
+                address, data = decode_write(packet.params)
+                self._unconfirmed(packet.id, address, len(data))
+            elif ins == Instruction.SYNC_WRITE:
+                address, length, items = decode_sync_write(packet.params)
+                for dxl_id, _ in items:
+                    self._unconfirmed(dxl_id, address, length)
+            elif ins == Instruction.BULK_WRITE:
+                for dxl_id, address, data in decode_bulk_write(packet.params):
+                    self._unconfirmed(dxl_id, address, len(data))
+            elif ins in (Instruction.REBOOT, Instruction.FACTORY_RESET):
+                self._unconfirmed(packet.id, 0, 1 << 16)
             elif ins == Instruction.SYNC_READ:
                 address, length, ids = decode_sync_read(packet.params)
                 self._pending.update({i: (address, length) for i in ids})
@@ -209,6 +225,17 @@ class MirrorServer(BusThread):
                 self._pending.update({i: (a, n) for i, a, n in decode_bulk_read(packet.params)})
         except ProtocolError:
             pass
+
+    def _unconfirmed(self, dxl_id: int, address: int, length: int) -> None:
+        """A change no status packet confirms (Sync/Bulk/broadcast/registered writes, Reboot): the real servo's
+        Torque Enable and Operating Mode, if touched, are unknown until a reply reports them again."""
+        for servo in self.bus.servos:
+            if dxl_id in (servo.id, BROADCAST_ID):
+                known = self.real_state.get(servo.id, {})
+                for name in _STATE_ITEMS:
+                    item = servo.spec.item(name)
+                    if address <= item.address < address + length:
+                        known.pop(name, None)
 
     # ------------------------------------------------------------------ real side
     def _from_real(self, packet: Packet | CorruptPacket) -> None:

@@ -173,6 +173,28 @@ def test_a_divergence_resyncs_the_twin_and_the_report_flags_it(tmp_path):
     assert "disagree on enable or mode" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_a_sync_write_of_torque_makes_the_real_state_unknown(tmp_path):
+    """No status packet answers a Sync Write (e-manual Protocol 2.0 §Sync Write): the real servo's Torque Enable is
+    unknown from then on, not assumed, until a reply reports it; Operating Mode, not written, stays known."""
+    real, _ = _servo()
+    real.table.set("Torque Enable", 1)
+    client, real_end, twin, _, server = _mirror(tmp_path, real)
+    try:
+        assert server.real_state[3] == {"Operating Mode": 3, "Torque Enable": 1}
+        sync = encode_instruction(0xFE, Instruction.SYNC_WRITE, (64).to_bytes(2, "little") + (1).to_bytes(2, "little")
+                                  + bytes([3, 0]))
+        client.write(sync)
+        assert _answer(real_end, None) is not None
+        end = time.monotonic() + 2.0
+        while "Torque Enable" in server.real_state[3] and time.monotonic() < end:
+            time.sleep(0.01)
+        assert server.real_state[3] == {"Operating Mode": 3} and twin.table.get("Torque Enable") == 0
+    finally:
+        client.close()
+        server.stop()
+        real_end.close()
+
+
 def _rig(tmp: Path, name: str, model: str) -> tuple[Path, str]:
     cmd = f"tcp://127.0.0.1:{free_port()}"
     text = f"""name = "{name}"

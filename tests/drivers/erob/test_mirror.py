@@ -176,6 +176,9 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     assert [m["current"] for m in cycles] == pytest.approx([c * 5.5 / 1000 for _, c, _ in tpdo2], abs=1e-12)
     assert [m["torque"] for m in cycles] == pytest.approx([t * 31.0 / 1000 for _, _, t in tpdo2], abs=1e-12)
     assert cycles[-1]["enable"] is True and sim_log[-1]["enable"] is True and sim_log[-1]["current"] is not None
+    # the real mode is the 0x6060 = 8 the drive acknowledged (no TPDO carries 0x6061): twin and real agree throughout
+    assert real_log[-1]["mode"] == sim_log[-1]["mode"] == 8
+    assert report(logs, tmp_path / "report")["state_disagreements"] == []
     commands = log["/bus/erob100/commands"]
     rpdos = [m for m in commands if m["service"] == "rpdo"]
     assert len(rpdos) == 2.0 * SYNC_HZ and rpdos[-1]["objects"] == {"0x6040:0": 0x0F, "0x607A:0": target}
