@@ -149,9 +149,12 @@ class MirrorServer(BusThread):
             before = {k: servo.table.get(k) for k in _STATE_ITEMS}
             mode = values.get("Operating Mode")
             writes = []
+            torque = before["Torque Enable"]
             if mode is not None and mode != before["Operating Mode"]:
                 writes += [("Torque Enable", 0), ("Operating Mode", mode)]
-            if "Torque Enable" in values:    # before the goals: torque on sets Goal Position to Present Position
+                torque = 0
+            # before the goals: torque on sets Goal Position to Present Position
+            if values.get("Torque Enable", torque) != torque:
                 writes.append(("Torque Enable", values["Torque Enable"]))
             writes += [(n, values[n]) for n in _GOAL_ITEMS if n in values]
             for name, value in writes:
