@@ -16,11 +16,16 @@ class SideBySideLog(Protocol):
     """A sink for one mirrored bus's joint states and commands; times are epoch ns."""
 
     def state(self, side: Side, joint: str, t_ns: int, message: dict) -> None:
-        """One state of `joint` on `side` (SI fields: position [rad], velocity [rad/s], …)."""
+        """One state of `joint` on `side` (SI fields: position [rad], velocity [rad/s], …; enable and mode
+        as the device reports them)."""
         ...
 
     def command(self, joint: str, t_ns: int, message: dict) -> None:
         """One command the controller sent to `joint`."""
+        ...
+
+    def event(self, joint: str, t_ns: int, message: dict) -> None:
+        """One event of the mirror itself about `joint` (the twin took the real device's state, …)."""
         ...
 
     def close(self) -> None:

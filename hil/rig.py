@@ -194,7 +194,8 @@ class BusConfig(Strict):
     real: str | dict[str, Any] | None = Field(
         None, description="mirror: the real bus the controller's packets are forwarded to (dynamixel: a serial "
                           "device; canopen: a python-can bus, INTERFACE:CHANNEL[@BITRATE] or a table of can.Bus "
-                          "arguments); the rig's servos become their simulated twins")
+                          "arguments; etherban: the real server's ZeroMQ endpoint, tcp://HOST:PORT); the rig's "
+                          "servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
     record_segment_s: PositiveFloat = Field(600.0, description="mirror: a new MCAP file (segment) every this many "
                                                                "seconds of log time; a kill cuts only the last")
@@ -213,6 +214,9 @@ class BusConfig(Strict):
             from drivers.can.interface import can_bus_kwargs
 
             can_bus_kwargs(value)           # a python-can spec: refused here with what is wrong in it
+        elif info.data.get("protocol") == "etherban":
+            if not isinstance(value, str) or not value.startswith(("tcp://", "ipc://")):
+                raise ValueError("an etherban mirror's real server is a ZeroMQ endpoint, e.g. tcp://robot-pc:7332")
         elif not isinstance(value, str):
             raise ValueError("a dynamixel mirror's real bus is a serial device path")
         return value
@@ -224,8 +228,8 @@ class BusConfig(Strict):
         if self.record and not self.real:
             raise ValueError("record = ... logs a mirror: give real = <the real bus device> too")
         if self.protocol == "etherban":
-            if self.port or self.device or self.real:
-                raise ValueError("an etherban server has no port, device or real: it binds `bind`")
+            if self.port or self.device:
+                raise ValueError("an etherban server has no port or device: it binds `bind`")
             if not self.joints:
                 raise ValueError("joints: list the eRob joints the etherban server drives (device 0, 1, …)")
             if len(set(self.joints)) != len(self.joints):

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from drivers.canopen.bus import CanopenBus
     from drivers.erob.drives import ErobDrives
     from drivers.erob.etherban import EtherbanServer
+    from drivers.erob.etherban_mirror import EtherbanMirror
     from firmware_models.erob.cia402 import Cia402Drive
     from hil.daemon.live_rig import LiveRig
     from hil.rig import BusConfig
@@ -102,13 +103,20 @@ def _mirror(cfg: BusConfig, live: LiveRig, nodes: list, controller) -> CanopenBu
                      bitrate=cfg.baud, name=cfg.name)
 
 
-def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer:
-    """The Etherban server of `cfg`: devices 0, 1, … are the drives of `cfg.joints` in that order."""
+def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer | EtherbanMirror:
+    """The Etherban server of `cfg`: devices 0, 1, … are the drives of `cfg.joints` in that order; with
+    cfg.real, a proxy mirror of the real Etherban server there, the drives being the real ones' twins."""
     from drivers.erob.etherban import EtherbanServer
 
     devices = []
     for joint in cfg.joints:
         j = live.index[joint]
         devices.append(_drive(live, j, _can_node_id(live, j)))
+    if cfg.real:
+        from drivers.erob.etherban_mirror import EtherbanMirror
+        from hil.buses.mirror import open_recorder
+
+        return EtherbanMirror(rig_drives(live), devices, cfg.bind, cfg.real, cfg.joints, open_recorder(cfg, live),
+                              name=cfg.name, fifo_priority=live.rig.loop.io_priority)
     return EtherbanServer(rig_drives(live), devices, cfg.bind, name=cfg.name, fifo_priority=live.rig.loop.io_priority)
 

@@ -129,6 +129,8 @@ def report(
         for s in doc["model_summary"]:
             ranked.add_row(str(s["rank"]), s["model"], f"{1e3 * s['mean_mae_rad']:.2f}", f"{s['best_on']}/{s['logs']}")
         console.print(ranked)
+    for warning in doc.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
     console.print(f"{len({r['plot'] for r in doc['rows']})} plots, report.md, report.json → {out}")
 
 
@@ -165,7 +167,8 @@ def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
     real: Annotated[list[str] | None, typer.Option(
         "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL[@BITRATE] "
-                       "such as slcan:/dev/ttyACM0@1000000 (canopen); REAL for a rig with one bus, or BUS=REAL; "
+                       "such as slcan:/dev/ttyACM0@1000000 (canopen), an Etherban server tcp://HOST:PORT (etherban); "
+                       "REAL for a rig with one bus, or BUS=REAL; "
                        "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,

@@ -1,6 +1,7 @@
 """Side-by-side MCAP recorder: real and simulated joint state, plus the bus commands.
 
-Each file holds JSON channels `/real/<joint>/state`, `/sim/<joint>/state` and `/bus/<joint>/commands`
+Each file holds JSON channels `/real/<joint>/state`, `/sim/<joint>/state`, `/bus/<joint>/commands` and
+`/bus/<joint>/events`
 with jsonschema schemas, which Foxglove and PlotJuggler plot without plugins.
 Segments: files rotate every `rotate_s` s of log time and each one is self-contained (header,
 metadata, schemas, channels), so a kill can cut only the segment being written.
@@ -50,6 +51,9 @@ STATE_FIELDS: dict[str, Any] = {
         "temperature": {"type": _NULLABLE_NUMBER, "description": "winding/case temperature [°C], null if unknown"},
         "voltage": {"type": _NULLABLE_NUMBER, "description": "supply voltage [V], null if unknown"},
         "enable": {"type": ["boolean", "null"], "description": "torque enabled, null if unknown"},
+        "mode": {"type": ["integer", "null"], "description": "operating mode: Dynamixel Operating Mode (11), "
+                                                             "CiA 402 modes of operation display (0x6061); absent "
+                                                             "or null if unknown"},
     },
     "required": ["t", "position"],   # a mirror sees only the items the controller reads
     "additionalProperties": False,
@@ -66,7 +70,7 @@ COMMAND_SCHEMA: dict[str, Any] = {
 
 _STATE_NUMBERS = ("position",)
 _STATE_OPTIONAL_NUMBERS = ("velocity", "current", "torque", "goal", "temperature", "voltage")
-_STATE_KEYS = frozenset(_STATE_NUMBERS + _STATE_OPTIONAL_NUMBERS + ("enable",))
+_STATE_KEYS = frozenset(_STATE_NUMBERS + _STATE_OPTIONAL_NUMBERS + ("enable", "mode"))
 _JOINT = re.compile(r"[A-Za-z0-9_.-]+")  # one topic path segment
 _RESERVED_METADATA = ("time_base_ns", "file_index")
 _METADATA_NAME = "servo-hil"
@@ -186,6 +190,8 @@ class SideBySideRecorder:
             body[k] = None if v is None else _number(k, v)
         enable = message.get("enable")
         body["enable"] = None if enable is None else bool(enable)
+        if message.get("mode") is not None:   # only mirrors know a mode: other logs keep their fields
+            body["mode"] = int(message["mode"])
         self._add(f"/{side}/{joint}/state", joint, "servo_hil.JointState", STATE_FIELDS,
                   {"side": side, "joint": joint}, t_ns, body)
 
@@ -199,6 +205,14 @@ class SideBySideRecorder:
             raise ValueError("command: t is set from t_ns")
         self._add(f"/bus/{joint}/commands", joint, "servo_hil.BusCommand", COMMAND_SCHEMA,
                   {"joint": joint}, t_ns, message)
+
+    def event(self, joint: str, t_ns: int, message: dict) -> None:
+        """Record one event of the mirror itself on /bus/<joint>/events (e.g. the twin taking the real
+        device's state); free-form JSON like a command, `t` added."""
+        if "t" in message:
+            raise ValueError("event: t is set from t_ns")
+        self._add(f"/bus/{joint}/events", joint, "servo_hil.MirrorEvent",
+                  COMMAND_SCHEMA | {"title": "servo-hil mirror event"}, {"joint": joint}, t_ns, message)
 
     def flush(self) -> None:
         """Write the open chunk to the OS now (the background thread does it every flush_s)."""

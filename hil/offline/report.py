@@ -23,6 +23,12 @@ Errors are sim − real. `report.json`:
     model_summary   replay only, best first: rank, model, logs, mean_mae_rad (mean of mae_rad over the
                     logs = `servo-hil replay`'s "mae"), mean_rmse_rad, max_abs_err_rad (worst over the
                     logs), best_on (logs on which this model has the lowest MAE)
+    state_disagreements   MCAP only: one per log × joint × span where the twin and the real device disagree
+                    on enable (torque on / Operation enabled) or mode (Dynamixel Operating Mode, CiA 402 0x6061):
+                    log, joint, what ("enable" | "mode"), start_s, end_s (from the log's start), real, sim
+                    (the values at the span's start); compared where both sides recorded the field, the sim's
+                    last value at or before each real sample
+    warnings        one line per log × joint with a disagreement (the CLI prints them)
     unpaired        MCAP only: "<file>: <topic>" for /real or /sim state channels without a counterpart, and
                     "<file>: no /real–/sim pair" for files of a folder with none (not reported)
 """
@@ -78,6 +84,8 @@ class Comparison:
     effort_kind: str | None = None  # "current" | "torque"; None: no effort panel
     note: str = ""  # what the current/torque panel lacks, or why there is none
     info: str = ""  # one line about the log (trajectory, gains, load)
+    # spans where twin and real disagree: (what, start [s], end [s], real value, sim value)
+    disagreements: list[tuple[str, float, float, float, float]] | None = None
 
     def metrics(self, label: str) -> dict:
         sim = self.sims[label]
@@ -206,6 +214,21 @@ def compare_side_by_side(topics: dict[str, list[dict]], name: str) -> tuple[list
         kind = next((k for k in ("current", "torque") if cols_r[k] is not None), None)
         if kind is None:
             kind = next((k for k in ("current", "torque") if cols_s[k] is not None), None)
+        try:
+            states = {k: (_column(real, k), _column(sim, k)) for k in ("enable", "mode")}
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{name}: joint {joint}: enable or mode is not a number ({exc})") from None
+        # the sim's value in force at each real sample (the last one at or before it): a state is a step
+        held = np.clip(np.searchsorted(ts, tr, side="right") - 1, 0, len(ts) - 1)
+        disagreements = []
+        for what, (col_r, col_s) in states.items():
+            if col_r is None or col_s is None:
+                continue
+            sim_at = col_s[held]
+            mask = np.isfinite(col_r) & np.isfinite(sim_at) & (col_r != sim_at)
+            for a, b in _spans(mask, t):
+                k = int(np.searchsorted(t, a))
+                disagreements.append((what, float(a), float(b), float(col_r[k]), float(sim_at[k])))
         sim_trace = Trace(on_real(cols_s["position"]), on_real(cols_s["velocity"]),
                           on_real(cols_s[kind]) if kind else None)
         real_trace = Trace(cols_r["position"], cols_r["velocity"], cols_r[kind] if kind else None)
@@ -215,7 +238,7 @@ def compare_side_by_side(topics: dict[str, list[dict]], name: str) -> tuple[list
         mae = float(np.mean(np.abs(sim_trace.position - real_trace.position)))
         out.append(Comparison(
             log=name, joint=joint, t=t, real=real_trace, sims={"sim": sim_trace}, mae={"sim": mae},
-            goal=cols_r["goal"], enable=cols_r["enable"], effort_kind=kind, note=note,
+            goal=cols_r["goal"], enable=cols_r["enable"], effort_kind=kind, note=note, disagreements=disagreements,
             info=f"side-by-side MCAP, {len(real)} real samples with {len(sim)} sim samples interpolated onto them"))
     return out, unpaired
 
@@ -267,6 +290,10 @@ def figure(c: Comparison):
                 ax.axvspan(a, b, color="0.9", zorder=0, label="torque off" if i == 0 and ax is ax_q else None)
     if c.goal is not None and np.isfinite(c.goal).any():
         ax_q.plot(c.t, c.goal, color="0.45", ls="--", lw=1.0, label="goal")
+    for i, (_, a, b, _, _) in enumerate(c.disagreements or []):
+        for ax in axes:
+            ax.axvspan(a, b, color="tab:red", alpha=0.2, zorder=0,
+                       label="twin ≠ real" if i == 0 and ax is ax_q else None)
     ax_q.plot(c.t, c.real.position, color="black", lw=1.8, label="real")
     for label, s in c.sims.items():
         ax_q.plot(c.t, s.position, color=colors[label], lw=1.1, label=label)
@@ -361,11 +388,29 @@ def markdown(doc: dict) -> str:
         for s in doc["model_summary"]:
             lines.append(f"| {s['rank']} | {s['model']} | {mrad(s['mean_mae_rad'])} | {mrad(s['mean_rmse_rad'])} "
                          f"| {mrad(s['max_abs_err_rad'])} | {s['best_on']} of {s['logs']} |")
+    if doc.get("warnings"):
+        lines += ["", "## Twin and real disagree on enable or mode", ""]
+        lines += [f"- **warning**: {w}" for w in doc["warnings"]]
+        lines += ["", "| log | joint | field | from [s] | to [s] | real | sim |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for d in doc["state_disagreements"]:
+            lines.append(f"| {d['log']} | {d['joint']} | {d['what']} | {d['start_s']:.3f} | {d['end_s']:.3f} "
+                         f"| {d['real']:g} | {d['sim']:g} |")
     if doc.get("unpaired"):
         lines += ["", "Not reported (no counterpart): " + ", ".join(f"`{u}`" for u in doc["unpaired"])]
     lines += ["", "Plots: position (goal, real, sim), velocity, current or torque when recorded, and position "
-                  "error over time; grey bands: torque off.", ""]
+                  "error over time; grey bands: torque off; red bands: twin and real disagree on enable or mode.", ""]
     return "\n".join(lines)
+
+
+def _disagreement_warning(c: Comparison) -> str:
+    """One line: where twin and real disagree on enable or mode in one log and joint."""
+    whats = sorted({d[0] for d in c.disagreements})
+    total = sum(b - a for _, a, b, _, _ in c.disagreements)
+    first = min(c.disagreements, key=lambda d: d[1])
+    return (f"{c.log} {c.joint}: twin and real disagree on {' and '.join(whats)} for {total:.3f} s in "
+            f"{len(c.disagreements)} span{'s' if len(c.disagreements) != 1 else ''} (first at {first[1]:.3f} s: "
+            f"{first[0]} real {first[3]:g}, sim {first[4]:g}); the sim's position there is not a model error")
 
 
 # -- entry point ---------------------------------------------------------------------------------------
@@ -414,6 +459,9 @@ def report(path: str | Path, out: str | Path, actuator: str | None = None, model
            "integrator": integrator if kind == "replay" else None, "models": chosen,
            "units": {"*_rad": "rad", "*_rad_s": "rad/s", "*_s": "s"}, "rows": rows,
            "model_summary": model_summary(rows) if kind == "replay" else [], "unpaired": unpaired}
+    doc["state_disagreements"] = [{"log": c.log, "joint": c.joint, "what": what, "start_s": a, "end_s": b,
+                                   "real": r, "sim": sv} for c in comps for what, a, b, r, sv in c.disagreements or []]
+    doc["warnings"] = [_disagreement_warning(c) for c in comps if c.disagreements]
     out.mkdir(parents=True, exist_ok=True)
     for c in comps:
         fig = figure(c)

@@ -22,6 +22,7 @@ from canopen.profiles.p402 import BaseNode402
 
 from drivers.can.interface import can_bus_kwargs
 from hil.logs.mcap import read_side_by_side
+from hil.offline.report import report
 from tests.daemon_process import SERVO_HIL
 
 from .conftest import ACTUATORS, EDS, CanLauncher, connect, write_can_rig
@@ -143,7 +144,12 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     # every frame forwarded unchanged and in order, both ways
     sent, received = ctl_tap.frames()
     real_in, real_out = real_tap.frames()
-    assert sent == real_in and received == real_out
+    # before that, the mirror's own reads of the real drive's state (SDO uploads of 0x6041 and 0x6061, CiA 301
+    # §7.2.4.3.3), which the controller never sees
+    assert [f[:2] for f in real_in[:2]] == [(0x602, b"\x40\x41\x60\x00\x00\x00\x00\x00"),
+                                           (0x602, b"\x40\x61\x60\x00\x00\x00\x00\x00")]
+    assert [(f[0], f[1][:4]) for f in real_out[:2]] == [(0x582, b"\x4b\x41\x60\x00"), (0x582, b"\x4f\x61\x60\x00")]
+    assert sent == real_in[2:] and received == real_out[2:]
     tpdo1 = [f for f in received if f[0] == 0x182]
     print(f"mirror: {len(sent)} frames to the real bus, {len(received)} back; SDO upload p50 "
           f"{1e3 * statistics.median(uploads):.2f} ms")
@@ -170,8 +176,78 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
     assert [m["current"] for m in cycles] == pytest.approx([c * 5.5 / 1000 for _, c, _ in tpdo2], abs=1e-12)
     assert [m["torque"] for m in cycles] == pytest.approx([t * 31.0 / 1000 for _, _, t in tpdo2], abs=1e-12)
     assert cycles[-1]["enable"] is True and sim_log[-1]["enable"] is True and sim_log[-1]["current"] is not None
+    # the real mode is the 0x6060 = 8 the drive acknowledged (no TPDO carries 0x6061): twin and real agree throughout
+    assert real_log[-1]["mode"] == sim_log[-1]["mode"] == 8
+    assert report(logs, tmp_path / "report")["state_disagreements"] == []
     commands = log["/bus/erob100/commands"]
     rpdos = [m for m in commands if m["service"] == "rpdo"]
     assert len(rpdos) == 2.0 * SYNC_HZ and rpdos[-1]["objects"] == {"0x6040:0": 0x0F, "0x607A:0": target}
     assert any(m["service"] == "sdo_download" and m["index"] == 0x6060 and m["data"] == "08" for m in commands)
     assert any(m["service"] == "nmt" and m["command"] == 0x01 for m in commands)
+
+
+def _poll(node: BaseNode402, n: int) -> list[tuple[int, int, int]]:
+    """What a controller polls by SDO through the mirror: (statusword, mode display, position), n times."""
+    return [(node.sdo[0x6041].raw, node.sdo[0x6061].raw, node.sdo[0x6064].raw) for _ in range(n)]
+
+
+def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path):
+    """The real eRob was enabled in CSP by an earlier program: the twin reads its statusword and mode display as the
+    mirror starts and is in Operation enabled, CSP before the first frame it forwards. Then the real drive faults
+    (supply sag, CiA 402 Fault): the twin has no cause for a fault and stays enabled, and the report flags it. The
+    fault reset takes the real drive to Switch on disabled, which the twin takes from the next statusword."""
+    launcher, real_launcher = MirrorLauncher(tmp_path), CanLauncher(tmp_path)
+    net = canopen.Network()
+    try:
+        real = real_launcher.start(write_can_rig(tmp_path, "real", actuators=ONE_EROB, model="m6"))
+        earlier = connect(canopen.Network(), real.rig.port)
+        node = BaseNode402(2, str(EDS))
+        earlier.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 3.0
+        enable_by_sdo(node, 8)                     # CSP, Operation enabled (CiA 402 modes of operation 8)
+        earlier.disconnect()
+        logs = tmp_path / "logs"
+        bus_extra = (f'real = {{ interface = "slcan", channel = "{real.rig.port}", sleep_after_open = 0 }}\n'
+                     f'record = "{logs}"\n')
+        twin = launcher.start(write_can_rig(tmp_path, "twin", actuators=ONE_EROB, model="m1", bus_extra=bus_extra))
+        connect(net, twin.rig.port)
+        node = BaseNode402(2, str(EDS))
+        net.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 3.0
+        assert all(sw & 0x6F == 0x27 and mode == 8 for sw, mode, _ in _poll(node, 4))   # Operation enabled, CSP
+        real.inject(2, "supply_sag", voltage_v=30.0)                     # below the eRob's DC-link minimum
+        end = time.monotonic() + 10.0
+        while node.sdo[0x6041].raw & 0x4F != 0x08 and time.monotonic() < end:   # Fault
+            time.sleep(0.05)
+        assert all(sw & 0x4F == 0x08 for sw, _, _ in _poll(node, 4))
+        # the supply is back and the controller resets the fault: the real drive goes to Switch on disabled, the
+        # twin (enabled, where a controlword with bit 7 set is no command) stays, until the next statusword
+        real.clear(2, "supply_sag")
+        node.sdo[0x6040].raw = 0x80               # fault reset: a rising edge of bit 7
+        while node.sdo[0x6041].raw & 0x4F != 0x40 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert all(sw & 0x4F == 0x40 for sw, _, _ in _poll(node, 4))    # Switch on disabled
+        net.disconnect()
+        assert twin.terminate() == 0, twin.stderr()
+    finally:
+        try:
+            launcher.finish()
+        finally:
+            real_launcher.finish()
+    log = read_side_by_side(logs)
+    [attach] = [e for e in log["/bus/erob100/events"] if e["reason"] == "attach"]
+    assert attach["real"] == {"state": "OPERATION_ENABLED", "mode": 8}
+    assert attach["sim_before"]["state"] != "OPERATION_ENABLED"
+    assert attach["sim_after"] == {"state": "OPERATION_ENABLED", "mode": 8}
+    real_log, sim_log = log["/real/erob100/state"], log["/sim/erob100/state"]
+    assert len(real_log) == len(sim_log) >= 7
+    assert (sim_log[0]["enable"], sim_log[0]["mode"]) == (True, 8) == (real_log[0]["enable"], real_log[0]["mode"])
+    assert real_log[-1]["enable"] is False and sim_log[-1]["enable"] is False
+    [divergence] = [e for e in log["/bus/erob100/events"] if e["reason"] == "divergence"]
+    assert divergence["real"]["state"] == "SWITCH_ON_DISABLED" and divergence["sim_before"]["state"] == \
+        "OPERATION_ENABLED" and divergence["sim_after"]["state"] == "SWITCH_ON_DISABLED"
+    doc = report(logs, tmp_path / "report")
+    spans = doc["state_disagreements"]
+    assert [(s["what"], s["real"], s["sim"]) for s in spans] == [("enable", 0.0, 1.0)]
+    assert 0 < spans[0]["start_s"] < spans[0]["end_s"] < doc["rows"][0]["duration_s"]
+    assert doc["warnings"] and "enable" in doc["warnings"][0]
