@@ -2,7 +2,7 @@
 what a fresh clone holds (`.venv`, `config`, `data`), against real daemons on the ports the tour names.
 
 Step 1's `make run` is `servo-hil run config/rigs/default.toml` once installed; the `make` line itself is
-what `.ci/run` proves. Step 9 needs real hardware and is not run.
+what `.ci/run` proves. Step 9's hardware variant needs a real servo; its demo runs.
 """
 
 from __future__ import annotations
@@ -139,3 +139,10 @@ def test_steps_7_and_8_erob(clone):
         assert out[0] == "0x5a65726f" and abs(int(out[-1]) - 52_429) < 1000, out
         _sh(record, clone, timeout=300)
     assert (clone / "rep-erob" / "report.json").stat().st_size > 0
+
+
+def test_step_9_mirror_demo(clone):
+    (_, code), = STEPS[9]
+    (clone / "examples").symlink_to(REPO / "examples")
+    _sh(code, clone, timeout=300)
+    assert (clone / "mirror-demo" / "report" / "report.json").stat().st_size > 0
