@@ -4,8 +4,8 @@
 `DynamixelBus.handle` takes one received packet and returns the status packets the servos on the
 bus send back, each with its start time after the end of the instruction on the wire (Return Delay
 Time, the replies before it in a Sync/Bulk Read, the per-ID slot of a broadcast Ping). Reply rules:
-notes/dynamixel.md §1.5 (broadcast, Status Return Level, secondary ID), §2 (instructions), §2.1–2.2
-(Fast reads, order).
+Protocol 2.0 §Packet ID (broadcast), §Instruction Details (§Fast Sync Read, §Sync Read, ...); e-manual
+§Status Return Level(68), §Secondary(Shadow) ID(12).
 
 In C (Cython) as the only implementation: a Sync Read of 12 loops over its IDs here, each servo's
 Read runs in its C core (firmware_models/dynamixel/servo_core.pyx) and each status packet is encoded
@@ -95,7 +95,7 @@ cdef inline object _tx(bytes data, double offset_s, object servo):
 
 
 cdef inline bint _due(ServoCore servo, int instruction) noexcept:
-    """Status Return Level: 0 = Ping only, 1 = Ping and Read, 2 = all (notes §1.5)."""
+    """Status Return Level: 0 = Ping only, 1 = Ping and Read, 2 = all (e-manual §Status Return Level(68))."""
     if instruction == PING:
         return True
     return servo.status_return_level >= 1 if instruction == READ else servo.status_return_level >= 2
@@ -106,7 +106,7 @@ cdef inline int _error_byte(ServoCore servo, int error) noexcept:
 
 
 cdef class DynamixelBus:
-    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (daemon issue)."""
+    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (drivers/faults.py `BusFaults`)."""
 
     cdef public list servos
     cdef readonly list faults
@@ -290,7 +290,8 @@ cdef class DynamixelBus:
         return [self._status(servo, primary, reply.error, reply.params, servo.return_delay_s)]
 
     cdef list _then_reset(self, Py_ssize_t i, int ins, bytes params):
-        """Reboot / Factory Reset: the status goes out with the settings before the reset (notes §2)."""
+        """Reboot / Factory Reset: the status goes out with the settings before the reset (Protocol 2.0 §Reboot,
+        §Factory Reset)."""
         cdef ServoCore servo = self.servos[i]
         if ins == FACTORY_RESET and len(params) != 1:
             raise ProtocolError("Factory Reset takes one parameter")
@@ -303,7 +304,8 @@ cdef class DynamixelBus:
     cdef _broadcast(self, int ins, bytes p, list targets):
         """Broadcast Write, Reg Write, Action, Reboot, Factory Reset, Clear: executed, never answered."""
         if ins == FACTORY_RESET and p[:1] == b"\xff":
-            return   # refused since FW42: a broadcast reset-all would give every servo ID 1 (notes §2)
+            # refused by FW42+: a broadcast reset-all would give every servo ID 1 (Protocol 2.0 §Factory Reset)
+            return
         for i in targets:
             s = self.servos[i]
             if not (<ServoCore> s).supports(ins):
@@ -322,7 +324,7 @@ cdef class DynamixelBus:
                 s.clear(p)
 
     cdef _secondary_write(self, Py_ssize_t i, int ins, bytes p):
-        """Through a secondary ID only RAM can be written (notes §1.5)."""
+        """Through a secondary ID only RAM can be written (e-manual §Secondary(Shadow) ID(12))."""
         if ins == WRITE or ins == REG_WRITE:
             address, data = decode_write(p)
             if address >= 64:
@@ -352,7 +354,7 @@ cdef class DynamixelBus:
             return [self._status(s, i, r.error, r.params, s.return_delay_s)]
         # Broadcast: every servo answers in its own slot, ID × one ping reply's wire time after its
         # return delay, so replies never overlap and come back in ID order (our slot model; the
-        # e-manual says only "in arranged order", notes §2.2).
+        # e-manual says only "in arranged order", Protocol 2.0 §Ping).
         slot = wire_time_s(_PING_REPLY_BYTES, bps)
         out = []
         for i in sorted(listening, key=lambda k: self.servos[k].id):
@@ -386,7 +388,7 @@ cdef class DynamixelBus:
         ended on the wire (after the instruction's end) and moves past this one."""
         cdef Py_ssize_t i = self._primary(listening, sid)
         if i < 0:
-            return 0               # an absent ID leaves no reply (the SDK then times out, notes §2.2)
+            return 0               # an absent ID leaves no reply (the SDK's GroupSyncRead.rxPacket then times out)
         cdef ServoCore s = self.servos[i]   # handle() has noted the instruction on every target (broadcast)
         if s.status_return_level < 1:
             return 0
@@ -399,7 +401,8 @@ cdef class DynamixelBus:
         return 0
 
     cdef list _fast_read(self, int ins, list wanted, list listening):
-        """Fast Sync / Fast Bulk Read: one packet from ID 0xFE, each device appends its segment (notes §2.1)."""
+        """Fast Sync / Fast Bulk Read: one packet from ID 0xFE, each device appends its segment
+        (Protocol 2.0 §Fast Sync Read)."""
         cdef ServoCore s
         cdef Reply r
         cdef Py_ssize_t i
@@ -408,7 +411,7 @@ cdef class DynamixelBus:
             i = self._primary(listening, sid)
             if i < 0 or not (<ServoCore> self.servos[i]).supports(ins):
                 # the devices build one packet between them: a missing link breaks the chain and
-                # nobody completes it (our model; the e-manual is silent, notes §2.1) — the SDK times out
+                # nobody completes it (our model; Protocol 2.0 §Fast Sync Read is silent) — the SDK times out
                 return []
             s = self.servos[i]
             if s.status_return_level < 1:

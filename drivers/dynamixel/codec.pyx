@@ -2,11 +2,9 @@
 """Protocol 2.0 CRC-16, packet framing and the instructions' parameter decoders in C: the per-packet byte work
 of the bus server.
 
-`drivers/dynamixel/protocol.py` re-exports these; it is the only implementation (the server spends
-most of a Sync Read reply here when it is Python: ≈ 3 µs per status packet, ≈ 0.3 µs in C).
-Wire layout and rules: protocol.py's docstring; notes/dynamixel.md §1.2 (CRC), §1.3 (stuffing),
-§2.1 (Fast Sync/Bulk Read reply), §2 (instruction parameters; the decoders were Python until 2026-11-22 and
-give the same results and errors: fuzzed against them).
+`drivers/dynamixel/protocol.py` re-exports these; it is the only implementation (C because the server encodes
+every status packet of a Sync Read here). Wire layout and rules: protocol.py's docstring; e-manual "CRC
+Calculation"; Protocol 2.0 §Packet Process (stuffing), §Fast Sync Read (reply), §Instruction Details (parameters).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -17,7 +15,7 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.stdint cimport uint8_t, uint16_t
 from libc.string cimport memcpy, memset
 
-cdef uint16_t _TABLE[256]   # one byte per step: 0x0000, 0x8005, 0x800F, 0x000A, ... (notes §1.2)
+cdef uint16_t _TABLE[256]   # one byte per step: 0x0000, 0x8005, 0x800F, 0x000A, ... (e-manual "CRC Calculation")
 
 
 cdef void _build_table() noexcept:
@@ -46,10 +44,10 @@ cdef inline uint16_t _crc(const uint8_t* p, Py_ssize_t n, uint16_t crc) noexcept
 
 
 def crc16(data, long crc=0):
-    """CRC-16/UMTS of `data` (poly 0x8005, init 0, MSB first; notes §1.2), returned as an int 0..0xFFFF.
+    """CRC-16/UMTS of `data` (poly 0x8005, init 0, MSB first; e-manual "CRC Calculation"), returned as an int 0..0xFFFF.
 
     `crc` continues a running CRC: crc16(a + b) == crc16(b, crc16(a)). This is how the intermediate CRCs of a
-    Fast Sync/Bulk Read reply are formed (notes §2.1). On the wire the CRC is sent low byte first.
+    Fast Sync/Bulk Read reply are formed (Protocol 2.0 §Fast Sync Read). On the wire the CRC is sent low byte first.
     """
     if not 0 <= crc <= 0xFFFF:
         raise ValueError(f"crc must be 0..0xFFFF, got {crc}")
@@ -62,7 +60,7 @@ def crc16(data, long crc=0):
 
 
 cdef Py_ssize_t _stuffed_len(const uint8_t* head, Py_ssize_t nh, const uint8_t* p, Py_ssize_t n) noexcept:
-    """Length of head + p after stuffing (notes §1.3: an FD after every FF FF FD)."""
+    """Length of head + p after stuffing (Protocol 2.0 §Packet Process: an FD after every FF FF FD)."""
     cdef Py_ssize_t i, extra = 0
     cdef uint8_t a = 0, b = 0, c   # the two bytes before the current one, in the output stream
     for i in range(nh + n):
@@ -90,7 +88,8 @@ cdef Py_ssize_t _stuff_into(uint8_t* out, const uint8_t* head, Py_ssize_t nh,
 
 
 cdef bytes _packet(int id, const uint8_t* head, Py_ssize_t nh, object params):
-    """FF FF FD 00 | id | LEN | stuffed(head + params) | CRC (notes §1.1, §1.3, §1.4)."""
+    """FF FF FD 00 | id | LEN | stuffed(head + params) | CRC (Protocol 2.0 §Instruction Packet, §Packet Process,
+    §Status Packet)."""
     if not 0 <= id <= 0xFF:
         raise ValueError(f"id must be 0..255, got {id}")
     if type(params) is bytes:        # every reply the bus builds: no buffer request
@@ -132,7 +131,7 @@ def encode_instruction(int id, int instruction, params=b""):
     """Instruction packet: header, `id`, LEN, `instruction`, stuffed `params`, CRC (e-manual "Packet Process").
 
     Used by tests, the bench and the hardware mirror. id and instruction must be bytes (0..255); 253 and 255 are
-    not valid device IDs (notes §1.1) but are not refused here, so tests can build odd packets.
+    not valid device IDs (Protocol 2.0 §Packet ID) but are not refused here, so tests can build odd packets.
     """
     if not 0 <= instruction <= 0xFF:
         raise ValueError(f"instruction must be 0..255, got {instruction}")
@@ -144,7 +143,7 @@ def encode_instruction(int id, int instruction, params=b""):
 def encode_status(int id, int error, params=b""):
     """Status packet (instruction 0x55) from device `id` with `error` byte (ErrorCode | ALERT) and `params`.
 
-    Instruction, error and params are stuffed (notes §1.3), as the SDK's `rxPacket` expects.
+    Instruction, error and params are stuffed (Protocol 2.0 §Packet Process), as the SDK's `rxPacket` expects.
     """
     return status_packet(id, error, params)
 
@@ -160,7 +159,7 @@ cdef bytes status_packet(int id, int error, object params):
 
 
 def encode_fast_status(segments):
-    """The single combined Fast Sync Read / Fast Bulk Read reply (notes §2.1), never stuffed.
+    """The single combined Fast Sync Read / Fast Bulk Read reply (Protocol 2.0 §Fast Sync Read), never stuffed.
 
     segments: (id, error, data) per device, in the order the instruction listed them. Layout:
     FF FF FD 00 FE LEN_L LEN_H 55 | ERR1 ID1 DATA1 CRC1 | ... | ERRn IDn DATAn CRCn with
@@ -186,7 +185,7 @@ def encode_fast_status(segments):
     o[1] = 0xFF
     o[2] = 0xFD
     o[3] = 0x00
-    o[4] = 0xFE                  # BROADCAST_ID: the combined reply's ID (notes §2.1)
+    o[4] = 0xFE                  # BROADCAST_ID: the combined reply's ID (Protocol 2.0 §Fast Sync Read)
     o[5] = length & 0xFF
     o[6] = length >> 8
     o[7] = STATUS
@@ -206,7 +205,7 @@ def encode_fast_status(segments):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Parameter decoders for incoming instructions (e-manual "Instruction Details"; notes §2). They check the
+# Parameter decoders for incoming instructions (Protocol 2.0 §Instruction Details). They check the
 # *structure* of the parameter block only; whether an address or length suits a control table is the firmware
 # model's business. A block that asks for nothing (zero data length, no device listed) is treated as malformed.
 # In C: a Sync Write of 12 splits into its items here instead of a Python loop of slices.
@@ -282,7 +281,8 @@ cpdef object decode_write(params):
 cpdef object decode_sync_read(params):
     """Sync Read / Fast Sync Read params: address L/H, length L/H, ID... → (address, length in bytes, ids).
 
-    The IDs keep their order: the replies must come back in it (notes §2.2).
+    The IDs keep their order: the replies must come back in it (Protocol 2.0 §Sync Read; SDK
+    group_sync_read.py `GroupSyncRead.rxPacket`).
     """
     cdef bytes b = _as_bytes(params)
     if len(b) < 5:

@@ -1,15 +1,15 @@
 """Dynamixel Protocol 2.0 codec: CRC-16, byte stuffing, packet encoders, parameter decoders and a
 resynchronising receive-side parser.
 
-Wire layout (ROBOTIS e-manual "Protocol 2.0"; notes = shared/reference/notes/dynamixel.md §1)::
+Wire layout (ROBOTIS e-manual "Protocol 2.0" §Instruction Packet, §Status Packet)::
 
     instruction:  FF FF FD 00 | ID | LEN_L LEN_H | INST | PARAM 1..N        | CRC_L CRC_H
     status:       FF FF FD 00 | ID | LEN_L LEN_H | 55   | ERR | PARAM 1..N  | CRC_L CRC_H
 
 LEN counts INST + params + CRC *after* byte stuffing; the CRC covers everything from the first FF up
-to the last parameter byte, also after stuffing (notes §1.2, §1.3). Multi-byte parameters are
-little-endian. Nothing here knows about control tables or timing; the bus server decides what a
-packet means and when to answer.
+to the last parameter byte, also after stuffing (e-manual "CRC Calculation"; Protocol 2.0 §Packet Process).
+Multi-byte parameters are little-endian. Nothing here knows about control tables or timing; the bus server
+decides what a packet means and when to answer.
 """
 
 from __future__ import annotations
@@ -62,14 +62,17 @@ __all__ = [
 ]
 
 HEADER = b"\xff\xff\xfd\x00"
-"""Header (FF FF FD) plus the reserved byte, which is always 00 and acts as part of the header (notes §1.1)."""
+"""Header (FF FF FD) plus the reserved byte, which is always 00 and acts as part of the header
+(Protocol 2.0 §Instruction Packet)."""
 BROADCAST_ID = 0xFE
-"""Packet ID that every device executes (notes §1.5); also the ID of a Fast Sync/Bulk Read reply (§2.1)."""
+"""Packet ID that every device executes (Protocol 2.0 §Packet ID); also the ID of a Fast Sync/Bulk Read reply
+(§Fast Sync Read)."""
 ALERT = 0x80
-"""Error-byte bit 7: a hardware error is latched, see Hardware Error Status (notes §1.4, §3.3)."""
+"""Error-byte bit 7: a hardware error is latched, see Hardware Error Status (Protocol 2.0 §Status Packet;
+e-manual §Hardware Error Status(70))."""
 
 _STATUS = 0x55
-_STUFF_PATTERN = b"\xff\xff\xfd"  # notes §1.3: sender inserts FD after every FF FF FD
+_STUFF_PATTERN = b"\xff\xff\xfd"  # Protocol 2.0 §Packet Process: sender inserts FD after every FF FF FD
 _STUFFED = b"\xff\xff\xfd\xfd"
 _PREFIX_LEN = 7  # FF FF FD 00 ID LEN_L LEN_H
 _MIN_LENGTH = 3  # INST + CRC_L + CRC_H: the smallest legal LEN field
@@ -79,7 +82,7 @@ MAX_WIRE_LEN = _PREFIX_LEN + _MAX_LENGTH
 
 
 class Instruction(enum.IntEnum):
-    """Instruction byte (e-manual "Instruction"; notes §2)."""
+    """Instruction byte (Protocol 2.0 §Instruction Packet, §Instruction Details)."""
 
     PING = 0x01
     READ = 0x02
@@ -100,12 +103,13 @@ class Instruction(enum.IntEnum):
 
 
 # --------------------------------------------------------------------------------------------------
-# Byte stuffing (notes §1.3). FF FF FD cannot overlap itself, so a single left-to-right replace is exactly the
-# e-manual's scan, and its inverse.
+# Byte stuffing (Protocol 2.0 §Packet Process). FF FF FD cannot overlap itself, so a single left-to-right
+# replace is exactly the e-manual's scan, and its inverse.
 
 
 def stuff(body: bytes) -> bytes:
-    """Insert an FD after every FF FF FD in `body` (instruction + parameters, never the CRC; notes §1.3).
+    """Insert an FD after every FF FF FD in `body` (instruction + parameters, never the CRC;
+    Protocol 2.0 §Packet Process).
 
     After stuffing, every FF FF FD inside the body is followed by FD, so no header can appear inside a packet.
     """
@@ -113,7 +117,7 @@ def stuff(body: bytes) -> bytes:
 
 
 def unstuff(body: bytes) -> bytes:
-    """Inverse of `stuff`: turn every FF FF FD FD back into FF FF FD (notes §1.3)."""
+    """Inverse of `stuff`: turn every FF FF FD FD back into FF FF FD (Protocol 2.0 §Packet Process)."""
     return bytes(body).replace(_STUFFED, _STUFF_PATTERN)
 
 
@@ -143,7 +147,8 @@ class CorruptPacket(NamedTuple):
 
     id / instruction are as received and may themselves be corrupt; wire_len as for Packet (7 + LEN as claimed,
     less what earlier returned packets already covered), in bytes.
-    The bus may answer CRC Error (0x03) where a reply is due (notes §8.1, unverified on hardware).
+    The bus may answer CRC Error (0x03) where a reply is due (Protocol 2.0 §Status Packet; unverified on
+    hardware).
     """
 
     id: int
@@ -176,7 +181,8 @@ def _header_prefix_len(buf: bytes | bytearray, start: int) -> int:
 
 
 class Parser:
-    """Resynchronising receive-side parser (notes §1.1, §1.3, §8.1; e-manual "Processing Order of Reception").
+    """Resynchronising receive-side parser (Protocol 2.0 §Instruction Packet; §Packet Process, "Processing Order
+    of Reception").
 
     Feed it bytes as they arrive; it returns complete packets. It searches for FF FF FD 00 (FF FF FD FD and any
     other reserved byte are not headers), reads LEN (< 3 is impossible: that header is dropped), checks the CRC
@@ -184,7 +190,7 @@ class Parser:
     the byte after the failed header, because a corrupt LEN may have swallowed real packets. Status packets
     (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
 
-    Inter-byte gap (e-manual, notes §1.1): if more than `inter_byte_timeout_s` seconds passed since the previous
+    Inter-byte gap (Protocol 2.0 §Instruction Packet): if over `inter_byte_timeout_s` seconds passed since the previous
     bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh. Bytes read together
     carry no arrival times (a reader that was late reads a stale partial packet and the next packet at once), so
     the gap is also inferred from the bytes: when what has arrived ends with a complete packet with a good CRC

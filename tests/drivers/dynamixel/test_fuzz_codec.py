@@ -1,12 +1,12 @@
 """Coverage-guided fuzz (hypothesis) of the Dynamixel receive side in-process: the resynchronising Parser, the
 instructions' parameter decoders (C, through their Python entry points) and DynamixelBus.handle with real servos.
 
-Oracles: the e-manual's layouts (notes/dynamixel.md §1-§2), written out here independently of the decoders; the
-bus may answer anything a servo answers but never more bytes than the control tables hold, never raises, and
-never isolates a failure (`errors_isolated` stays 0: the isolation is for bugs, not for inputs). Each property
-checks >= 10^4 inputs in the normal run: `FUZZ_EXAMPLES` hypothesis examples, each the drawn input plus
-`VARIANTS` random ones seeded by the example (hypothesis alone manages a few hundred examples per second on
-this host); 10^5 examples under `-m soak`.
+Oracles: the e-manual's layouts (Protocol 2.0 §Instruction Packet ... §Instruction Details), written out here
+independently of the decoders; the bus may answer anything a servo answers but never more bytes than the control
+tables hold, never raises, and never isolates a failure (`errors_isolated` stays 0: the isolation is for bugs, not
+for inputs). Each property checks >= 10^4 inputs in the normal run: `FUZZ_EXAMPLES` hypothesis examples, each the
+drawn input plus `VARIANTS` random ones seeded by the example (hypothesis's own example generation is the slow
+part); 10^5 examples under `-m soak`.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def _gap_then_probe(chunks: list[tuple[bytes, float]], probe: bytes) -> None:
 @_fuzz
 @given(st.lists(st.tuples(noise, st.floats(0.0, 4e-3)), max_size=4), probes, st.randoms(use_true_random=False))
 def test_a_packet_after_the_inter_byte_timeout_is_understood(chunks, probe, rng):
-    """After more than 1.5 ms of silence (notes §1.1) a clean packet is understood, whatever came before."""
+    """After more than 1.5 ms of silence (Protocol 2.0 §Instruction Packet) a clean packet is understood,
+    whatever came before."""
     _gap_then_probe(chunks, probe)
     for _ in range(VARIANTS):
         _gap_then_probe([(random_noise(rng), rng.uniform(0.0, 4e-3)) for _ in range(rng.randint(0, 4))],
@@ -259,7 +260,8 @@ def _check_handled(bus: DynamixelBus, pid: int, ins: int, params: bytes) -> list
     replies = bus.handle(Packet(pid, ins, params, 10 + len(params)), None)
     assert bus.errors_isolated == before, f"isolated: {ins:#x} {params.hex()}"
     # never more than a control table holds: a status packet carries at most a whole table (stuffed: one FD per
-    # FF FF FD, notes §1.3) and its 11 bytes of framing; a Fast reply one unstuffed segment per ID listed (§2.1)
+    # FF FF FD, Protocol 2.0 §Packet Process) and its 11 bytes of framing; a Fast reply one unstuffed segment per
+    # ID listed (§Fast Sync Read)
     table = _table_max(bus)
     listed = max(1, len(params) - 4 if ins == Instruction.FAST_SYNC_READ else len(params) // 5)
     for tx in replies:
@@ -303,7 +305,7 @@ def test_any_instruction_is_handled_without_isolation(bus, pid, ins, params):
 
 
 def test_a_fast_read_of_65535_bytes_is_not_answered(bus):
-    """The issue's 15 bytes: Fast Sync Read of 65 535 bytes from ID 3; no device can fill a segment longer than
+    """15 bytes on the wire: a Fast Sync Read of 65 535 bytes from ID 3; no device can fill a segment longer than
     its control table, the combined packet is never completed (the controller times out), the bus lives."""
     wire = bytes.fromhex("ff ff fd 00 fe 08 00 8a 84 00 ff ff 03 a8 01")
     (packet,) = Parser().feed(wire, 0.0)
@@ -319,7 +321,7 @@ def test_a_fast_read_of_65535_bytes_is_not_answered(bus):
 @pytest.mark.parametrize("ins", [Instruction.READ, Instruction.SYNC_READ, Instruction.BULK_READ])
 def test_reads_past_the_table_end_answer_access_error_without_data(bus, ins):
     """e-manual "Status Packet": Access Error for a read of an address that is not defined, no parameters
-    (notes §1.4)."""
+    (Protocol 2.0 §Status Packet)."""
     if ins == Instruction.READ:
         pid, params = 3, struct.pack("<HH", 0, 0xFFFF)
     elif ins == Instruction.SYNC_READ:
@@ -333,7 +335,7 @@ def test_reads_past_the_table_end_answer_access_error_without_data(bus, ins):
 
 def test_a_failure_inside_one_packet_is_isolated(bus, monkeypatch, caplog):
     """Whatever a packet raises stays with it: no answer, counted, one WARNING line with its bytes; the next
-    packet is served. (The failure is injected where the issue's ValueError came from.)"""
+    packet is served. (The failure is injected in `encode_fast_status`, which raises on an oversized reply.)"""
     def too_long(segments):
         raise ValueError("packet too long")
 

@@ -2,10 +2,10 @@
 state.
 
 A seeded, header-biased stream (random bytes; FF FF FD 00 headers with random IDs and LEN; valid reads with
-absurd lengths, among them the issue's Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte
+absurd lengths, among them a Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte
 flipped) is written to the pty in bursts, straight through pyserial. After each burst the test waits until the
-line has been silent for `QUIET_S` (> the e-manual's 1.5 ms inter-byte timeout, notes §1.1) plus the burst's wire
-time, counted from when the burst would have left a real wire, then sends one probe:
+line has been silent for `QUIET_S` (> the 1.5 ms inter-byte timeout of Protocol 2.0 §Instruction Packet)
+plus the burst's wire time, counted from when the burst would have left a real wire, then sends one probe:
 a Sync Read of Present Position from IDs 1-4. Every probe must be answered on its first attempt, by the four
 servos in order, with error 0 and the position the loop's state gives (lock-step rig, so the state cannot move
 between the `step` reply and the probe). The daemon must stay up, log no traceback and isolate no failure, and its
@@ -30,11 +30,11 @@ from .conftest import IDS, JOINT, write_dxl_rig
 
 SEED = 0xD15E
 BAUD = 1_000_000        # the rig's and the client's line speed [bit/s]
-QUIET_S = 0.02          # silence before a probe [s]: the ">= 20 ms", well past the 1.5 ms timeout
+QUIET_S = 0.02          # silence before a probe [s]: well past the 1.5 ms inter-byte timeout, so the parser restarts
 PROBE_TIMEOUT_S = 1.0   # a probe's replies must be complete within this (no retry) [s]
 RSS_GROWTH_LIMIT_KB = 5 * 1024
 PRESENT_POSITION = (132, 4)
-TICKS_PER_RAD = 4096 / (2 * math.pi)   # X / MX(2.0) position resolution, 0 rad at 2048 (notes §3.2)
+TICKS_PER_RAD = 4096 / (2 * math.pi)   # X / MX(2.0) position resolution, 0 at 2048 (e-manual §Present Position(132))
 
 
 def rss_kb(pid: int) -> int:
