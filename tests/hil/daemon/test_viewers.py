@@ -266,3 +266,22 @@ def test_remote_foxglove_needs_allow_remote(tmp_path):
                     '[[actuators]]\njoint = "mx"\ncatalog = "mx64"\n')
     assert read_rig(path).foxglove.bind == "0.0.0.0"
     assert math.isclose(read_rig(path).foxglove.rate_hz, 100.0)
+
+
+def test_plotjuggler_layout_names_the_default_rigs_series():
+    """Every curve of config/plotjuggler/default.xml is a series the single framing gives the default rig
+    (`/<rig>/<joint>/<key>`, PlotJuggler's flattening of nested maps), and both joints are plotted."""
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    rig = read_rig(root / "config/rigs/default.toml")
+    layout = ET.parse(root / "config/plotjuggler/default.xml").getroot()
+    assert layout.find("previouslyLoaded_Streamer").get("name") == "ZMQ Subscriber"
+    curves = [c.get("name") for c in layout.iter("curve")]
+    joints = set()
+    for name in curves:
+        _, rig_name, joint, key = name.split("/")
+        assert rig_name == rig.name and key in PAYLOAD_KEYS, name
+        joints.add(joint)
+    assert joints == {a.joint for a in rig.actuators}
