@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ from hil.daemon.zmq_io import (
 )
 from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
-from hil.rig import BusConfig, Rig, load_rig
+from hil.rig import BusConfig, FoxgloveConfig, RecordConfig, Rig, load_rig
 
 log = logging.getLogger("servo-hil")
 
@@ -81,10 +82,10 @@ class Daemon:
         if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:
             log.warning("embedded MQTT broker on %s without credentials ([mqtt] allow_remote = true): anyone "
                         "who reaches it can command the rig", rig.mqtt.embedded_host)
-        viewers = rig.record is not None or rig.foxglove is not None
+        viewers = [v for v in (rig.foxglove, rig.record) if v is not None]
         try:
             self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority, curve,
-                                            rig.zmq.framing, tap=viewers)
+                                            rig.zmq.framing, math.gcd(*(self._every(v) for v in viewers)))
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
         try:
@@ -119,6 +120,10 @@ class Daemon:
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
         self.started = True
 
+    def _every(self, viewer: FoxgloveConfig | RecordConfig) -> int:
+        """The viewer's decimation: one published tick in N."""
+        return decimation(self.rig.loop.rate_hz, self.rig.zmq.publish_every, viewer.rate_hz)
+
     def _start_viewers(self) -> None:
         """The state stream's in-process readers: the MCAP recording of [record], the Foxglove server."""
         rig, sinks = self.rig, []
@@ -126,12 +131,11 @@ class Daemon:
             from hil.daemon.foxglove import FoxgloveBridge
 
             self.foxglove = FoxgloveBridge(self.live, rig.foxglove)
-            sinks.append((decimation(rig.loop.rate_hz, rig.zmq.publish_every, rig.foxglove.rate_hz),
-                          self.foxglove.state))
+            sinks.append((self._every(rig.foxglove), self.foxglove.state))
             log.info("Foxglove WebSocket server: ws://%s:%d", rig.foxglove.bind, self.foxglove.port)
         if rig.record is not None:
             self.recording = StateRecording(self.rig_dir / rig.record.dir, rig.record.segment_s, rig.name)
-            sinks.append((decimation(rig.loop.rate_hz, rig.zmq.publish_every, rig.record.rate_hz), self.recording))
+            sinks.append((self._every(rig.record), self.recording))
             log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
         self.tap = StateSubscriber(self.context, sinks)
         self.tap.start()

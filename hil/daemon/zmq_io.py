@@ -59,8 +59,9 @@ from hil.rig import ZmqConfig, loopback
 log = logging.getLogger("servo-hil")
 
 STATE_TAP = "inproc://servo-hil-state"
-"""The state stream inside the daemon's process (its PUB socket binds it too): the recorder and the Foxglove
-server read it in their own thread, so the loop and the publisher do no Python work for them."""
+"""The state stream inside the daemon's process, already decimated: the publisher's C path sends one published
+tick in `tap_every` to a second PUB socket bound here, and the recorder and the Foxglove server read it in a
+thread of their own, so the loop and the publisher do no Python work for them."""
 
 
 def loaded_libzmq() -> str:
@@ -102,7 +103,7 @@ class StatePublisher(threading.Thread):
     """Drains the loop's sample ring and publishes it; raises fault events on flag changes."""
 
     def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, fifo_priority: int = 0,
-                 curve: tuple[bytes, bytes] | None = None, framing: str = "multipart", tap: bool = False):
+                 curve: tuple[bytes, bytes] | None = None, framing: str = "multipart", tap_every: int = 0):
         super().__init__(name="servo-hil-pub", daemon=True)
         self.live = live
         self.fifo_priority = fifo_priority   # SCHED_FIFO priority of this thread (0 = do not try)
@@ -113,8 +114,13 @@ class StatePublisher(threading.Thread):
         curve_server(self.sock, curve)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        if tap:   # inproc needs no CURVE: it never leaves the process
-            self.sock.bind(STATE_TAP)
+        self.tap_every = tap_every
+        self.tap: zmq.Socket | None = None   # STATE_TAP (inproc needs no CURVE: it never leaves the process)
+        if tap_every > 0:
+            self.tap = context.socket(zmq.PUB)
+            self.tap.setsockopt(zmq.SNDHWM, 200_000)
+            self.tap.setsockopt(zmq.LINGER, 0)
+            self.tap.bind(STATE_TAP)
         self.single_frame = framing == "single"
         self.topics = [single_frame_head(live.rig.name, n) if self.single_frame else f"{live.rig.name}/{n}".encode()
                        for n in live.names]
@@ -137,7 +143,8 @@ class StatePublisher(threading.Thread):
         # when a fault flag changes or wait_s has passed
         sent, changes = live.loop.publish(self.sock.underlying, self.topics, live.bus_flag_bits,
                                           self._epoch_minus_monotonic_ns, live.rig.loop.lockstep, self.flags, wait_s,
-                                          self.single_frame)
+                                          self.single_frame, 0 if self.tap is None else self.tap.underlying,
+                                          max(self.tap_every, 1))
         for j, flags, t, temp in changes:
             self._flags_changed(j, flags, t, None if temp != temp else temp)
         self.published += sent
@@ -206,7 +213,8 @@ StateSink = Callable[[str, int, dict], None]
 
 class StateSubscriber(threading.Thread):
     """Reads the daemon's state stream from its in-process tap (STATE_TAP) and hands one published tick in
-    `every` to each sink (decimation by the message's `seq`, so every joint keeps the same ticks). `error` is
+    `every` to each sink (decimation by the message's `seq`, so every joint keeps the same ticks; each `every`
+    is a multiple of the tap's). `error` is
     set if a sink raised (the thread then ends and the daemon stops with that reason)."""
 
     def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]]):
