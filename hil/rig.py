@@ -19,7 +19,10 @@ which is the rig of one `[[actuators]]` entry with joint = "actuator" and those 
 
     name = "default"                       # topic prefix part: servo-hil/<name>/…
     [loop]    rate_hz, substeps, integrator, fifo_priority, mlockall, spin_us, lockstep
-    [zmq]     pub, command, publish_every, curve_secret_key, curve_clients, allow_remote
+    [zmq]     pub, command, publish_every, framing ("multipart" | "single"), curve_secret_key, curve_clients,
+              allow_remote
+    [foxglove] bind, port, rate_hz, allow_remote   # opt-in: live Foxglove WebSocket server
+    [record]  dir, segment_s, rate_hz               # opt-in: the daemon records its own state stream to MCAP
     [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
               tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
     [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
@@ -287,6 +290,10 @@ class ZmqConfig(Strict):
     pub: str = "tcp://127.0.0.1:9872"
     command: str = "tcp://127.0.0.1:9873"
     publish_every: int = Field(1, ge=1, description="publish one tick in N (decimation)")
+    framing: Literal["multipart", "single"] = Field(
+        "multipart", description="multipart: [topic, msgpack map, timestamp] per joint (a SUB may filter by "
+                                 "topic); single: one msgpack frame {rig: {joint: map}, timestamp: s} (what every "
+                                 "PlotJuggler version shows per joint)")
     curve_secret_key: str | None = Field(
         None, description="CURVE: the daemon's secret key file (zmq.auth.create_certificates' NAME.key_secret); "
                           "both sockets then encrypt and admit only the clients of curve_clients")
@@ -332,6 +339,33 @@ class MqttConfig(Strict):
         return self
 
 
+class FoxgloveConfig(Strict):
+    """`[foxglove]`: a live Foxglove WebSocket server (foxglove-sdk) carrying every joint's state and the events."""
+
+    bind: str = Field("127.0.0.1", description="address the WebSocket server listens on")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0: any free port, logged)")
+    rate_hz: float = Field(100.0, gt=0.0, le=1000.0, description="joint states sent per joint per second at "
+                                                                 "most (a browser plots ~100 Hz smoothly)")
+    allow_remote: bool = Field(False, description="listen on a non-loopback address (the server has no "
+                                                  "authentication: anyone on the network sees the rig)")
+
+    @model_validator(mode="after")
+    def _exposure(self) -> FoxgloveConfig:
+        if not loopback(self.bind) and not self.allow_remote:
+            raise ValueError(f"bind = {self.bind!r} is reachable from other machines: use a loopback address, or "
+                             "allow_remote = true to expose the state stream unauthenticated")
+        return self
+
+
+class RecordConfig(Strict):
+    """`[record]`: the daemon writes its own state stream to MCAP (`/sim/<joint>/state`, hil.logs.mcap)."""
+
+    dir: str = Field(description="folder of the MCAP files (relative: from the rig file's folder)")
+    segment_s: PositiveFloat = Field(600.0, description="a new file (segment) every this many seconds")
+    rate_hz: float = Field(100.0, gt=0.0, le=10000.0, description="joint states recorded per joint per second "
+                                                                  "at most (one published tick in N)")
+
+
 class RigSettings(Strict):
     """What every rig has besides its actuators: its name, the daemon's loop, ZeroMQ and MQTT, the offline step."""
 
@@ -339,6 +373,8 @@ class RigSettings(Strict):
     loop: LoopConfig = LoopConfig()
     zmq: ZmqConfig = ZmqConfig()
     mqtt: MqttConfig = MqttConfig()
+    foxglove: FoxgloveConfig | None = None
+    record: RecordConfig | None = None
     sim: SimConfig | None = Field(None, description="the offline step of `simulate`; default: the loop's")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -15,10 +16,18 @@ from drivers.server import BusServer
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane, check_embedded_port
-from hil.daemon.zmq_io import CommandServer, StatePublisher, curve_keys, realtime_context
+from hil.daemon.zmq_io import (
+    CommandServer,
+    StatePublisher,
+    StateRecording,
+    StateSubscriber,
+    curve_keys,
+    decimation,
+    realtime_context,
+)
 from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
-from hil.rig import BusConfig, Rig, load_rig, load_robot_rig, read_rig
+from hil.rig import BusConfig, FoxgloveConfig, RecordConfig, Rig, load_rig, load_robot_rig, read_rig
 
 log = logging.getLogger("servo-hil")
 
@@ -62,6 +71,9 @@ class Daemon:
         self.mqtt_enabled = self.rig.mqtt.enabled if mqtt is None else mqtt
         self.mqtt: MqttPlane | None = None
         self.authenticator = None   # the ZAP handler of the CURVE sockets, when [zmq] has keys
+        self.tap: StateSubscriber | None = None      # reads the state stream for [record] and [foxglove]
+        self.recording: StateRecording | None = None
+        self.foxglove = None                          # hil.daemon.foxglove.FoxgloveBridge, with [foxglove]
         self.started = False        # start() completed: only then is a stop worth a log line
 
     def start(self) -> None:
@@ -75,14 +87,18 @@ class Daemon:
         if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:
             log.warning("embedded MQTT broker on %s without credentials ([mqtt] allow_remote = true): anyone "
                         "who reaches it can command the rig", rig.mqtt.embedded_host)
+        viewers = [v for v in (rig.foxglove, rig.record) if v is not None]
         try:
-            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority, curve)
+            self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority, curve,
+                                            rig.zmq.framing, math.gcd(*(self._every(v) for v in viewers)))
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
         try:
             self.commands = CommandServer(self.live, rig.zmq.command, self.context, curve)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.command}: {exc}") from None
+        if viewers:
+            self._start_viewers()
         self.live.start()
         self.publisher.start()
         self.commands.start()
@@ -111,6 +127,26 @@ class Daemon:
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
         self.started = True
 
+    def _every(self, viewer: FoxgloveConfig | RecordConfig) -> int:
+        """The viewer's decimation: one published tick in N."""
+        return decimation(self.rig.loop.rate_hz, self.rig.zmq.publish_every, viewer.rate_hz)
+
+    def _start_viewers(self) -> None:
+        """The state stream's in-process readers: the MCAP recording of [record], the Foxglove server."""
+        rig, sinks = self.rig, []
+        if rig.foxglove is not None:
+            from hil.daemon.foxglove import FoxgloveBridge
+
+            self.foxglove = FoxgloveBridge(self.live, rig.foxglove)
+            sinks.append((self._every(rig.foxglove), self.foxglove.state))
+            log.info("Foxglove WebSocket server: ws://%s:%d", rig.foxglove.bind, self.foxglove.port)
+        if rig.record is not None:
+            self.recording = StateRecording(self.rig_dir / rig.record.dir, rig.record.segment_s, rig.name)
+            sinks.append((self._every(rig.record), self.recording))
+            log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
+        self.tap = StateSubscriber(self.context, sinks)
+        self.tap.start()
+
     def stop(self) -> None:
         """Stop the loop, flush the state stream, publish `offline`, close the sockets (well within 2 s).
 
@@ -127,6 +163,12 @@ class Daemon:
                 part.join(1.0)
             else:
                 part.sock.close(0)
+        if self.tap is not None:   # after the publisher's flush: the tap hands on its last messages
+            self.tap.stop()
+            self.tap.join(2.0)
+        for viewer in (self.recording, self.foxglove):
+            if viewer is not None:
+                viewer.close()
         if self.mqtt is not None and self.mqtt.ident is not None:
             self.mqtt.stop(1.0)
         if self.authenticator is not None:
@@ -143,7 +185,8 @@ class Daemon:
         for bus in self.buses:
             if bus.error is not None:
                 return f"bus {bus.name} failed: {bus.error}"
-        for part, what in ((self.commands, "command socket"), (self.publisher, "state publisher")):
+        for part, what in ((self.commands, "command socket"), (self.publisher, "state publisher"),
+                           (self.tap, "recorder / Foxglove reader")):
             if part is not None and part.ident is not None and not part.is_alive():
                 return f"the {what} thread ended: {part.error or 'no reason given'}"
         return None

@@ -1,8 +1,14 @@
-"""ZeroMQ interfaces: joint state PUB (PlotJuggler framing) and the msgpack command socket.
+"""ZeroMQ interfaces: joint state PUB (two framings), an in-process tap of it, and the msgpack command socket.
 
-State: one message per actuator per published tick, multipart
-`[b"<rig>/<joint>", msgpack(map), b"<timestamp seconds>"]`, the framing PlotJuggler's ZMQ plugin
-reads (topic → series prefix, third frame → time stamp). Payload keys (SI units):
+State: one message per actuator per published tick, in the framing `[zmq] framing` names:
+
+- "multipart" (default): `[b"<rig>/<joint>", msgpack(map), b"<timestamp seconds>"]`; a SUB may subscribe
+  to one joint by its topic prefix.
+- "single": one frame, `msgpack({"<rig>": {"<joint>": map}, "timestamp": <seconds, float64>})`. A parser that
+  flattens nested maps (PlotJuggler's `msgpack` with "use field as timestamp" = `timestamp`) names every
+  series `/<rig>/<joint>/<key>` and never mixes two joints, whatever it does with extra frames.
+
+Payload keys (SI units):
 
 | key | unit | meaning |
 |---|---|---|
@@ -21,7 +27,7 @@ reads (topic → series prefix, third frame → time stamp). Payload keys (SI un
 | fault_flags | – | bits: 1 open circuit, 2 supply, 4 encoder noise, 8 derated, 16 overheat, 32 encoder stuck, |
 |  |  | 64 encoder slip, 128 overload, 256 bus drop, 512 bus corrupt, 1024 bus delay, 2048 wrong baud |
 
-The timestamp frame is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
+The timestamp is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
 the simulation time in lock-step mode.
 
 A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
@@ -37,9 +43,11 @@ Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok":
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -55,6 +63,11 @@ from hil.params.config_file import ConfigError
 from hil.rig import ZmqConfig, loopback
 
 log = logging.getLogger("servo-hil")
+
+STATE_TAP = "inproc://servo-hil-state"
+"""The state stream inside the daemon's process, already decimated: the publisher's C path sends one published
+tick in `tap_every` to a second PUB socket bound here, and the recorder and the Foxglove server read it in a
+thread of their own, so the loop and the publisher do no Python work for them."""
 
 
 def loaded_libzmq() -> str:
@@ -96,7 +109,7 @@ class StatePublisher(threading.Thread):
     """Drains the loop's sample ring and publishes it; raises fault events on flag changes."""
 
     def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, fifo_priority: int = 0,
-                 curve: tuple[bytes, bytes] | None = None):
+                 curve: tuple[bytes, bytes] | None = None, framing: str = "multipart", tap_every: int = 0):
         super().__init__(name="servo-hil-pub", daemon=True)
         self.live = live
         self.fifo_priority = fifo_priority   # SCHED_FIFO priority of this thread (0 = do not try)
@@ -107,7 +120,16 @@ class StatePublisher(threading.Thread):
         curve_server(self.sock, curve)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.topics = [f"{live.rig.name}/{n}".encode() for n in live.names]
+        self.tap_every = tap_every
+        self.tap: zmq.Socket | None = None   # STATE_TAP (inproc needs no CURVE: it never leaves the process)
+        if tap_every > 0:
+            self.tap = context.socket(zmq.PUB)
+            self.tap.setsockopt(zmq.SNDHWM, 200_000)
+            self.tap.setsockopt(zmq.LINGER, 0)
+            self.tap.bind(STATE_TAP)
+        self.single_frame = framing == "single"
+        self.topics = [single_frame_head(live.rig.name, n) if self.single_frame else f"{live.rig.name}/{n}".encode()
+                       for n in live.names]
         self.flags = np.zeros(len(live.names), dtype=np.int64)   # fault flags last published (C updates)
         self._reported = [0] * len(live.names)                    # … and last reported as events
         self.published = 0
@@ -135,7 +157,9 @@ class StatePublisher(threading.Thread):
         # encoded, sent and waited for by C code without the GIL (hil/loop/rt.pyx publish): Python here only
         # when a fault flag changes or wait_s has passed
         sent, changes = live.loop.publish(self.sock.underlying, self.topics, live.bus_flag_bits,
-                                          self._epoch_minus_monotonic_ns, live.rig.loop.lockstep, self.flags, wait_s)
+                                          self._epoch_minus_monotonic_ns, live.rig.loop.lockstep, self.flags, wait_s,
+                                          self.single_frame, 0 if self.tap is None else self.tap.underlying,
+                                          max(self.tap_every, 1))
         for j, flags, t, temp in changes:
             self._flags_changed(j, flags, t, None if temp != temp else temp)
         self.published += sent
@@ -186,6 +210,118 @@ class StatePublisher(threading.Thread):
             raise
         finally:
             self.sock.close()
+
+
+def single_frame_head(rig: str, joint: str) -> bytes:
+    """The msgpack bytes that open a "single" frame of `joint`: a 2-entry map whose first key is the rig name,
+    whose value is a 1-entry map keyed by the joint; the publisher appends the state map, then `"timestamp"`
+    and its float64 value (the map's second entry)."""
+    return b"\x82" + msgpack.packb(rig) + b"\x81" + msgpack.packb(joint)
+
+
+def decode_state(frames: list[bytes]) -> tuple[str, int, dict]:
+    """(joint, timestamp [ns], state map) of one state-stream message of either framing."""
+    if len(frames) == 3:
+        topic, payload, stamp = frames
+        seconds, _, fraction = stamp.decode().partition(".")
+        return (topic.decode().rpartition("/")[2], int(seconds) * 10**9 + int(fraction.ljust(9, "0")[:9]),
+                msgpack.unpackb(payload))
+    if len(frames) != 1:
+        raise ValueError(f"a state message has 1 or 3 frames, got {len(frames)}")
+    message = msgpack.unpackb(frames[0])
+    stamp = message.pop("timestamp")
+    ((_rig, joints),) = message.items()
+    ((joint, state),) = joints.items()
+    return joint, round(stamp * 1e9), state
+
+
+_SEQ_ENTRY = msgpack.packb("seq") + b"\xd3"   # the key and the int64 marker of the state map's first entry
+
+StateSink = Callable[[str, int, dict], None]
+"""Called with (joint, timestamp [ns], state map) of each message kept."""
+
+
+class StateSubscriber(threading.Thread):
+    """Reads the daemon's state stream from its in-process tap (STATE_TAP) and hands one published tick in
+    `every` to each sink (decimation by the message's `seq`, so every joint keeps the same ticks; each `every`
+    is a multiple of the tap's). `error` is
+    set if a sink raised (the thread then ends and the daemon stops with that reason)."""
+
+    def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]]):
+        super().__init__(name="servo-hil-tap", daemon=True)
+        self.sinks = sinks
+        self.sock = context.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.RCVHWM, 200_000)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.connect(STATE_TAP)
+        self.received = 0
+        self.error: str | None = None
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        """End after handing on what the publisher has sent so far (call it after the publisher's stop)."""
+        self._halt.set()
+
+    def _deliver(self, frames: list[bytes]) -> None:
+        self.received += 1
+        # the map's first entry is "seq": int64 (publisher.pyx), found by a byte search so that the ticks no
+        # sink keeps are not decoded
+        payload = frames[len(frames) // 2]   # the map's frame in either framing
+        at = payload.find(_SEQ_ENTRY)
+        seq = int.from_bytes(payload[at + len(_SEQ_ENTRY):at + len(_SEQ_ENTRY) + 8], "big", signed=True)
+        wanted = [sink for every, sink in self.sinks if seq % every == 0]
+        if wanted:
+            joint, stamp_ns, state = decode_state(frames)
+            for sink in wanted:
+                sink(joint, stamp_ns, state)
+
+    def _drain(self) -> None:
+        """Hand on every message queued (one wake-up per tick's batch, not per message)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._deliver(frames)
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                if self.sock.poll(100):
+                    self._drain()
+            self._drain()   # inproc delivers at send: what the publisher flushed is queued here
+        except BaseException as exc:  # seen by the daemon's watchdog, which stops the daemon with this reason
+            self.error = f"{type(exc).__name__}: {shown(str(exc))}"
+            raise
+        finally:
+            self.sock.close()
+
+
+def decimation(rig_rate_hz: float, publish_every: int, rate_hz: float) -> int:
+    """One published tick in N that gives at most `rate_hz` [Hz] from a loop at `rig_rate_hz` publishing one
+    tick in `publish_every`."""
+    return max(1, math.ceil(rig_rate_hz / publish_every / rate_hz - 1e-9))
+
+
+class StateRecording:
+    """The sink of `[record]`: each joint's state on `/sim/<joint>/state` of rotating MCAP files, as a
+    mirror writes its simulated side (hil.logs.mcap)."""
+
+    def __init__(self, directory: Path, segment_s: float, rig: str):
+        from hil.logs.mcap import SideBySideRecorder
+
+        self.recorder = SideBySideRecorder(directory, prefix=rig, rotate_s=segment_s, metadata={"rig": rig})
+
+    def __call__(self, joint: str, stamp_ns: int, state: dict) -> None:
+        self.recorder.state("sim", joint, stamp_ns, {k: state.get(k) for k in RECORDED_KEYS})
+
+    def close(self) -> None:
+        self.recorder.close()
+
+
+RECORDED_KEYS = ("position", "velocity", "current", "torque", "goal", "temperature", "voltage", "enable")
+"""The state keys a `/sim/<joint>/state` message holds (hil.logs.mcap.STATE_FIELDS, besides t)."""
 
 
 # Limits on a command request: a command is a small map. libzmq drops a peer that sends a bigger message

@@ -31,4 +31,4 @@ cdef struct SampleRing:
 
 cdef object publish_ring(SampleRing* ring, size_t socket, list topics, int64_t[::1] bus_flags,
                          int64_t stamp_offset_ns, bint stamp_sim_time, int64_t[::1] known_flags, double wait_s,
-                         int64_t* errors)
+                         int64_t* errors, bint single_frame, size_t tap_socket, int64_t tap_every)

@@ -81,14 +81,29 @@ cdef int _encode_sample(char* b, const Sample* s, int64_t flags) noexcept nogil:
     return m
 
 
+cdef inline int _send_sample(void* sock, bint single_frame, const char* topic, Py_ssize_t topic_len,
+                             const char* buf, int m, const char* ts, int tsl) noexcept nogil:
+    """Send one sample's message (one frame, or topic + map + timestamp); zmq_send's result for the first."""
+    if single_frame:
+        return _zmq_send(sock, buf, m, 0)
+    cdef int rc = _zmq_send(sock, topic, topic_len, ZMQ_SNDMORE)
+    _zmq_send(sock, buf, m, ZMQ_SNDMORE)
+    _zmq_send(sock, ts, tsl, 0)
+    return rc
+
+
 cdef object publish_ring(SampleRing* ring, size_t socket, list topics, int64_t[::1] bus_flags,
                          int64_t stamp_offset_ns, bint stamp_sim_time, int64_t[::1] known_flags, double wait_s,
-                         int64_t* errors):
+                         int64_t* errors, bint single_frame, size_t tap_socket, int64_t tap_every):
     """`RealtimeLoop.publish` (its docstring says what it does) on `ring`; zmq_send failures are added to
-    `errors`."""
+    `errors`. `single_frame`: each sample is one frame, topics[index] (the msgpack head of a nested map, see
+    `single_frame_head`) + the payload map + `"timestamp": <float64 seconds>`. `tap_socket` (0: none) also
+    gets the samples whose seq is a multiple of `tap_every`, in the same framing."""
     if _zmq_send == NULL:
         raise RuntimeError("bind_libzmq() was not called")
     cdef Py_ssize_t n = len(topics), j
+    if tap_every < 1:
+        raise ValueError("tap_every must be >= 1")
     if bus_flags.shape[0] != n or known_flags.shape[0] != n:
         raise ValueError("topics, bus_flags and known_flags need one entry per actuator")
     cdef const char** tp = <const char**> malloc(n * sizeof(char*))
@@ -105,10 +120,16 @@ cdef object publish_ring(SampleRing* ring, size_t socket, list topics, int64_t[:
     cdef int64_t end_ns = hil_now_ns() + <int64_t>(wait_s * 1e9)
     cdef uint64_t drained
     cdef Sample* smp
-    cdef char buf[512]
+    cdef char buf[1024]
     cdef char ts[40]
-    cdef int m, tsl = 0
+    cdef int m, tsl = 0, off
+    cdef double stamp_s = 0.0
+    for j in range(n):
+        if tl[j] > 512:
+            free(tp); free(tl)
+            raise ValueError("a topic is longer than 512 bytes")
     cdef void* sock = <void*> socket
+    cdef void* tap = <void*> tap_socket
     with nogil:
         while True:
             tail = ring.tail[0]
@@ -116,21 +137,29 @@ cdef object publish_ring(SampleRing* ring, size_t socket, list topics, int64_t[:
             while tail < head and nchg < MAX_CHANGES:
                 smp = &ring.samples[tail % ring.capacity]
                 flags = smp.fault_flags | bus_flags[smp.index]
-                m = _encode_sample(buf, smp, flags)
                 # every sample of a tick has the same stamp: format it once per tick
                 key = smp.tick if stamp_sim_time else smp.deadline_ns
                 if key != stamp_key:
                     stamp_key = key
                     if stamp_sim_time:
+                        stamp_s = smp.t
                         tsl = snprintf(ts, 40, "%.9f", smp.t)
                     else:
                         ns = smp.deadline_ns + stamp_offset_ns
+                        stamp_s = (ns // 1000000000) + (ns % 1000000000) * 1e-9
                         tsl = snprintf(ts, 40, "%lld.%09lld", <long long>(ns // 1000000000),
                                        <long long>(ns % 1000000000))
-                if _zmq_send(sock, tp[smp.index], tl[smp.index], ZMQ_SNDMORE) < 0:
+                if single_frame:
+                    off = <int>tl[smp.index]
+                    memcpy(buf, tp[smp.index], off)
+                    m = _encode_sample(buf + off, smp, flags) + off
+                    m = _f64(buf, _key(buf, m, "timestamp", 9), stamp_s)
+                else:
+                    m = _encode_sample(buf, smp, flags)
+                if _send_sample(sock, single_frame, tp[smp.index], tl[smp.index], buf, m, ts, tsl) < 0:
                     failed += 1
-                _zmq_send(sock, buf, m, ZMQ_SNDMORE)
-                _zmq_send(sock, ts, tsl, 0)
+                if tap != NULL and smp.seq % tap_every == 0:
+                    _send_sample(tap, single_frame, tp[smp.index], tl[smp.index], buf, m, ts, tsl)
                 sent += 1
                 tail += 1
                 if flags != known_flags[smp.index]:

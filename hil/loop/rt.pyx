@@ -419,7 +419,8 @@ cdef class RealtimeLoop:
         return target
 
     def publish(self, size_t socket, list topics, int64_t[::1] bus_flags, int64_t stamp_offset_ns,
-                bint stamp_sim_time, int64_t[::1] known_flags, double wait_s=0.0):
+                bint stamp_sim_time, int64_t[::1] known_flags, double wait_s=0.0, bint single_frame=False,
+                size_t tap_socket=0, int64_t tap_every=1):
         """Publish the loop's samples into a libzmq PUB socket without the GIL (the publisher's hot path): drain
         the sample ring, then wait on `notify_fd` for the next tick's samples and drain again, until a sample's
         fault flags differ from `known_flags[index]` (updated), `wait_s` [s] has passed, or the loop stopped.
@@ -427,7 +428,10 @@ cdef class RealtimeLoop:
 
         Each sample goes out as [topics[index], msgpack map (hil/daemon/zmq_io.py), timestamp]: the deadline in
         epoch seconds ("%d.%09d" of deadline_ns + stamp_offset_ns, exact to the ns), or with stamp_sim_time the
-        simulation time ("%.9f"); `bus_flags[index]` is OR-ed into its fault flags. `socket` is pyzmq's
+        simulation time ("%.9f"); `bus_flags[index]` is OR-ed into its fault flags. With `single_frame` each
+        sample is one frame instead: topics[index] is the msgpack head of `{rig: {joint: map}}` and the frame
+        ends with `"timestamp": <seconds, float64>` (the same stamp). `tap_socket` (a second PUB socket's
+        `underlying`, 0: none) also gets the samples whose seq is a multiple of `tap_every`. `socket` is pyzmq's
         `Socket.underlying`; only the thread that owns the socket may call this. Returns (messages sent,
         [(index, flags, t, temperature)] for the samples whose flags changed, in order, at most 64).
         """
@@ -437,7 +441,7 @@ cdef class RealtimeLoop:
         ring.samples, ring.capacity, ring.notify_fd = self.samples, self.smp_cap, self.notify_fd
         ring.head, ring.tail, ring.stop = &self.sh.smp_head, &self.sh.smp_tail, &self.sh.stop
         return publish_ring(&ring, socket, topics, bus_flags, stamp_offset_ns, stamp_sim_time, known_flags, wait_s,
-                            &self.sh.publish_errors)
+                            &self.sh.publish_errors, single_frame, tap_socket, tap_every)
 
     def snapshot(self):
         """(states, inputs) of every actuator as lists of dicts, consistent with one tick."""
