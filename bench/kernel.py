@@ -618,6 +618,15 @@ def kernel_build() -> dict:
 
 # --- main --------------------------------------------------------------------------------------
 
+def emit(result: dict, out: Path | None, allow_nan: bool = True) -> int:
+    """Print `result` as indented JSON and also write it to `out` when given; the exit status 0."""
+    text = json.dumps(result, indent=1, allow_nan=allow_nan)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+    return 0
+
+
 def clean(x):
     """JSON-safe copy: numpy scalars to Python, non-finite floats to None."""
     if isinstance(x, dict):
@@ -781,11 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget": "bam M6 with MX-64 m6 parameters",
         "kernel_measure": "Kernel.run(u[T], record=False): one call per sample, T steps",
     }
-    text = json.dumps(clean(res), indent=1, allow_nan=False)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(clean(res), args.out, allow_nan=False)
 
 
 if __name__ == "__main__":
