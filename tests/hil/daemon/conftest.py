@@ -26,6 +26,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
+from bench.host import stop_process
 
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, ProcessControl
 
@@ -112,14 +113,7 @@ def _start_mosquitto(port: int, log: Path, kind: str = "mosquitto") -> Broker:
         MqttClient(port, []).close()
 
     def stop() -> None:
-        if proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(3.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(3.0)
+        stop_process(proc, 3.0)
         fh.close()
 
     return Broker(kind, port, stop)
