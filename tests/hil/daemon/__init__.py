@@ -62,6 +62,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rig_head(name: str, command: str | None = None) -> str:
+    """The head of a rig TOML: `name`, ZeroMQ publisher and command endpoints on free local ports (the command
+    one `command` when given), MQTT off."""
+    command = command or f"tcp://127.0.0.1:{free_port()}"
+    return (f'name = "{name}"\n[zmq]\npub = "tcp://127.0.0.1:{free_port()}"\ncommand = "{command}"\n'
+            f'[mqtt]\nenabled = false\n')
+
+
 def wait_port(port: int, timeout: float = 10.0, alive: Callable[[], bool] = lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
