@@ -30,6 +30,15 @@ SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.ma
 STOP_TIMEOUT_S = 15.0
 
 
+def rss_kb(pid: int) -> int:
+    """Resident set size of process `pid` [KiB] (/proc/PID/status VmRSS); fails the test if there is none."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 class ProcessControl:
     """Liveness, log and stop of a daemon record that has `proc` (Popen) and `err_path` (its stderr file)."""
 
