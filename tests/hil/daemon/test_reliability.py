@@ -20,10 +20,10 @@ from dynamixel_sdk import COMM_SUCCESS, PacketHandler, PortHandler
 from hil.daemon.live_rig import settable_params
 from hil.daemon.service import Daemon, DaemonFailure
 from hil.rig import load_rig, loopback
-from tests.daemon_process import SERVO_HIL, rss_kb
+from tests.daemon_process import SERVO_HIL, assert_one_cli_line, rss_kb
 
 from . import MqttClient, command, free_port, ok, raw_request, refused
-from .test_lifecycle import assert_one_line_error, run_cli
+from .test_lifecycle import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -216,7 +216,7 @@ def test_a_busy_embedded_broker_port_is_one_line_saying_what_to_do(make_rig):
         port = blocker.getsockname()[1]
         rig = embedded_rig(make_rig, port)
         res = run_cli("run", str(rig.path), timeout=20.0)
-    assert_one_line_error(res, str(port), "url =", "embedded_port")
+    assert_one_cli_line(res, str(port), "url =", "embedded_port")
 
 
 # ---------------------------------------------------------------------------------------------- pty links
@@ -238,7 +238,7 @@ def test_a_second_daemon_on_a_live_link_is_refused(make_rig, start_daemon, tmp_p
     second = make_rig(extra='[[buses]]\nname = "dxl"\nprotocol = "dynamixel"\n',
                       actuator_extra={"mx": 'bus = "dxl"\nid = 1\n'})
     res = run_cli("run", str(second.path), "--no-mqtt", "--port", str(link), timeout=20.0)
-    assert_one_line_error(res, str(link), "in use", str(first.proc.pid))
+    assert_one_cli_line(res, str(link), "in use", str(first.proc.pid))
     assert os.readlink(link) == target and first.alive and ok(first.rig.cmd, "status")["ok"]
 
 
@@ -280,7 +280,7 @@ def test_a_non_loopback_command_socket_needs_an_explicit_opt_in(make_rig, start_
     port = free_port()
     rig = make_rig(cmd_port=port)
     rig.path.write_text(rig.path.read_text().replace(f"tcp://127.0.0.1:{port}", f"tcp://0.0.0.0:{port}"))
-    assert_one_line_error(run_cli("run", str(rig.path), "--no-mqtt"), "zmq", "allow_remote")
+    assert_one_cli_line(run_cli("run", str(rig.path), "--no-mqtt"), "zmq", "allow_remote")
     rig.path.write_text(rig.path.read_text().replace("[zmq]\n", "[zmq]\nallow_remote = true\n"))
     d = start_daemon(rig)
     assert warnings_in(d.stderr(), "reachable from other machines"), d.stderr()
