@@ -20,7 +20,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from bench.host import free_port, loadavg, machine
+from bench.host import free_port, loadavg, machine, stop_process
 from hil.daemon.telemetry import StealMeter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,12 +65,7 @@ def _make_run(tmp: Path, no_cache: bool, timeout_s: float) -> dict:
             if now > timeout_s:
                 break
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
     return {"seconds_to_ready": ready_s, "steps_started_s": marks,
             "tail": None if ready_s is not None else lines[-15:]}
 

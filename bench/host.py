@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import platform
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +46,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """SIGTERM `proc` if it still runs, wait up to `timeout_s` [s] for it to end, else SIGKILL and reap it.
+    Its exit status, or None when it had to be killed."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
 
 
 def machine() -> dict:
@@ -200,11 +212,5 @@ class DaemonProcess:
         threading.Thread(target=lambda: out.read(), daemon=True).start()
 
     def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 5)
         self.err.close()

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.kernel import _run, bam_python, cpu_model, proc_stat, steal_fraction
+from bench.kernel import _run, bam_python, cpu_model, emit, proc_stat, steal_fraction
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -147,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         log(json.dumps({model: {k: v for k, v in entry.items() if k not in ("identify", "bam_fit")}}))
     result["machine"]["loadavg_end"] = os.getloadavg()
     shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -342,25 +342,13 @@ def bench_kernel_step_call(min_time: float, repeats: int, n: int = 1) -> dict:
 
 def mjcf() -> str:
     """The one-hinge pendulum with a `<dcmotor>` carrying the kernel's MuJoCo-expressible features."""
-    m, ma, L = PENDULUM["mass"], PENDULUM["arm_mass"], PENDULUM["length"]
-    M = m + ma
-    c = (m * L + ma * L / 2.0) / M                     # centre of mass below the pivot
-    i_pivot = m * L * L + ma * L * L / 3.0
-    i_c = i_pivot - M * c * c                          # inertia about the COM (same on all axes)
+    from hil.params.mjcf import pendulum_inertial, pendulum_mjcf
+
+    mass, com, inertia = pendulum_inertial(PENDULUM["mass"], PENDULUM["length"], PENDULUM["arm_mass"])
     s0, s1, tc, ts, ws = MOTOR["lugre"]
     b1, b2, b3 = MOTOR["damping"]
     C = CONTROLLER
-    return f"""
-<mujoco model="bench_dcmotor_pendulum">
-  <option timestep="{DT!r}" integrator="Euler" gravity="0 0 {-PENDULUM['gravity']!r}"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="0 1 0"/>
-      <inertial pos="0 0 {-c!r}" mass="{M!r}" diaginertia="{i_c!r} {i_c!r} {i_c!r}"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <dcmotor name="motor" joint="hinge" gear="{GEAR!r}" input="position"
+    dcmotor = f"""<dcmotor name="motor" joint="hinge" gear="{GEAR!r}" input="position"
              resistance="{MOTOR['resistance']!r}" motorconst="{MOTOR['motorconst']!r}"
              armature="{MOTOR['armature']!r}" inductance="{MOTOR['inductance']!r}"
              saturation="{MOTOR['tau_max']!r} 0 {MOTOR['didt_max']!r}"
@@ -369,10 +357,9 @@ def mjcf() -> str:
              cogging="{MOTOR['cog_amplitude']!r} {MOTOR['cog_poles']!r} {MOTOR['cog_phase']!r}"
              lugre="{s0!r} {s1!r} {tc!r} {ts!r} {ws!r}" damping="{b1!r} {b2!r} {b3!r}"
              controller="{C['kp']!r} {C['ki']!r} {C['kd']!r} {C['slew']!r} {C['imax']!r} {C['vmax']!r}"
-             ctrlrange="{C['ctrlrange'][0]!r} {C['ctrlrange'][1]!r}"/>
-  </actuator>
-</mujoco>
-"""
+             ctrlrange="{C['ctrlrange'][0]!r} {C['ctrlrange'][1]!r}"/>"""
+    return pendulum_mjcf(mass, com, inertia, DT, PENDULUM["gravity"], actuator=dcmotor,
+                         model="bench_dcmotor_pendulum")
 
 
 def mujoco_model():
@@ -631,6 +618,15 @@ def kernel_build() -> dict:
 
 # --- main --------------------------------------------------------------------------------------
 
+def emit(result: dict, out: Path | None, allow_nan: bool = True) -> int:
+    """Print `result` as indented JSON and also write it to `out` when given; the exit status 0."""
+    text = json.dumps(result, indent=1, allow_nan=allow_nan)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+    return 0
+
+
 def clean(x):
     """JSON-safe copy: numpy scalars to Python, non-finite floats to None."""
     if isinstance(x, dict):
@@ -794,11 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget": "bam M6 with MX-64 m6 parameters",
         "kernel_measure": "Kernel.run(u[T], record=False): one call per sample, T steps",
     }
-    text = json.dumps(clean(res), indent=1, allow_nan=False)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(clean(res), args.out, allow_nan=False)
 
 
 if __name__ == "__main__":

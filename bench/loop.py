@@ -38,7 +38,7 @@ import tomli_w
 import zmq
 
 from bench import zmq_receiver
-from bench.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port
+from bench.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port, stop_process
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import loaded_libzmq, request
 from hil.loop.rt import realtime_thread
@@ -119,11 +119,7 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
         try:
             out = _measure(proc, pub, cmd, rate, seconds, actuators, publish_every, warmup)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, 5)
     if rig_path is not None:
         out["config"]["rig"] = str(rig_path)
         if read_rig(rig_path).robot is not None:   # the same model offline: mj_step's share, bam's peer

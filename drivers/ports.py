@@ -138,7 +138,22 @@ def _unlock_link(link: str, fd: int) -> None:
     os.close(fd)
 
 
-class PtyPort:
+class _ClosesOnExit:
+    """`with port:` closes the port on leaving the block, whatever the port type."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class PtyPort(_ClosesOnExit):
     """A pseudo-terminal the controller opens as if it were a USB serial adapter.
 
     We hold the master (non-blocking); the controller opens `path`. Our own slave fd stays open
@@ -279,19 +294,11 @@ class PtyPort:
         if self._master < 0:
             raise PortError(f"pty {self.path!r} is closed")
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"PtyPort(path={self.path!r}, device={self.device!r})"
 
 
-class SerialDevicePort:
+class SerialDevicePort(_ClosesOnExit):
     """A real serial device (e.g. a controller board wired through a USB-RS485 adapter) via pyserial.
 
     Unlike a pty, the line really runs at `baud`: the servo side decides it (Baud Rate register),
@@ -341,14 +348,6 @@ class SerialDevicePort:
     def close(self) -> None:
         """Close the device. Idempotent."""
         self._ser.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SerialDevicePort(device={self.device!r}, baud={self._baud})"

@@ -30,6 +30,26 @@ SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.ma
 STOP_TIMEOUT_S = 15.0
 
 
+def assert_one_cli_line(res: subprocess.CompletedProcess, *needles: str) -> str:
+    """A CLI misuse: exit 2 and one `servo-hil: error: ` line on stderr naming every one of `needles`; that line."""
+    assert res.returncode == 2, f"exit {res.returncode}\nstderr: {res.stderr}"
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{res.stderr}"
+    assert lines[0].startswith("servo-hil: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of process `pid` [KiB] (/proc/PID/status VmRSS); fails the test if there is none."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 class ProcessControl:
     """Liveness, log and stop of a daemon record that has `proc` (Popen) and `err_path` (its stderr file)."""
 

@@ -75,7 +75,7 @@ from firmware_models.erob.cia402 import (
     State,
 )
 
-__all__ = ["EtherbanServer"]
+__all__ = ["DrivesServerThread", "EtherbanServer"]
 
 log = logging.getLogger("servo-hil")
 
@@ -83,7 +83,52 @@ CYCLIC_MODE = {pb.POSITION: Mode.CSP, pb.VELOCITY: Mode.CSV, pb.TORQUE: Mode.CST
 _SHUTDOWN, _SWITCH_ON, _ENABLE_OPERATION, _FAULT_RESET = 0x06, 0x07, 0x0F, 0x80
 
 
-class EtherbanServer(ServerThread):
+class DrivesServerThread(ServerThread):
+    """A server thread that owns sockets and serves `devices` of `drives`: it starts the drives' tick thread
+    with itself and releases it when it stops. Subclasses set `drives`, `devices` and implement `_close`
+    (close the sockets)."""
+
+    drives: ErobDrives
+    devices: list[Cia402Drive]
+    _deadline: float
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the server, or the drives' tick thread, if anything (the daemon polls this)."""
+        return self._thread_error or self.drives.error
+
+    @error.setter
+    def error(self, exc: BaseException | None) -> None:
+        self._thread_error = exc
+
+    def devices_summary(self) -> str:
+        """`devices 0: <name>, 1: <name>, ...` for the daemon's listing."""
+        return "devices " + ", ".join(f"{i}: {d.config.name}" for i, d in enumerate(self.devices))
+
+    def start(self) -> None:
+        self.drives.start()          # the drives' 1 kHz tick thread (reference counted)
+        super().start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop serving, close the sockets (the port is free on return) and release the drives, all within
+        `timeout` [s]; idempotent."""
+        self._deadline = time.monotonic() + timeout
+        super().stop(timeout)
+
+    def close(self) -> None:
+        if self.ident is None:       # never started: nothing else uses the sockets
+            self._close()
+            return
+        self.drives.release(max(0.0, self._deadline - time.monotonic()))
+
+    def finish(self) -> None:
+        self._close()                # the sockets belong to the serving thread
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+class EtherbanServer(DrivesServerThread):
     """The Etherban REP server of `devices` (device i = devices[i], as EtherCAT slave positions), bound to
     `endpoint` at construction (a port in use raises zmq.ZMQError naming it). See the module docstring."""
 
@@ -105,37 +150,9 @@ class EtherbanServer(ServerThread):
             raise zmq.ZMQError(exc.errno, f"etherban {name}: cannot bind {endpoint}: {exc}") from None
         super().__init__(name, fifo_priority)    # SCHED_FIFO: a reply must not wait behind other processes
         self.path = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.summary = "devices " + ", ".join(f"{i}: {d.config.name}" for i, d in enumerate(self.devices))
-
-    @property
-    def error(self) -> BaseException | None:
-        """What stopped the server, or the drives' tick thread, if anything (the daemon polls this)."""
-        return self._thread_error or self.drives.error
-
-    @error.setter
-    def error(self, exc: BaseException | None) -> None:
-        self._thread_error = exc
+        self.summary = self.devices_summary()
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        self.drives.start()          # the drives' 1 kHz tick thread (reference counted)
-        super().start()
-
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop serving, close the socket (the port is free on return) and release the drives, all within
-        `timeout` [s]; idempotent."""
-        self._deadline = time.monotonic() + timeout
-        super().stop(timeout)
-
-    def close(self) -> None:
-        if self.ident is None:       # never started: nothing else uses the socket
-            self._close()
-            return
-        self.drives.release(max(0.0, self._deadline - time.monotonic()))
-
-    def finish(self) -> None:
-        self._close()                # the socket belongs to the serving thread
-
     def _close(self) -> None:
         self._sock.close(0)
         if self._own_context:

@@ -28,8 +28,7 @@ from google.protobuf.message import DecodeError
 
 from drivers.erob import etherban_pb2 as pb
 from drivers.erob.drives import ErobDrives
-from drivers.erob.etherban import EtherbanServer
-from drivers.server import ServerThread
+from drivers.erob.etherban import DrivesServerThread, EtherbanServer
 from drivers.side_by_side import SideBySideLog, record_pair
 from firmware_models.erob.cia402 import MODE_DISPLAY, Cia402Drive, State
 
@@ -44,7 +43,7 @@ def _fields(status: pb.Status) -> dict:
             "current": status.present_current, "goal": status.target_position}
 
 
-class EtherbanMirror(ServerThread):
+class EtherbanMirror(DrivesServerThread):
     """Serves the Etherban endpoint `bind`, forwards to the real server `real`, drives `devices` as twins.
     `joints`: device index → joint name. A `drivers.server.BusServer`."""
 
@@ -76,35 +75,13 @@ class EtherbanMirror(ServerThread):
             raise zmq.ZMQError(exc.errno, f"etherban mirror {name}: {bind} / {real}: {exc}") from None
         super().__init__(name, fifo_priority)
         self.path = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.summary = ("devices " + ", ".join(f"{i}: {d.config.name}" for i, d in enumerate(self.devices))
-                        + f"; mirroring {real}")
-
-    @property
-    def error(self) -> BaseException | None:
-        return self._thread_error or self.drives.error
-
-    @error.setter
-    def error(self, exc: BaseException | None) -> None:
-        self._thread_error = exc
-
-    def start(self) -> None:
-        self.drives.start()
-        super().start()
-
-    def stop(self, timeout: float = 1.0) -> None:
-        self._deadline = time.monotonic() + timeout
-        super().stop(timeout)
+        self.summary = self.devices_summary() + f"; mirroring {real}"
 
     def close(self) -> None:
-        if self.ident is None:
-            self._close()
-            return
-        self.drives.release(max(0.0, self._deadline - time.monotonic()))
-        if self.record is not None:
+        started = self.ident is not None
+        super().close()
+        if started and self.record is not None:
             self.record.close()
-
-    def finish(self) -> None:
-        self._close()
 
     def _close(self) -> None:
         self._front.close(0)

@@ -58,13 +58,19 @@ def load_log(path: Path) -> ProcessedLog:
     return validate(ProcessedLog, data, str(path))
 
 
-def log_files(path: str | Path) -> list[Path]:
-    """A log file, or every *.json in a folder (sorted)."""
+def log_files(path: str | Path, recordings: bool = False) -> list[Path]:
+    """A log file, or every *.json in a folder (sorted), then with `recordings` the folder's side-by-side
+    MCAP recordings (`hil.logs.mcap.recording_files`)."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.json"))
+        if recordings:
+            from hil.logs.mcap import recording_files
+
+            files += recording_files(path)
         if not files:
-            raise ConfigError(f"{path}: no *.json logs in this folder")
+            kinds = "*.json or *.mcap logs" if recordings else "*.json logs"
+            raise ConfigError(f"{path}: no {kinds} in this folder")
         return files
     if not path.exists():
         raise ConfigError(f"{path}: no such file or folder")

@@ -78,3 +78,33 @@ def load_dcmotor(path: str | Path, name: str | None = None) -> DCMotor:
     if attrs.get("ctrllimited") == "false":
         data.pop("ctrlrange", None)
     return validate(DCMotor, data, f"{path}: <dcmotor>")
+
+
+def pendulum_inertial(mass: float, length: float, arm_mass: float = 0.0) -> tuple[float, float, float]:
+    """A point mass `mass` [kg] at `length` [m] below the pivot on a uniform rod of `arm_mass` [kg]:
+    (total mass [kg], centre of mass below the pivot [m], inertia about the centre of mass [kg·m²]),
+    by the parallel-axis theorem from the inertia about the pivot m·l² + m_a·l²/3."""
+    total = mass + arm_mass
+    com = (mass * length + arm_mass * length / 2.0) / total
+    inertia = mass * length * length + arm_mass * length * length / 3.0 - total * com * com
+    return total, com, inertia
+
+
+def pendulum_mjcf(mass: float, com: float, inertia: float, timestep: float, gravity: float, *,
+                  axis: str = "0 1 0", actuator: str = "", model: str = "pendulum", body: str = "arm") -> str:
+    """A one-hinge pendulum as MJCF, integrated with Euler at `timestep` [s]: joint `hinge` about `axis`
+    on a body of `mass` [kg] whose centre of mass sits `com` [m] below the pivot, with diagonal inertia
+    `inertia` [kg·m²] about it, under `gravity` [m/s²] along −z; `actuator` is the `<actuator>` body
+    (e.g. a `<dcmotor joint="hinge" .../>`), none when empty."""
+    actuators = f"\n  <actuator>\n    {actuator}\n  </actuator>" if actuator else ""
+    return f"""<mujoco model="{model}">
+  <compiler inertiafromgeom="false"/>
+  <option timestep="{timestep!r}" integrator="Euler" gravity="0 0 {-gravity!r}"/>
+  <worldbody>
+    <body name="{body}">
+      <joint name="hinge" type="hinge" axis="{axis}"/>
+      <inertial pos="0 0 {-com!r}" mass="{mass!r}" diaginertia="{inertia!r} {inertia!r} {inertia!r}"/>
+    </body>
+  </worldbody>{actuators}
+</mujoco>
+"""

@@ -17,7 +17,7 @@ import numpy as np
 
 from hil.kernel import INTEGRATORS, Kernel, default_params
 from hil.params.dcmotor import MotorConstants
-from hil.params.mjcf import load_dcmotor
+from hil.params.mjcf import load_dcmotor, pendulum_mjcf
 
 DT = 0.001          # [s]
 GRAVITY = 9.81      # [m/s²]
@@ -35,20 +35,8 @@ class Load:
 
 def mjcf(dcmotor_attrs: str, load: Load) -> str:
     """A complete MJCF model: Euler at DT, one hinge, one `<dcmotor name="motor" ...>`."""
-    J, m, lz = repr(load.inertia), repr(load.mass), repr(-load.length)
-    return f"""<mujoco model="dcmotor_oracle">
-  <option timestep="{DT!r}" integrator="Euler" gravity="0 0 -{GRAVITY!r}"/>
-  <worldbody>
-    <body name="link">
-      <joint name="hinge" type="hinge" axis="0 1 0"/>
-      <inertial pos="0 0 {lz}" mass="{m}" diaginertia="{J} {J} {J}"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <dcmotor name="motor" joint="hinge" {dcmotor_attrs}/>
-  </actuator>
-</mujoco>
-"""
+    return pendulum_mjcf(load.mass, load.length, load.inertia, DT, GRAVITY, model="dcmotor_oracle", body="link",
+                         actuator=f'<dcmotor name="motor" joint="hinge" {dcmotor_attrs}/>')
 
 
 def import_motor(xml: str, directory: Path) -> MotorConstants:

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from hil.cli.main import app
 from hil.params import ConfigError, load_bam_params, load_dcmotor
+from tests.daemon_process import assert_one_cli_line
 
 GOOD_RIG = """\
 [actuator]
@@ -322,16 +323,6 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 60.0) -> subpr
     exe = Path(sys.executable).with_name("servo-hil")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "hil.cli.main"]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def assert_one_cli_line(res: subprocess.CompletedProcess, *needles: str) -> str:
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {res.stderr!r}"
-    assert lines[0].startswith("servo-hil: error: "), lines[0]
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 @pytest.mark.parametrize(("old", "new", "key"), [

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.host import stop_process
 from hil.rig import Rig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -285,12 +286,7 @@ def _mosquitto(tmp_path: Path):
             time.sleep(0.05)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 5)
 
 
 def test_entrypoint_command_runs_healthy_and_stops_on_sigterm(tmp_path):

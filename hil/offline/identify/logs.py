@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hil.logs.bam import process
-from hil.logs.mcap import read_side_by_side, recording_files
-from hil.offline.replay import ProcessedLog, load_log
+from hil.logs.mcap import read_side_by_side
+from hil.offline.replay import ProcessedLog, load_log, log_files
 from hil.params.config_file import ConfigError, validate
 
 MCAP_HEADER_KEYS = ("mass", "length", "kp", "arm_mass", "vin", "damping")
@@ -25,17 +25,6 @@ class NamedLog:
     name: str   # the file name (MCAP: file and joint), as reports and plots show it
     path: str   # where it was read from
     log: ProcessedLog
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(path.glob("*.json")) + recording_files(path)
-        if not files:
-            raise ConfigError(f"{path}: no *.json or *.mcap logs in this folder")
-        return files
-    if not path.exists():
-        raise ConfigError(f"{path}: no such file or folder")
-    return [path]
 
 
 def mcap_logs(path: Path, header: dict, joint: str | None, dt: float) -> list[NamedLog]:
@@ -83,7 +72,7 @@ def read_logs(paths: list[Path], mcap_header: dict | None = None, joint: str | N
     logs: list[NamedLog] = []
     mcaps: dict[Path, list[Path]] = {}
     for path in paths:
-        for f in _files(Path(path)):
+        for f in log_files(path, recordings=True):
             if f.suffix == ".mcap":
                 mcaps.setdefault(f.parent if Path(path).is_dir() else f, []).append(f)
             else:

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from tests.daemon_process import rss_kb
 from tests.drivers.erob.conftest import COUNTS_PER_REV, JOINT, NODE_IDS, CanLauncher, write_can_rig
 from tests.drivers.erob.test_canopen_fuzz import RawLine, malformed_line, valid_frame
 
@@ -29,14 +30,6 @@ COUNTS_PER_RAD = COUNTS_PER_REV / (2 * math.pi)
 TOLERANCE_RAD = 0.01
 PROBE_TIMEOUT_S = 1.0
 RSS_GROWTH_LIMIT_KB = 5 * 1024
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 # well-formed commands that close the channel or reopen it listen-only (Lawicel CANUSB manual): after them a

@@ -326,12 +326,12 @@ def assert_message_is(msg: can.Message | None, frame: CanFrame) -> None:
     assert bytes(msg.data) == frame.data
 
 
-def test_bus_frames_reach_python_can_in_order_without_loss(adapter):
-    a, _ = adapter
+def assert_frames_reach_python_can(a, count: int) -> None:
+    """`count` frames the bus sends reach a python-can client on the adapter, in order, and nothing more."""
     bus = python_can(a.path)
     try:
         wait_for(lambda: a.is_open)
-        frames = [bus_frame(i) for i in range(1500)]
+        frames = [bus_frame(i) for i in range(count)]
         for f in frames:
             a.send(f)
         for f in frames:
@@ -339,6 +339,11 @@ def test_bus_frames_reach_python_can_in_order_without_loss(adapter):
         assert bus.recv(0.05) is None
     finally:
         bus.shutdown()
+
+
+def test_bus_frames_reach_python_can_in_order_without_loss(adapter):
+    a, _ = adapter
+    assert_frames_reach_python_can(a, 1500)
     s = a.stats
     assert (s.frames_to_host, s.dropped) == (1500, 0)
 
@@ -578,16 +583,7 @@ def test_timestamps(adapter, raw):
     raw.cmd(b"C")
     raw.close()
     # python-can slices the data by the DLC, so timestamped frames parse the same
-    bus = python_can(a.path)
-    try:
-        wait_for(lambda: a.is_open)
-        frames = [bus_frame(i) for i in range(30)]
-        for f in frames:
-            a.send(f)
-        for f in frames:
-            assert_message_is(bus.recv(2.0), f)
-    finally:
-        bus.shutdown()
+    assert_frames_reach_python_can(a, 30)
 
 
 def test_frames_sent_while_closed_are_dropped(adapter):

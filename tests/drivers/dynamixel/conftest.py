@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import dynamixel_sdk as sdk
 import pytest
 
 from tests.daemon_process import BusDaemon, BusLauncher
+from tests.drivers import read_serial
 from tests.hil.daemon import free_port
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
@@ -321,15 +321,7 @@ def read_raw(port, n: int, timeout_s: float = 0.1) -> bytes:
     """Up to `n` bytes from the SDK's port (its non-blocking pyserial), waiting at most `timeout_s`; then
     the port is free again (the SDK's *Tx calls leave `is_using` set for the Rx they expect)."""
     port.is_using = False
-    out = bytearray()
-    deadline = time.monotonic() + timeout_s
-    while len(out) < n and time.monotonic() < deadline:
-        chunk = port.ser.read(n - len(out))
-        if chunk:
-            out += chunk
-        else:
-            time.sleep(1e-4)
-    return bytes(out)
+    return read_serial(port.ser, n, timeout_s)
 
 
 @pytest.fixture(scope="module")

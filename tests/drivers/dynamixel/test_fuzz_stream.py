@@ -25,6 +25,7 @@ import pytest
 
 from drivers.dynamixel.protocol import HEADER, Instruction, Parser, encode_instruction
 from drivers.ports import wire_time_s
+from tests.daemon_process import rss_kb
 
 from .conftest import IDS, JOINT, write_dxl_rig
 
@@ -35,14 +36,6 @@ PROBE_TIMEOUT_S = 1.0   # a probe's replies must be complete within this (no ret
 RSS_GROWTH_LIMIT_KB = 5 * 1024
 PRESENT_POSITION = (132, 4)
 TICKS_PER_RAD = 4096 / (2 * math.pi)   # X / MX(2.0) position resolution, 0 at 2048 (e-manual §Present Position(132))
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 class Stream:

@@ -31,7 +31,7 @@ from hil.offline.report import report
 from hil.params.catalog import entry
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import SERVO_HIL
-from tests.hil.daemon import free_port
+from tests.hil.daemon import free_port, rig_head
 
 from .conftest import DEFAULT_SLACK_MS, SlackPortHandler
 
@@ -197,13 +197,7 @@ def test_a_sync_write_of_torque_makes_the_real_state_unknown(tmp_path):
 
 def _rig(tmp: Path, name: str, model: str) -> tuple[Path, str]:
     cmd = f"tcp://127.0.0.1:{free_port()}"
-    text = f"""name = "{name}"
-[zmq]
-pub = "tcp://127.0.0.1:{free_port()}"
-command = "{cmd}"
-[mqtt]
-enabled = false
-[[buses]]
+    text = rig_head(name, cmd) + f"""[[buses]]
 name = "dxl"
 protocol = "dynamixel"
 fast = true

@@ -9,17 +9,11 @@ import pytest
 from hil.params import ConfigError
 from hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
-from tests.hil.daemon import free_port
+from tests.hil.daemon import rig_head
 
 
 def rig_text(bus: str = "", actuator: str = "bus = \"dxl\"\nid = 1\n", catalog: str = "xm430_w350") -> str:
-    return f"""name = "cfg"
-[zmq]
-pub = "tcp://127.0.0.1:{free_port()}"
-command = "tcp://127.0.0.1:{free_port()}"
-[mqtt]
-enabled = false
-[[buses]]
+    return rig_head("cfg") + f"""[[buses]]
 name = "dxl"
 protocol = "dynamixel"
 {bus}

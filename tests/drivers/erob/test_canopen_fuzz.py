@@ -30,6 +30,8 @@ import canopen
 import pytest
 import serial
 
+from tests.drivers import read_serial
+
 from .conftest import BITRATE, EDS, NODE_IDS, CanLauncher, connect, write_can_rig
 
 SEED = 0x5E20B
@@ -73,15 +75,7 @@ class RawLine:
         self.ser.flush()
 
     def read(self, n: int, timeout: float = 1.0) -> bytes:
-        out = bytearray()
-        end = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < end:
-            chunk = self.ser.read(n - len(out))
-            if chunk:
-                out += chunk
-            else:
-                time.sleep(2e-4)
-        return bytes(out)
+        return read_serial(self.ser, n, timeout, poll_s=2e-4)
 
     def drain(self, quiet: float = 0.03, limit: float = 1.0) -> bytes:
         out = bytearray()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +24,7 @@ import numpy as np
 import pytest
 import zmq
 
+from bench.host import stop_process
 from drivers.erob import etherban_pb2 as pb
 from drivers.erob.drives import ErobDrives
 from drivers.erob.etherban import EtherbanServer
@@ -33,6 +32,7 @@ from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
 from hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
+from tests.hil.daemon import free_port, rig_head
 
 ROOT = Path(__file__).resolve().parents[3]
 BAM = ROOT / "bench/.venv-bam/lib/python3.12/site-packages/bam"   # gitignored: only on a bench PC
@@ -44,24 +44,12 @@ AMPS_TOL = 0.5 * (31.0 / 1000 / _KT_100 + 5.5 / 1000) + 1e-4
 COUNT = 2 * np.pi / 524288          # one output-encoder count [rad]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_rig(directory: Path, bind: str) -> Path:
     path = directory / "etherban.toml"
-    path.write_text(f"""name = "etherban"
-[loop]
+    path.write_text(rig_head("etherban") + f"""[loop]
 rate_hz = 1000
 mlockall = false
 fifo_priority = 0
-[zmq]
-pub = "tcp://127.0.0.1:{free_port()}"
-command = "tcp://127.0.0.1:{free_port()}"
-[mqtt]
-enabled = false
 [[buses]]
 name = "ethercat"
 protocol = "etherban"
@@ -153,14 +141,7 @@ def rig(tmp_path_factory):
         assert banner, f"no etherban banner; stderr:\n{err.read_text()}"
         yield Rig(proc, banner.group(1), banner.group(2), command, err)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(3.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
+        rc = stop_process(proc, 3.0)
     assert rc == 0, f"daemon exit {rc}; stderr:\n{err.read_text()}"
     assert "Traceback" not in err.read_text(), err.read_text()
 

@@ -23,6 +23,7 @@ import pytest
 import zmq
 
 from drivers.erob import etherban_pb2 as pb
+from tests.daemon_process import rss_kb
 
 from .test_etherban import Master, rig  # noqa: F401  (the module's daemon fixture)
 
@@ -34,14 +35,6 @@ JOINTS = ("big", "small")
 # finite targets beyond any drive's range included: the CiA 402 unit conversion saturates them
 TARGETS = (0.0, 0.1, -0.5, 3.0, 1e3, -1e6, float("inf"), float("-inf"), float("nan"), 5e-324,
            1e305, -1e308, 1.7976931348623157e308)
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def request_frames(rng: random.Random) -> list[bytes]:

@@ -62,6 +62,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rig_head(name: str, command: str | None = None) -> str:
+    """The head of a rig TOML: `name`, ZeroMQ publisher and command endpoints on free local ports (the command
+    one `command` when given), MQTT off."""
+    command = command or f"tcp://127.0.0.1:{free_port()}"
+    return (f'name = "{name}"\n[zmq]\npub = "tcp://127.0.0.1:{free_port()}"\ncommand = "{command}"\n'
+            f'[mqtt]\nenabled = false\n')
+
+
 def wait_port(port: int, timeout: float = 10.0, alive: Callable[[], bool] = lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -96,14 +104,18 @@ def refused(endpoint: str, cmd: str, *needles: str, **args) -> str:
     return error
 
 
-def raw_request(endpoint: str, payload: bytes, timeout_s: float = 3.0) -> dict:
-    """Send raw bytes (not necessarily msgpack) on the REP socket; the decoded reply."""
+def raw_request(endpoint: str, payload: bytes | list[bytes], timeout_s: float = 3.0) -> dict:
+    """Send raw bytes (not necessarily msgpack), or these frames as one multipart message, on the REP socket;
+    the decoded reply."""
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
     try:
         sock.connect(endpoint)
-        sock.send(payload)
+        if isinstance(payload, list):
+            sock.send_multipart(payload)
+        else:
+            sock.send(payload)
         try:
             return msgpack.unpackb(sock.recv(), raw=False)
         except zmq.Again:

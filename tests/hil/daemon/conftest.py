@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ import msgpack
 import pytest
 import zmq
 
+from bench.host import stop_process
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, ProcessControl
 
 from . import MqttClient, Stream, free_port, ok, wait_port
@@ -112,14 +112,7 @@ def _start_mosquitto(port: int, log: Path, kind: str = "mosquitto") -> Broker:
         MqttClient(port, []).close()
 
     def stop() -> None:
-        if proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(3.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(3.0)
+        stop_process(proc, 3.0)
         fh.close()
 
     return Broker(kind, port, stop)
@@ -340,10 +333,12 @@ def shared_mqtt_daemon(module_launcher, mqtt_broker, request) -> DaemonProcess:
                                            mqtt_port=mqtt_broker.port, status_period_s=0.5))
 
 
-@contextlib.contextmanager
-def fresh_stream(d: DaemonProcess):
-    """Resume and `reset` a (shared) daemon, then a subscriber that has seen every joint back at rest at its
-    initial state (θ = ω = goal = 0, no fault, enabled, no external torque)."""
+@pytest.fixture
+def stream(daemon: DaemonProcess):
+    """Resume and `reset` the module's `daemon` (a module shares one by overriding `daemon` with
+    `shared_daemon`), then a subscriber that has seen every joint back at rest at its initial state
+    (θ = ω = goal = 0, no fault, enabled, no external torque)."""
+    d = daemon
     ok(d.rig.cmd, "resume")
     ok(d.rig.cmd, "reset")
     with Stream(d.rig.pub) as stream:

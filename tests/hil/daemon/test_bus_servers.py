@@ -4,7 +4,9 @@ share one drive set, kept by the rig (`LiveRig.shared`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
 import zmq
@@ -15,8 +17,15 @@ from hil.buses.erob import rig_drives
 from tests.hil.daemon import free_port, running_rig
 
 
-def _rig(tmp_path) -> str:
-    return f"""name = "servers"
+def _rig(tmp_path, name: str = "servers", real_dxl: str | None = None, real_can: str | None = None,
+         etherban: bool = True) -> str:
+    """A rig with a Dynamixel bus (one XM430) and a CANopen bus (one eRob), each a mirror of `real_*` when
+    given, and an Etherban bus over the eRob when `etherban`."""
+    dxl_real = f'real = "{real_dxl}"\n' if real_dxl else ""
+    can_real = f'real = "{real_can}"\n' if real_can else ""
+    ether = (f'[[buses]]\nname = "ethercat"\nprotocol = "etherban"\nbind = "tcp://127.0.0.1:{free_port()}"\n'
+             f'joints = ["e100"]\n') if etherban else ""
+    return f"""name = "{name}"
 [loop]
 lockstep = true
 [mqtt]
@@ -26,17 +35,12 @@ name = "dxl"
 protocol = "dynamixel"
 port = "{tmp_path / 'tty-dxl'}"
 baud = 1000000
-[[buses]]
+{dxl_real}[[buses]]
 name = "can"
 protocol = "canopen"
 port = "{tmp_path / 'tty-can'}"
 baud = 1000000
-[[buses]]
-name = "ethercat"
-protocol = "etherban"
-bind = "tcp://127.0.0.1:{free_port()}"
-joints = ["e100"]
-[[actuators]]
+{can_real}{ether}[[actuators]]
 joint = "x"
 catalog = "xm430_w350"
 load = {{ mass = 0.3, length = 0.1 }}
@@ -51,6 +55,20 @@ id = 2
 """
 
 
+@contextlib.contextmanager
+def _serving(live) -> Iterator[list[BusServer]]:
+    """Every bus of the rig opened and started (each must be a `BusServer`), all stopped on leaving."""
+    servers = [open_bus(cfg, live) for cfg in live.rig.buses]
+    try:
+        for server in servers:
+            assert isinstance(server, BusServer), type(server).__name__
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
 @pytest.fixture
 def live(tmp_path):
     with running_rig(tmp_path / "rig.toml", _rig(tmp_path)) as live:
@@ -58,19 +76,12 @@ def live(tmp_path):
 
 
 def test_every_protocol_opens_a_bus_server(live, tmp_path):
-    servers = [open_bus(cfg, live) for cfg in live.rig.buses]
-    try:
-        for server in servers:
-            assert isinstance(server, BusServer), type(server).__name__
-            server.start()
+    with _serving(live) as servers:
         dxl, can, ether = servers
         assert os.path.realpath(dxl.path) == os.path.realpath(tmp_path / "tty-dxl") and "IDs 1" in dxl.summary
         assert os.path.realpath(can.path) == os.path.realpath(tmp_path / "tty-can") and "nodes 2" in can.summary
         assert ether.path == live.rig.buses[2].bind and "devices 0: " in ether.summary
         assert [s.error for s in servers] == [None, None, None]
-    finally:
-        for server in servers:
-            server.stop()
     assert not os.path.lexists(tmp_path / "tty-dxl") and not os.path.lexists(tmp_path / "tty-can")
     with zmq.Context() as ctx, ctx.socket(zmq.REP) as sock:     # the Etherban endpoint is free again
         sock.bind(live.rig.buses[2].bind)
@@ -94,50 +105,15 @@ def test_the_mirrors_are_bus_servers_too(tmp_path):
     """A Dynamixel mirror in front of a serial device (a pty's far end here) and a CAN mirror in front of a
     python-can bus (its `virtual` interface here)."""
     master, slave = os.openpty()
-    rig = f"""name = "mirrors"
-[loop]
-lockstep = true
-[mqtt]
-enabled = false
-[[buses]]
-name = "dxl"
-protocol = "dynamixel"
-port = "{tmp_path / 'tty-dxl'}"
-baud = 1000000
-real = "{os.ttyname(slave)}"
-[[buses]]
-name = "can"
-protocol = "canopen"
-port = "{tmp_path / 'tty-can'}"
-baud = 1000000
-real = "virtual:servo-hil-test-mirrors"
-[[actuators]]
-joint = "x"
-catalog = "xm430_w350"
-load = {{ mass = 0.3, length = 0.1 }}
-bus = "dxl"
-id = 1
-[[actuators]]
-joint = "e100"
-catalog = "erob80_100"
-load = {{ mass = 2.0, length = 0.2 }}
-bus = "can"
-id = 2
-"""
+    rig = _rig(tmp_path, "mirrors", real_dxl=os.ttyname(slave), real_can="virtual:servo-hil-test-mirrors",
+               etherban=False)
     try:
         with running_rig(tmp_path / "rig.toml", rig) as live:
-            servers = [open_bus(cfg, live) for cfg in live.rig.buses]
-            try:
-                for server in servers:
-                    assert isinstance(server, BusServer), type(server).__name__
-                    server.start()
+            with _serving(live) as servers:
                 dxl, can = servers
                 assert "mirroring " + os.ttyname(slave) in dxl.summary
                 assert "mirroring virtual:servo-hil-test-mirrors" in can.summary
                 assert [s.error for s in servers] == [None, None]
-            finally:
-                for server in servers:
-                    server.stop()
             assert [s.error for s in servers] == [None, None]
     finally:
         os.close(master)

@@ -11,19 +11,13 @@ import pytest
 from hil.daemon.zmq_io import request
 
 from . import DT, MODE_CODES, Stream, command, ok, raw_request, refused
-from .conftest import ARM_GEAR, fresh_stream
+from .conftest import ARM_GEAR
 
 
 @pytest.fixture
 def daemon(shared_daemon):
     """The tests of this module share one daemon (arm, mx), reset before each test by `stream`."""
     return shared_daemon
-
-
-@pytest.fixture
-def stream(daemon):
-    with fresh_stream(daemon) as s:
-        yield s
 
 
 def test_set_goal_converges(daemon, stream):

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from . import FLAG, MqttClient, Stream, ok
-from .conftest import ARM_GEAR, fresh_stream
+from .conftest import ARM_GEAR
 
 MX_TEMP_LIMIT = 80.0  # config/actuators/mx64.toml max_temperature_c
 
@@ -16,12 +16,6 @@ MX_TEMP_LIMIT = 80.0  # config/actuators/mx64.toml max_temperature_c
 def daemon(shared_daemon):
     """The tests of this module share one daemon (arm, mx), reset before each test by `stream`."""
     return shared_daemon
-
-
-@pytest.fixture
-def stream(daemon):
-    with fresh_stream(daemon) as s:
-        yield s
 
 
 def flag_on(bit):

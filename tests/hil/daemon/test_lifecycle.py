@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hil.daemon.telemetry import StealMeter
-from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
+from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, assert_one_cli_line
 from tests.realtime_verdict import check, disturbance
 
 from . import MqttClient, Stream, free_port, ok
@@ -23,16 +23,6 @@ def run_cli(*args: str, timeout: float = 20.0, cwd=None) -> subprocess.Completed
         return subprocess.run([*SERVO_HIL, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"`servo-hil {' '.join(args)}` still running after {timeout} s (hang): {exc.stderr!r}")
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> str:
-    assert res.returncode == 2, f"exit {res.returncode}\nstderr: {res.stderr}"
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{res.stderr}"
-    assert lines[0].startswith("servo-hil: error: "), lines[0]
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -105,8 +95,8 @@ def test_bad_rig_files_are_one_line_exit_2(make_rig):
             problems.append(f"{case}: still running after 20 s")
             continue
         try:
-            assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
-                                  *BAD_RIGS[case][1])
+            assert_one_cli_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+                                *BAD_RIGS[case][1])
         except AssertionError as exc:
             problems.append(f"{case}: {exc}")
     assert not problems, "\n".join(problems)
@@ -121,7 +111,7 @@ def test_port_in_use_is_one_line_exit_2(make_rig, which):
         port = blocker.getsockname()[1]
         rig = make_rig(**{"pub_port" if which == "pub" else "cmd_port": port})
         res = run_cli("run", str(rig.path), "--no-mqtt", timeout=10.0)
-    assert_one_line_error(res, str(port))
+    assert_one_cli_line(res, str(port))
 
 
 def test_mqtt_enabled_false_in_the_rig_is_honoured(make_rig, start_daemon):

@@ -20,37 +20,16 @@ from dynamixel_sdk import COMM_SUCCESS, PacketHandler, PortHandler
 from hil.daemon.live_rig import settable_params
 from hil.daemon.service import Daemon, DaemonFailure
 from hil.rig import load_rig, loopback
-from tests.daemon_process import SERVO_HIL
+from tests.daemon_process import SERVO_HIL, assert_one_cli_line, rss_kb
 
 from . import MqttClient, command, free_port, ok, raw_request, refused
-from .test_lifecycle import assert_one_line_error, run_cli
+from .test_lifecycle import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of process `pid` [KiB] (/proc/PID/status VmRSS)."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
-
 def warnings_in(text: str, needle: str) -> list[str]:
     return [line for line in text.splitlines() if " WARNING " in line and needle in line]
-
-
-def request_frames(endpoint: str, frames: list[bytes], timeout_s: float = 3.0) -> dict:
-    sock = zmq.Context.instance().socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-    try:
-        sock.connect(endpoint)
-        sock.send_multipart(frames)
-        try:
-            return msgpack.unpackb(sock.recv(), raw=False)
-        except zmq.Again:
-            raise TimeoutError(f"no reply from {endpoint} within {timeout_s} s") from None
-    finally:
-        sock.close()
 
 
 # ---------------------------------------------------------------------------------------------- ZeroMQ commands
@@ -58,7 +37,7 @@ def test_a_two_frame_request_is_answered_and_the_next_one_served(daemon):
     """Regression: the REP thread read one frame, could not reply (EFSM), its fallback raised again and the
     thread ended; the daemon ran on without a command socket, silently."""
     ep = daemon.rig.cmd
-    reply = request_frames(ep, [msgpack.packb({"cmd": "status"}), b"second frame"])
+    reply = raw_request(ep, [msgpack.packb({"cmd": "status"}), b"second frame"])
     assert reply["ok"] is False and "one msgpack frame" in reply["error"] and "2 frames" in reply["error"], reply
     status = ok(ep, "status")["status"]
     assert status["command_errors"]["zmq"] == 1
@@ -93,13 +72,13 @@ def test_big_messages_are_dropped_without_growing_memory(daemon):
     (it was +40-50 MB of RSS per message)."""
     ep = daemon.rig.cmd
     ok(ep, "status")
-    start = rss_kib(daemon.proc.pid)
+    start = rss_kb(daemon.proc.pid)
     for payload in (msgpack.packb({"cmd": "set_goal", "actuator": "arm", "value": "v" * 10_000_000}),
                     msgpack.packb({"cmd": "state", **{f"k{i}": 0 for i in range(1_000_000)}})):
         with pytest.raises(TimeoutError):
             raw_request(ep, payload, timeout_s=1.0)
     assert ok(ep, "status")["ok"]
-    grown_mib = (rss_kib(daemon.proc.pid) - start) / 1024
+    grown_mib = (rss_kb(daemon.proc.pid) - start) / 1024
     assert grown_mib < 10, f"RSS grew by {grown_mib:.1f} MiB"
 
 
@@ -237,7 +216,7 @@ def test_a_busy_embedded_broker_port_is_one_line_saying_what_to_do(make_rig):
         port = blocker.getsockname()[1]
         rig = embedded_rig(make_rig, port)
         res = run_cli("run", str(rig.path), timeout=20.0)
-    assert_one_line_error(res, str(port), "url =", "embedded_port")
+    assert_one_cli_line(res, str(port), "url =", "embedded_port")
 
 
 # ---------------------------------------------------------------------------------------------- pty links
@@ -259,7 +238,7 @@ def test_a_second_daemon_on_a_live_link_is_refused(make_rig, start_daemon, tmp_p
     second = make_rig(extra='[[buses]]\nname = "dxl"\nprotocol = "dynamixel"\n',
                       actuator_extra={"mx": 'bus = "dxl"\nid = 1\n'})
     res = run_cli("run", str(second.path), "--no-mqtt", "--port", str(link), timeout=20.0)
-    assert_one_line_error(res, str(link), "in use", str(first.proc.pid))
+    assert_one_cli_line(res, str(link), "in use", str(first.proc.pid))
     assert os.readlink(link) == target and first.alive and ok(first.rig.cmd, "status")["ok"]
 
 
@@ -301,7 +280,7 @@ def test_a_non_loopback_command_socket_needs_an_explicit_opt_in(make_rig, start_
     port = free_port()
     rig = make_rig(cmd_port=port)
     rig.path.write_text(rig.path.read_text().replace(f"tcp://127.0.0.1:{port}", f"tcp://0.0.0.0:{port}"))
-    assert_one_line_error(run_cli("run", str(rig.path), "--no-mqtt"), "zmq", "allow_remote")
+    assert_one_cli_line(run_cli("run", str(rig.path), "--no-mqtt"), "zmq", "allow_remote")
     rig.path.write_text(rig.path.read_text().replace("[zmq]\n", "[zmq]\nallow_remote = true\n"))
     d = start_daemon(rig)
     assert warnings_in(d.stderr(), "reachable from other machines"), d.stderr()

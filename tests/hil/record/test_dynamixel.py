@@ -13,7 +13,7 @@ import pytest
 from hil.offline.replay import load_log, replay
 from hil.record.excitation import TRAJECTORIES, lift_and_drop, sin_sin, up_and_down
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
-from tests.hil.daemon import free_port
+from tests.hil.daemon import rig_head
 
 
 def test_trajectories_have_bams_shape():
@@ -26,13 +26,7 @@ def test_trajectories_have_bams_shape():
 
 def test_record_then_replay_round_trip(tmp_path):
     rig = tmp_path / "xl.toml"
-    rig.write_text(f"""name = "realxl"
-[zmq]
-pub = "tcp://127.0.0.1:{free_port()}"
-command = "tcp://127.0.0.1:{free_port()}"
-[mqtt]
-enabled = false
-[[buses]]
+    rig.write_text(rig_head("realxl") + """[[buses]]
 name = "dxl"
 protocol = "dynamixel"
 fast = true
@@ -40,8 +34,8 @@ fast = true
 joint = "xl330"
 catalog = "xl330_m288"
 model = "m6"
-firmware = {{ supply_v = 5.0 }}
-load = {{ mass = 0.49, length = 0.1 }}
+firmware = { supply_v = 5.0 }
+load = { mass = 0.49, length = 0.1 }
 bus = "dxl"
 id = 1
 """)

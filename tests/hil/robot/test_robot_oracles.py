@@ -23,6 +23,7 @@ import pytest
 
 from hil.kernel import Kernel
 from hil.params import catalog
+from hil.params.mjcf import pendulum_inertial, pendulum_mjcf
 from hil.record.excitation import TRAJECTORIES
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params, load_robot_rig
 from hil.robot.rig import Binding, RobotConfig, build_robot
@@ -41,23 +42,10 @@ def goals(name: str, n_steps: int, scale: float = 1.0) -> tuple[np.ndarray, np.n
 
 # -- 1. one joint == the kernel's pendulum -----------------------------------------------------------
 
-def pendulum_mjcf(mass: float, length: float, arm_mass: float) -> str:
+def pendulum_xml(mass: float, length: float, arm_mass: float) -> str:
     """bam's MuJoCo pendulum testbench (bam/testbench_mujoco.py `Pendulum`) as MJCF, with MuJoCo's Euler: the
     inertia about the hinge is m·l² + m_a·l²/3 and the gravity torque (m + m_a/2)·g·l·sin q."""
-    total = mass + arm_mass
-    com = -(mass * length + arm_mass * length / 2.0) / total
-    inertia = mass * length**2 + arm_mass * length**2 / 3.0 - total * com**2
-    return f"""<mujoco model="pendulum">
-  <compiler inertiafromgeom="false"/>
-  <option timestep="{DT!r}" integrator="Euler" gravity="0 0 -9.80665"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="1 0 0"/>
-      <inertial pos="0 0 {com!r}" mass="{total!r}" diaginertia="{inertia!r} {inertia!r} {inertia!r}"/>
-    </body>
-  </worldbody>
-</mujoco>
-"""
+    return pendulum_mjcf(*pendulum_inertial(mass, length, arm_mass), DT, 9.80665, axis="1 0 0")
 
 
 @pytest.mark.parametrize("trajectory", sorted(TRAJECTORIES))
@@ -73,7 +61,7 @@ def test_one_joint_robot_is_the_pendulum_load(tmp_path: Path, trajectory: str) -
     pendulum.set_params(0, params)
     ref = pendulum.run(u, enable)
 
-    (tmp_path / "pendulum.xml").write_text(pendulum_mjcf(mass, length, arm_mass))
+    (tmp_path / "pendulum.xml").write_text(pendulum_xml(mass, length, arm_mass))
     robot = build_robot(RobotConfig(mjcf="pendulum.xml"), tmp_path,
                         [Binding("hinge", params, "actuators[0] (hinge)")], DT)
     out = robot.engine.run(u[:, None], enable[:, None])
@@ -95,7 +83,7 @@ def test_one_joint_robot_needs_the_servos_armature(tmp_path: Path) -> None:
     pendulum = Kernel(1, DT)
     pendulum.set_params(0, params)
     ref = pendulum.run(u, enable)
-    (tmp_path / "pendulum.xml").write_text(pendulum_mjcf(0.5, 0.15, 0.1))
+    (tmp_path / "pendulum.xml").write_text(pendulum_xml(0.5, 0.15, 0.1))
     robot = build_robot(RobotConfig(mjcf="pendulum.xml"), tmp_path,
                         [Binding("hinge", params, "actuators[0] (hinge)")], DT)
     robot.model.dof_armature[0] = 0.0
