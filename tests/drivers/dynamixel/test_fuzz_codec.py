@@ -372,11 +372,11 @@ def test_the_bus_thread_serves_on_after_an_isolated_failure(tmp_path, monkeypatc
     Ping after it does, the thread is still alive and `errors_isolated` (what `status` reports) counts one."""
     import serial
 
-    from drivers.dynamixel.server import BusServer
+    from drivers.dynamixel.server import DynamixelServer
     from drivers.ports import PtyPort
 
     kernel = Kernel(1, 1e-3)
-    server = BusServer(DynamixelBus([_servo("xm430_w350", 3, kernel, 0)]), PtyPort(tmp_path / "tty"), fast=True)
+    server = DynamixelServer(DynamixelBus([_servo("xm430_w350", 3, kernel, 0)]), PtyPort(tmp_path / "tty"), fast=True)
 
     def too_long(segments):
         raise ValueError("packet too long")
