@@ -103,6 +103,7 @@ class DCMotor(Strict):
             ke = 1.0 / (self.kv_rpm_per_v * RPM)  # Table 19: K_v = 1/K_e
         K = math.sqrt(kt * ke) if kt > 0 and ke > 0 else max(kt, ke)
         R = self.resistance or 0.0
+        joint = False  # `rated` and `no_load_current` solved together for K, R and B
         if self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
             if self.no_load_current is not None and K == 0:
@@ -129,9 +130,20 @@ class DCMotor(Strict):
             tau_r = p_rated / w_r
             if w_r >= w0:
                 raise ValueError("rated: rated speed must be below the no-load speed")
-            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K = τ_r/(ω0 − ω_r) − B.
-            cK = tau_r / (w0 - w_r) - b[0]
-            c = (b[0] * w0 + cK * w0) / V
+            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K + B = τ_r/(ω0 − ω_r) = s and
+            # c·V = s·ω0, whatever B is.
+            s = tau_r / (w0 - w_r)
+            c = s * w0 / V
+            joint = self.no_load_current is not None and K == 0 and R == 0
+            if joint:
+                # Simscape's k_t·i_noload = λ·ω_noload solved with the line: at V_m the no-load speed is
+                # ω_nl = c·V_m/s = ω0·V_m/V, so B = K·i0/ω_nl and c·K + K·i0/ω_nl = s.
+                i0, vm = self.no_load_current
+                w_nl = w0 * vm / V
+                K = s / (c + i0 / w_nl)
+                R = K / c
+                b[0] = K * i0 / w_nl
+            cK = s - b[0]
             if K == 0:
                 K = cK / c
             if R == 0:
@@ -140,13 +152,13 @@ class DCMotor(Strict):
             raise ValueError("resistance: R must be positive (give resistance, nominal or rated)")
         if K <= 0:
             raise ValueError("motorconst: K must be positive (give motorconst, nominal or rated)")
-        if self.no_load_current is not None and self.nominal is None:
+        if self.no_load_current is not None and self.nominal is None and not joint:
             i0, vm = self.no_load_current
             w_nl = (vm - i0 * R) / K
             if w_nl <= 0:
                 raise ValueError("no_load_current: i0·R exceeds the voltage")
             b[0] = K * i0 / w_nl  # Simscape: kt·i_noload = λ·ω_noload
-        elif self.no_load_current is not None:
+        elif self.no_load_current is not None and self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
             b[0] = (tau0 / V) * (V - K * w0) / w0
         L, te = _pad(self.inductance, 2)
