@@ -71,6 +71,20 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         f = hil_sel(vmode, hil_sel(off, 0.0, f_v), law.f[j]);
         i_next = hil_sel(vmode & !off & inductive, i_next, 0.0);
         v_out[j] = hil_sel(vmode & off, K * Ld, V);
+        if (uses & HIL_USES_DERATE) {
+            /* a servo's current limiter (current_limiter = 1): τmax/K and the derated i_max(T) bound the
+               current that flows, so heating, torque and the published current agree, and the drive
+               lowers the terminal voltage to R·i + K·g·ω (seed 000 §1.1, §1.3.5) */
+            double il = hil_sel(C(PL_DERATE) != 0, fmin(hil_derated_current(P, st, j, T + C(PL_AMBIENT)), C(PL_I_SAT)),
+                                C(PL_I_SAT));
+            int64_t lim = C(PL_LIMIT_CURRENT) != 0, flows = vmode & inductive;
+            double i_c = hil_clip(i, -il, il), n_c = hil_clip(i_next, -il, il), i_f = hil_sel(flows, n_c, i_c);
+            int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c != i_next, i_c != i) != 0);
+            v_out[j] = hil_sel(cut, R * i_f + K * Ld, v_out[j]);
+            f = hil_sel(cut, K * i_f, f);
+            i = hil_sel(lim, i_c, i);
+            i_next = hil_sel(lim, n_c, i_next);
+        }
         i_out[j] = hil_sel(vmode & inductive, i_next, i);
         current[j] = hil_sel(inductive, i_next, i_state);
         temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,

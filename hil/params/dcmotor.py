@@ -67,6 +67,9 @@ class DCMotor(Strict):
         None, description="rotor damping from no-load current: i0 [A] measured at voltage [V]")
     kt_mnm_per_a: PositiveFloat | None = Field(None, description="datasheet torque constant [mN·m/A]")
     kv_rpm_per_v: PositiveFloat | None = Field(None, description="datasheet speed constant [rpm/V]")
+    current_limiter: bool = Field(
+        False, description="saturation and derating limit the current (a servo's limiter), not only the "
+                           "torque (MuJoCo's clamp)")
 
     @model_validator(mode="after")
     def _consistent(self) -> DCMotor:
@@ -176,6 +179,7 @@ class DCMotor(Strict):
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
+            current_limiter=self.current_limiter,
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
             damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
@@ -198,6 +202,7 @@ class MotorConstants:
     didt_max: float = 0.0
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
     imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
+    current_limiter: bool = False  # the limits bound the current, not only the torque
     thermal_r: float = 0.0
     thermal_c: float = 0.0
     tempcoef: float = 0.0
@@ -221,7 +226,8 @@ class MotorConstants:
         out = dict(
             resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
-            tau_max=self.torque_limit, thermal_r=self.thermal_r, thermal_c=self.thermal_c,
+            tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
+            thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
             cog_amplitude=self.cogging[0], cog_poles=self.cogging[1], cog_phase=self.cogging[2],
