@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
     for (j = 0; j < m; j++) {
         double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
-        double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0;
+        double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
         di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
@@ -75,11 +75,12 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             /* a servo's current limiter (current_limiter = 1): τmax/K and the derated i_max(T) bound the
                current that flows, so heating, torque and the published current agree, and the drive
                lowers the terminal voltage to R·i + K·g·ω (seed 000 §1.1, §1.3.5) */
-            double il = hil_sel(C(PL_DERATE) != 0, fmin(hil_derated_current(P, st, j, T + C(PL_AMBIENT)), C(PL_I_SAT)),
-                                C(PL_I_SAT));
+            double il;
+            imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
+            il = hil_sel((C(PL_DERATE) != 0) & (imax_t < C(PL_I_SAT)), imax_t, C(PL_I_SAT));
             int64_t lim = C(PL_LIMIT_CURRENT) != 0, flows = vmode & inductive;
             double i_c = hil_clip(i, -il, il), n_c = hil_clip(i_next, -il, il), i_f = hil_sel(flows, n_c, i_c);
-            int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c != i_next, i_c != i) != 0);
+            int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c - i_next, i_c - i) != 0);
             v_out[j] = hil_sel(cut, R * i_f + K * Ld, v_out[j]);
             f = hil_sel(cut, K * i_f, f);
             i = hil_sel(lim, i_c, i);
@@ -94,7 +95,6 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);
         derated[j] = 0.0;
         if (uses & HIL_USES_DERATE) {
-            double imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
             derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
             fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
         }
