@@ -47,6 +47,7 @@ cdef packed struct State:
     double temp_rise           # winding temperature above ambient [K]
     double bristle             # LuGre z [rad]
     double current             # armature current state [A] (inductive model)
+    double i2t                 # ∫(i² − i_cont²)dt spent of the peak budget [A²·s] (0: full budget)
     double oc_timer            # steps |i| has exceeded oc_current in a row
     int64_t oc_active          # open-circuit fault latched
     int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)

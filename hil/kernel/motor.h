@@ -44,7 +44,7 @@ typedef struct {
 #define HIL_MOTOR_ARGS                                                                                 \
     const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
     const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
-    double* restrict current, double* restrict temp_rise, double* restrict torque,                    \
+    double* restrict current, double* restrict temp_rise, double* restrict i2t, double* restrict torque, \
     double* restrict i_out, double* restrict v_out, double* restrict derated, double* restrict zoh_a, \
     double* restrict zoh_ea, double* restrict zoh_inv_a
 static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS, const int uses) {
@@ -55,6 +55,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
+        int64_t i2t_spent = 0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
         di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
@@ -78,6 +79,10 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             double il;
             imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
             il = hil_sel((C(PL_DERATE) != 0) & (imax_t < C(PL_I_SAT)), imax_t, C(PL_I_SAT));
+            /* peak versus continuous (seed 000 §1.1): the peak current while the i²t budget lasts, the
+               continuous one once it is spent; it refills at i_cont² − i² below the continuous current */
+            int64_t peak = C(PL_PEAK) != 0, spent = i2t[j] >= C(PL_I2T_BUDGET);
+            il = hil_sel(peak & !spent, C(PL_PEAK_CURRENT), il);
             int64_t lim = C(PL_LIMIT_CURRENT) != 0, flows = vmode & inductive;
             double i_c = hil_clip(i, -il, il), n_c = hil_clip(i_next, -il, il), i_f = hil_sel(flows, n_c, i_c);
             int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c - i_next, i_c - i) != 0);
@@ -85,6 +90,9 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             f = hil_sel(cut, K * i_f, f);
             i = hil_sel(lim, i_c, i);
             i_next = hil_sel(lim, n_c, i_next);
+            i2t[j] = hil_sel(peak, hil_clip(i2t[j] + dt * (i_f * i_f - C(PL_I_SAT) * C(PL_I_SAT)), 0.0,
+                                            C(PL_I2T_BUDGET)), i2t[j]);
+            i2t_spent = peak & spent;
         }
         i_out[j] = hil_sel(vmode & inductive, i_next, i);
         current[j] = hil_sel(inductive, i_next, i_state);
@@ -95,7 +103,8 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);
         derated[j] = 0.0;
         if (uses & HIL_USES_DERATE) {
-            derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
+            derated[j] = hil_sel(((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED))) | i2t_spent,
+                                 1.0, 0.0);
             fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
         }
         fe = fe * C(PL_EFFICIENCY);
@@ -116,7 +125,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
 }
 static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS, int uses) {
 #define HIL_MOTOR(kinds)                                                                               \
-    hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, torque, i_out,  \
+    hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, torque, i_out, \
                     v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
     HIL_VERSIONS3(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_MOTOR)
 #undef HIL_MOTOR

@@ -67,6 +67,8 @@ class DCMotor(Strict):
         None, description="rotor damping from no-load current: i0 [A] measured at voltage [V]")
     kt_mnm_per_a: PositiveFloat | None = Field(None, description="datasheet torque constant [mN·m/A]")
     kv_rpm_per_v: PositiveFloat | None = Field(None, description="datasheet speed constant [rpm/V]")
+    peak: Annotated[list[NonNegativeFloat], Len(2, 2)] | None = Field(
+        None, description="peak current [A] above saturation's continuous imax, for how long [s] (i²t budget)")
     current_limiter: bool = Field(
         False, description="saturation and derating limit the current (a servo's limiter), not only the "
                            "torque (MuJoCo's clamp)")
@@ -90,6 +92,13 @@ class DCMotor(Strict):
             ir, isafe, t1, t2 = self.derating
             if not (0 < isafe <= ir and t1 < t2):
                 raise ValueError("derating needs 0 < i_safe <= i_rated and T1 < T2")
+        if self.peak is not None:
+            ipk, tpk = self.peak
+            cont = _pad(self.saturation, 3)[1]
+            if cont <= 0:
+                raise ValueError("peak needs saturation's continuous current imax > 0")
+            if ipk <= cont or tpk <= 0:
+                raise ValueError("peak: the peak current must exceed saturation's imax and its time be > 0 s")
         if self.ctrlrange is not None and self.ctrlrange[0] >= self.ctrlrange[1]:
             raise ValueError("ctrlrange needs lower < upper")
         return self
@@ -179,7 +188,7 @@ class DCMotor(Strict):
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
-            current_limiter=self.current_limiter,
+            current_limiter=self.current_limiter, peak=tuple(self.peak) if self.peak else (0.0, 0.0),
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
             damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
@@ -203,6 +212,7 @@ class MotorConstants:
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
     imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
     current_limiter: bool = False  # the limits bound the current, not only the torque
+    peak: tuple[float, float] = (0.0, 0.0)  # peak current [A] and its time [s]; 0 = none
     thermal_r: float = 0.0
     thermal_c: float = 0.0
     tempcoef: float = 0.0
@@ -227,6 +237,7 @@ class MotorConstants:
             resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
             tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
+            peak_current=self.peak[0], peak_time=self.peak[1],
             thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
