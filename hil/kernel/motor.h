@@ -52,7 +52,10 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double K = C(PL_MOTORCONST), R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
+        double R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
+        /* magnet flux derating K(T) = K0(1 + α_m(T − T0)) (seed 000 §1.3.4); exactly K0 without it */
+        double kf = hil_sel(C(PL_FLUX) != 0, 1.0 + C(PL_FLUX_TEMPCOEF) * (T + C(PL_AMBIENT) - C(PL_REFTEMP)), 1.0);
+        double K = C(PL_MOTORCONST) * kf;
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
         int64_t i2t_spent = 0;
@@ -69,7 +72,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         }
         /* torque off / open winding: no current can flow, so neither torque nor back-EMF braking */
         i = hil_sel(vmode, hil_sel(off, 0.0, i_v), law.i[j]);
-        f = hil_sel(vmode, hil_sel(off, 0.0, f_v), law.f[j]);
+        f = hil_sel(vmode, hil_sel(off, 0.0, f_v), law.f[j] * kf);
         i_next = hil_sel(vmode & !off & inductive, i_next, 0.0);
         v_out[j] = hil_sel(vmode & off, K * Ld, V);
         if (uses & HIL_USES_DERATE) {
@@ -97,7 +100,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         i_out[j] = hil_sel(vmode & inductive, i_next, i);
         current[j] = hil_sel(inductive, i_next, i_state);
         temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,
-                               temp_rise[j] + dt * ((R * i * i - T * C(PL_INV_THERMAL_R)) * C(PL_INV_THERMAL_C)),
+                               temp_rise[j] + dt * ((R * i * i + C(PL_IRON_LOSS) * Ld * Ld - T * C(PL_INV_THERMAL_R)) * C(PL_INV_THERMAL_C)),
                                temp_rise[j]);
         /* electrical torque: saturation, derating, efficiency, cogging, LuGre */
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);

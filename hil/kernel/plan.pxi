@@ -47,6 +47,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_INDUCTIVE * st] = p.te > 0
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0
     c[PL_THERMAL * st] = p.thermal_r > 0
+    c[PL_FLUX * st] = p.flux_tempcoef != 0
     c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
     c[PL_TAU_LIMITED * st] = p.tau_max > 0 and not p.peak_current > 0   # the peak limiter bounds the current
     c[PL_DERATE * st] = p.derate_i_rated > 0

@@ -69,6 +69,8 @@ class DCMotor(Strict):
     kv_rpm_per_v: PositiveFloat | None = Field(None, description="datasheet speed constant [rpm/V]")
     peak: Annotated[list[NonNegativeFloat], Len(2, 2)] | None = Field(
         None, description="peak current [A] above saturation's continuous imax, for how long [s] (i²t budget)")
+    iron_loss: NonNegativeFloat = Field(0.0, description="K_fe [W·s²/rad²]: iron loss K_fe·ω² heats the winding")
+    flux_tempcoef: float = Field(0.0, le=0.0, description="α_m [1/K] of K(T) = K0(1 + α_m(T − T0)), magnets weaken")
     current_limiter: bool = Field(
         False, description="saturation and derating limit the current (a servo's limiter), not only the "
                            "torque (MuJoCo's clamp)")
@@ -188,6 +190,7 @@ class DCMotor(Strict):
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
+            iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef,
             current_limiter=self.current_limiter, peak=tuple(self.peak) if self.peak else (0.0, 0.0),
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
@@ -211,6 +214,8 @@ class MotorConstants:
     didt_max: float = 0.0
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
     imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
+    iron_loss: float = 0.0  # K_fe [W·s²/rad²]
+    flux_tempcoef: float = 0.0  # α_m [1/K]
     current_limiter: bool = False  # the limits bound the current, not only the torque
     peak: tuple[float, float] = (0.0, 0.0)  # peak current [A] and its time [s]; 0 = none
     thermal_r: float = 0.0
@@ -237,7 +242,8 @@ class MotorConstants:
             resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
             tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
-            peak_current=self.peak[0], peak_time=self.peak[1],
+            peak_current=self.peak[0], peak_time=self.peak[1], iron_loss=self.iron_loss,
+            flux_tempcoef=self.flux_tempcoef,
             thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
