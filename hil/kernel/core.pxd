@@ -45,6 +45,7 @@ cdef packed struct State:
     double slew_u              # slewed setpoint
     double integral            # controller integral state
     double temp_rise           # winding temperature above ambient [K]
+    double housing_rise        # housing temperature above ambient [K] (two-node thermal model)
     double bristle             # LuGre z [rad]
     double current             # armature current state [A] (inductive model)
     double i2t                 # ∫(i² − i_cont²)dt spent of the peak budget [A²·s] (0: full budget)

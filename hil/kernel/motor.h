@@ -38,13 +38,16 @@ typedef struct {
 /* Lanes [0, m); P = the plan's columns at the block's first actuator (stride st); `uses` the block's
    kinds (plan.h: the quasi-static current, derating and LuGre only for a block that uses them). In: law
    (above), cog_sin = sin(Np·L + φ), lugre_exp = exp(−(L̇/ωs)²), bristle = LuGre z. In/out: current [A],
-   temp_rise [K], torque (the law's output torque in, the actuator torque out) [N·m]. Out: i_out, v_out,
+   temp_rise [K], i2t (peak budget spent) [A²·s], housing (its rise, two-node thermal model) [K],
+   temperature (the published one: the housing's with two nodes) [°C], torque (the law's output torque
+   in, the actuator torque out) [N·m]. Out: i_out, v_out,
    derated (1: derating limits the current), the bristle hold's zoh_a, zoh_ea = a·dt and zoh_inv_a = 1/a
    (divided here, while the exponential of a·dt is still to come). */
 #define HIL_MOTOR_ARGS                                                                                 \
     const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
     const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
-    double* restrict current, double* restrict temp_rise, double* restrict i2t, double* restrict torque, \
+    double* restrict current, double* restrict temp_rise, double* restrict i2t, double* restrict housing,  \
+    double* restrict temperature, double* restrict torque,                                             \
     double* restrict i_out, double* restrict v_out, double* restrict derated, double* restrict zoh_a, \
     double* restrict zoh_ea, double* restrict zoh_inv_a
 static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS, const int uses) {
@@ -99,9 +102,17 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         }
         i_out[j] = hil_sel(vmode & inductive, i_next, i);
         current[j] = hil_sel(inductive, i_next, i_state);
-        temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,
-                               temp_rise[j] + dt * ((R * i * i + C(PL_IRON_LOSS) * Ld * Ld - T * C(PL_INV_THERMAL_R)) * C(PL_INV_THERMAL_C)),
-                               temp_rise[j]);
+        /* two thermal resistances (seed 000 §1.3): the winding sheds heat to the housing through R_th1,
+           the housing to ambient through R_th2, and the servo's sensor reads the housing; one node: Th = 0 */
+        {
+            int64_t two = C(PL_TWO_NODE) != 0;
+            double Th = hil_sel(two, housing[j], 0.0), q = (T - Th) * C(PL_INV_THERMAL_R);
+            temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,
+                                   temp_rise[j] + dt * ((R * i * i + C(PL_IRON_LOSS) * Ld * Ld - q) * C(PL_INV_THERMAL_C)),
+                                   temp_rise[j]);
+            housing[j] = hil_sel(two, Th + dt * ((q - Th * C(PL_INV_THERMAL_R2)) * C(PL_INV_THERMAL_C2)), housing[j]);
+            temperature[j] = hil_sel(two, Th + C(PL_AMBIENT), temperature[j]);
+        }
         /* electrical torque: saturation, derating, efficiency, cogging, LuGre */
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);
         derated[j] = 0.0;
@@ -128,7 +139,8 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
 }
 static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS, int uses) {
 #define HIL_MOTOR(kinds)                                                                               \
-    hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, torque, i_out, \
+    hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, housing,      \
+                    temperature, torque, i_out, \
                     v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
     HIL_VERSIONS3(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_MOTOR)
 #undef HIL_MOTOR

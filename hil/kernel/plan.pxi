@@ -17,6 +17,8 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     p._inv_te = 1.0 / p.te if p.te > 0 else 0.0
     p._inv_thermal_r = 1.0 / p.thermal_r if p.thermal_r > 0 else 0.0
     p._inv_thermal_c = 1.0 / p.thermal_c if p.thermal_c != 0 else 0.0
+    p._inv_thermal_r2 = 1.0 / p.thermal_r2 if p.thermal_r2 > 0 else 0.0
+    p._inv_thermal_c2 = 1.0 / p.thermal_c2 if p.thermal_c2 > 0 else 0.0
     p._inv_lugre_ws = 1.0 / p.lugre_ws if p.lugre_ws != 0 else 0.0
     p._inv_dtheta_stribeck = 1.0 / p.dtheta_stribeck if p.dtheta_stribeck > 0 else 0.0
     p._i_sat = p.tau_max / p.motorconst if p.tau_max > 0 and p.motorconst > 0 else INFINITY
@@ -47,6 +49,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_INDUCTIVE * st] = p.te > 0
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0
     c[PL_THERMAL * st] = p.thermal_r > 0
+    c[PL_TWO_NODE * st] = p.thermal_r > 0 and p.thermal_r2 > 0
     c[PL_FLUX * st] = p.flux_tempcoef != 0
     c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
     c[PL_TAU_LIMITED * st] = p.tau_max > 0 and not p.peak_current > 0   # the peak limiter bounds the current
