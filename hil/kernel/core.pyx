@@ -60,6 +60,7 @@ cdef extern from "plan.h" nogil:
         USES_COG "HIL_USES_COG"
         USES_PENDULUM "HIL_USES_PENDULUM"
         USES_STRIBECK "HIL_USES_STRIBECK"
+        USES_MOTOR_X "HIL_USES_MOTOR_X"
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)

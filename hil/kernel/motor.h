@@ -57,8 +57,11 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
     for (j = 0; j < m; j++) {
         double R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
         /* magnet flux derating K(T) = K0(1 + α_m(T − T0)) (seed 000 §1.3.4); exactly K0 without it */
-        double kf = hil_sel(C(PL_FLUX) != 0, 1.0 + C(PL_FLUX_TEMPCOEF) * (T + C(PL_AMBIENT) - C(PL_REFTEMP)), 1.0);
-        double K = C(PL_MOTORCONST) * kf;
+        double kf = 1.0, K = C(PL_MOTORCONST);
+        if (uses & HIL_USES_MOTOR_X) {
+            kf = hil_sel(C(PL_FLUX) != 0, 1.0 + C(PL_FLUX_TEMPCOEF) * (T + C(PL_AMBIENT) - C(PL_REFTEMP)), 1.0);
+            K = K * kf;
+        }
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
         int64_t i2t_spent = 0;
@@ -75,16 +78,19 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         }
         /* torque off / open winding: no current can flow, so neither torque nor back-EMF braking */
         i = hil_sel(vmode, hil_sel(off, 0.0, i_v), law.i[j]);
-        f = hil_sel(vmode, hil_sel(off, 0.0, f_v), law.f[j] * kf);
+        f = hil_sel(vmode, hil_sel(off, 0.0, f_v), hil_sel(uses & HIL_USES_MOTOR_X, law.f[j] * kf, law.f[j]));
         i_next = hil_sel(vmode & !off & inductive, i_next, 0.0);
         v_out[j] = hil_sel(vmode & off, K * Ld, V);
-        if (uses & HIL_USES_DERATE) {
+        if (uses & HIL_USES_MOTOR_X) {
             /* a servo's current limiter (current_limiter = 1): τmax/K and the derated i_max(T) bound the
                current that flows, so heating, torque and the published current agree, and the drive
                lowers the terminal voltage to R·i + K·g·ω (seed 000 §1.1, §1.3.5) */
             double il;
-            imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
-            il = hil_sel((C(PL_DERATE) != 0) & (imax_t < C(PL_I_SAT)), imax_t, C(PL_I_SAT));
+            il = C(PL_I_SAT);
+            if (uses & HIL_USES_DERATE) {
+                imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
+                il = hil_sel((C(PL_DERATE) != 0) & (imax_t < il), imax_t, il);
+            }
             /* peak versus continuous (seed 000 §1.1): the peak current while the i²t budget lasts, the
                continuous one once it is spent; it refills at i_cont² − i² below the continuous current */
             int64_t peak = C(PL_PEAK) != 0, spent = i2t[j] >= C(PL_I2T_BUDGET);
@@ -104,7 +110,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         current[j] = hil_sel(inductive, i_next, i_state);
         /* two thermal resistances (seed 000 §1.3): the winding sheds heat to the housing through R_th1,
            the housing to ambient through R_th2, and the servo's sensor reads the housing; one node: Th = 0 */
-        {
+        if (uses & HIL_USES_MOTOR_X) {
             int64_t two = C(PL_TWO_NODE) != 0;
             double Th = hil_sel(two, housing[j], 0.0), q = (T - Th) * C(PL_INV_THERMAL_R);
             temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,
@@ -113,14 +119,21 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             housing[j] = hil_sel(two, Th + dt * ((q - Th * C(PL_INV_THERMAL_R2)) * C(PL_INV_THERMAL_C2)), housing[j]);
             temperature[j] = hil_sel(two, Th + C(PL_AMBIENT), temperature[j]);
         }
+        else {
+            temp_rise[j] = hil_sel(C(PL_THERMAL) != 0,
+                                   temp_rise[j] + dt * ((R * i * i - T * C(PL_INV_THERMAL_R)) * C(PL_INV_THERMAL_C)),
+                                   temp_rise[j]);
+        }
         /* electrical torque: saturation, derating, efficiency, cogging, LuGre */
         fe = hil_sel(C(PL_TAU_LIMITED) != 0, hil_clip(f, -C(PL_TAU_MAX), C(PL_TAU_MAX)), f);
         derated[j] = 0.0;
         if (uses & HIL_USES_DERATE) {
-            derated[j] = hil_sel(((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED))) | i2t_spent,
-                                 1.0, 0.0);
+            imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
+            derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
             fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
         }
+        if (uses & HIL_USES_MOTOR_X)    /* a spent peak budget shows as derating */
+            derated[j] = hil_sel(i2t_spent, 1.0, derated[j]);
         fe = fe * C(PL_EFFICIENCY);
         fe = hil_sel(C(PL_COG) != 0, fe + C(PL_COG_AMPLITUDE) * cog_sin[j], fe);
         if (uses & HIL_USES_LUGRE) {
@@ -142,7 +155,7 @@ static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS,
     hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, housing,      \
                     temperature, torque, i_out, \
                     v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
-    HIL_VERSIONS3(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_MOTOR)
+    HIL_VERSIONS4(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_USES_MOTOR_X, HIL_MOTOR)
 #undef HIL_MOTOR
 }
 

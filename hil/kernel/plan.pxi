@@ -92,7 +92,9 @@ cdef inline int kinds(const Params* p) noexcept nogil:
             | (LAWS_CURRENT if p.law == LAW_EROB_PD or p.law == LAW_CURRENT else 0)
             | (USES_DC_LAW if p.law <= LAW_VELOCITY else 0)
             | (USES_QS if voltage_law and not p.te > 0 else 0)
-            | (USES_DERATE if p.derate_i_rated > 0 or p.current_limiter != 0 or p.peak_current > 0 else 0)
+            | (USES_DERATE if p.derate_i_rated > 0 else 0)
+            | (USES_MOTOR_X if p.current_limiter != 0 or p.peak_current > 0 or p.iron_loss != 0
+               or p.flux_tempcoef != 0 or p.thermal_r2 > 0 else 0)
             | (USES_LUGRE if p.lugre_s0 > 0 else 0)
             | (USES_NOISE if p.encoder_noise > 0 else 0)
             | (USES_OC if p.oc_fraction > 0 else 0)
