@@ -45,6 +45,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_BUDGET * st] = p.budget != 0
     c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
     c[PL_QUADRATIC * st] = p.budget_quadratic != 0
+    c[PL_FRICTION_TEMP * st] = p.friction_tempcoef != 0
     c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
     c[PL_INDUCTIVE * st] = p.te > 0
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0

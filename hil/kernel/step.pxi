@@ -365,6 +365,6 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     if need & NEED_ZOH:
         hil_vexp(b.zoh_ea, m, path)
     hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea, b.zoh_inv_a,
-                  b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction, need)
+                  b.Ld, b.ext, b.torque, b.T, b.theta, b.omega, b.bristle, b.friction, need)
     for j in range(mv):
         b.k[j] += 1.0

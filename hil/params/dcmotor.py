@@ -71,6 +71,8 @@ class DCMotor(Strict):
         None, description="peak current [A] above saturation's continuous imax, for how long [s] (i²t budget)")
     thermal2: Annotated[list[PositiveFloat], Len(2, 2)] | None = Field(
         None, description="R_th2 housing→ambient [K/W], housing C [J/K]; thermal's R_T is then R_th1")
+    friction_tempcoef: float = Field(
+        0.0, description="α_f [1/K]: the friction budget × (1 + α_f·(T − T0)), T the winding temperature")
     iron_loss: NonNegativeFloat = Field(0.0, description="K_fe [W·s²/rad²]: iron loss K_fe·ω² heats the winding")
     flux_tempcoef: float = Field(0.0, le=0.0, description="α_m [1/K] of K(T) = K0(1 + α_m(T − T0)), magnets weaken")
     current_limiter: bool = Field(
@@ -194,7 +196,7 @@ class DCMotor(Strict):
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
-            iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef,
+            iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
             thermal2=tuple(self.thermal2) if self.thermal2 else (0.0, 0.0),
             current_limiter=self.current_limiter, peak=tuple(self.peak) if self.peak else (0.0, 0.0),
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
@@ -220,6 +222,7 @@ class MotorConstants:
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
     imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
     iron_loss: float = 0.0  # K_fe [W·s²/rad²]
+    friction_tempcoef: float = 0.0  # α_f [1/K] of the friction budget
     thermal2: tuple[float, float] = (0.0, 0.0)  # R_th2 [K/W], housing C [J/K]; 0 = one node
     flux_tempcoef: float = 0.0  # α_m [1/K]
     current_limiter: bool = False  # the limits bound the current, not only the torque
@@ -249,7 +252,8 @@ class MotorConstants:
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
             tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
             peak_current=self.peak[0], peak_time=self.peak[1], iron_loss=self.iron_loss,
-            flux_tempcoef=self.flux_tempcoef, thermal_r2=self.thermal2[0], thermal_c2=self.thermal2[1],
+            flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
+            thermal_r2=self.thermal2[0], thermal_c2=self.thermal2[1],
             thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
