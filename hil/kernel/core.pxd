@@ -45,8 +45,10 @@ cdef packed struct State:
     double slew_u              # slewed setpoint
     double integral            # controller integral state
     double temp_rise           # winding temperature above ambient [K]
+    double housing_rise        # housing temperature above ambient [K] (two-node thermal model)
     double bristle             # LuGre z [rad]
     double current             # armature current state [A] (inductive model)
+    double i2t                 # ∫(i² − i_cont²)dt spent of the peak budget [A²·s] (0: full budget)
     double oc_timer            # steps |i| has exceeded oc_current in a row
     int64_t oc_active          # open-circuit fault latched
     int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)

@@ -60,6 +60,7 @@ cdef extern from "plan.h" nogil:
         USES_COG "HIL_USES_COG"
         USES_PENDULUM "HIL_USES_PENDULUM"
         USES_STRIBECK "HIL_USES_STRIBECK"
+        USES_MOTOR_X "HIL_USES_MOTOR_X"
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
@@ -68,7 +69,7 @@ cdef extern from "load.h" nogil:
     void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
                        const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_inv_a,
                        const double* zoh_v,
-                       const double* ext, const double* torque, double* theta, double* omega,
+                       const double* ext, const double* torque, const double* T, double* theta, double* omega,
                        double* bristle, double* friction, int uses)
 
 cdef enum:

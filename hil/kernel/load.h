@@ -39,13 +39,15 @@ static inline double hil_budget(const double* restrict P, ptrdiff_t st, ptrdiff_
 /* Lanes [0, m) of a block; P = the plan's columns at the block's first actuator (stride st); `uses` the
    block's kinds (plan.h: the budget, bam's step and the bristle hold only for a block that uses them).
    In: sin_q = sin(θ + q_offset), stribeck = exp(−|ω/θ̇s|^α), the bristle hold's zoh_a, zoh_ea =
-   exp(a·dt), zoh_inv_a = 1/a, zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3).
+   exp(a·dt), zoh_inv_a = 1/a, zoh_v = L̇ (pass 3), ext = external torque, torque = actuator torque (pass 3),
+   T = winding temperature above ambient (pass 3) [K].
    In/out: theta, omega, bristle. Out: friction = the budget's friction torque [N·m]. */
 #define HIL_LOAD_ARGS                                                                                  \
     const double* restrict P, ptrdiff_t st, int m, double dt, const double* restrict sin_q,           \
     const double* restrict stribeck, const double* restrict zoh_a, const double* restrict zoh_ea,     \
     const double* restrict zoh_inv_a,                                                                  \
     const double* restrict zoh_v, const double* restrict ext, const double* restrict torque,          \
+    const double* restrict T,                                                                          \
     double* restrict theta, double* restrict omega, double* restrict bristle, double* restrict friction
 static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
@@ -63,7 +65,10 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
         /* bam/simulate.py `Simulator.step`: the friction torque is the stopping torque clipped to the budget */
         if (uses & HIL_USES_BUDGET) {
             double bud = hil_budget(P, st, j, tau_act, tau_e, w, hil_sel(C(PL_STRIBECK) != 0, stribeck[j], 0.0));
-            double stop;
+            double stop, ft = 1.0 + C(PL_FRICTION_TEMPCOEF) * (T[j] + C(PL_AMBIENT) - C(PL_REFTEMP));
+            /* friction that varies with the winding temperature, which the friction paper leaves out
+               (Duclusaud et al. §VII-A): every budget coefficient scaled alike */
+            bud = hil_sel(C(PL_FRICTION_TEMP) != 0, bud * hil_sel(ft > 0.0, ft, 0.0), bud);
             tau_stop = Meff * C(PL_INV_DT) * w + tau_net;
             stop = fabs(tau_stop);
             tau_f = -hil_sign(tau_stop) * hil_sel(bud < stop, bud, stop);
@@ -94,7 +99,8 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
 }
 static inline __attribute__((always_inline)) void hil_load_pass(HIL_LOAD_ARGS, int uses) {
 #define HIL_LOAD(kinds)                                                                                \
-    hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_inv_a, zoh_v, ext, torque, theta, omega, bristle, \
+    hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_inv_a, zoh_v, ext, torque, T, theta, omega, \
+                   bristle, \
                    friction, (kinds))
     HIL_VERSIONS3(uses, HIL_USES_BUDGET, HIL_USES_BAM, HIL_NEED_ZOH, HIL_LOAD)
 #undef HIL_LOAD

@@ -54,7 +54,8 @@ enum {
     HIL_USES_BAM = 16384,       /* bam's integrator */
     HIL_USES_COG = 32768,       /* cogging: a sine */
     HIL_USES_PENDULUM = 65536,  /* gravity on the load: a sine */
-    HIL_USES_STRIBECK = 131072  /* the budget's Stribeck factor: an exponential */
+    HIL_USES_STRIBECK = 131072, /* the budget's Stribeck factor: an exponential */
+    HIL_USES_MOTOR_X = 262144   /* current limiter, peak budget, iron loss, flux derating, two thermal nodes */
 };
 
 /* F(k) for the constant k = the bits among a, b (c) that `uses` holds: one version of a lane loop per
@@ -67,16 +68,19 @@ enum {
     case (b): F(b); break;                                                                             \
     default: F((a) | (b)); break;                                                                      \
     }
-#define HIL_VERSIONS3(uses, a, b, c, F)                                                                \
+#define HIL_VERSIONS3X(uses, a, b, c, x, F)                                                            \
     switch ((uses) & ((a) | (b) | (c))) {                                                              \
-    case 0: F(0); break;                                                                               \
-    case (a): F(a); break;                                                                             \
-    case (b): F(b); break;                                                                             \
-    case (a) | (b): F((a) | (b)); break;                                                               \
-    case (c): F(c); break;                                                                             \
-    case (a) | (c): F((a) | (c)); break;                                                               \
-    case (b) | (c): F((b) | (c)); break;                                                               \
-    default: F((a) | (b) | (c)); break;                                                                \
+    case 0: F(x); break;                                                                               \
+    case (a): F((a) | (x)); break;                                                                     \
+    case (b): F((b) | (x)); break;                                                                     \
+    case (a) | (b): F((a) | (b) | (x)); break;                                                         \
+    case (c): F((c) | (x)); break;                                                                     \
+    case (a) | (c): F((a) | (c) | (x)); break;                                                         \
+    case (b) | (c): F((b) | (c) | (x)); break;                                                         \
+    default: F((a) | (b) | (c) | (x)); break;                                                          \
     }
+#define HIL_VERSIONS3(uses, a, b, c, F) HIL_VERSIONS3X(uses, a, b, c, 0, F)
+#define HIL_VERSIONS4(uses, a, b, c, d, F)                                                             \
+    if ((uses) & (d)) { HIL_VERSIONS3X(uses, a, b, c, d, F) } else { HIL_VERSIONS3X(uses, a, b, c, 0, F) }
 
 #endif

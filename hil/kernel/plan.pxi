@@ -17,8 +17,12 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     p._inv_te = 1.0 / p.te if p.te > 0 else 0.0
     p._inv_thermal_r = 1.0 / p.thermal_r if p.thermal_r > 0 else 0.0
     p._inv_thermal_c = 1.0 / p.thermal_c if p.thermal_c != 0 else 0.0
+    p._inv_thermal_r2 = 1.0 / p.thermal_r2 if p.thermal_r2 > 0 else 0.0
+    p._inv_thermal_c2 = 1.0 / p.thermal_c2 if p.thermal_c2 > 0 else 0.0
     p._inv_lugre_ws = 1.0 / p.lugre_ws if p.lugre_ws != 0 else 0.0
     p._inv_dtheta_stribeck = 1.0 / p.dtheta_stribeck if p.dtheta_stribeck > 0 else 0.0
+    p._i_sat = p.tau_max / p.motorconst if p.tau_max > 0 and p.motorconst > 0 else INFINITY
+    p._i2t_budget = (p.peak_current * p.peak_current - p._i_sat * p._i_sat) * p.peak_time if p.peak_current > 0 else 0.0
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0
     p._rad_per_count = (2.0 * M_PI) / p.encoder_counts if p.encoder_counts > 0 else 0.0
@@ -41,13 +45,18 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_BUDGET * st] = p.budget != 0
     c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
     c[PL_QUADRATIC * st] = p.budget_quadratic != 0
+    c[PL_FRICTION_TEMP * st] = p.friction_tempcoef != 0
     c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
     c[PL_INDUCTIVE * st] = p.te > 0
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0
     c[PL_THERMAL * st] = p.thermal_r > 0
+    c[PL_TWO_NODE * st] = p.thermal_r > 0 and p.thermal_r2 > 0
+    c[PL_FLUX * st] = p.flux_tempcoef != 0
     c[PL_ELECTRICAL * st] = p.law != LAW_TORQUE
-    c[PL_TAU_LIMITED * st] = p.tau_max > 0
+    c[PL_TAU_LIMITED * st] = p.tau_max > 0 and not p.peak_current > 0   # the peak limiter bounds the current
     c[PL_DERATE * st] = p.derate_i_rated > 0
+    c[PL_LIMIT_CURRENT * st] = p.current_limiter != 0 or p.peak_current > 0
+    c[PL_PEAK * st] = p.peak_current > 0
     c[PL_DERATE_INV_SPAN * st] = 1.0 / (p.derate_t2 - p.derate_t1) if p.derate_t2 != p.derate_t1 else 0.0
     c[PL_COG * st] = p.cog_amplitude != 0
     c[PL_LUGRE * st] = p.lugre_s0 > 0
@@ -85,6 +94,8 @@ cdef inline int kinds(const Params* p) noexcept nogil:
             | (USES_DC_LAW if p.law <= LAW_VELOCITY else 0)
             | (USES_QS if voltage_law and not p.te > 0 else 0)
             | (USES_DERATE if p.derate_i_rated > 0 else 0)
+            | (USES_MOTOR_X if p.current_limiter != 0 or p.peak_current > 0 or p.iron_loss != 0
+               or p.flux_tempcoef != 0 or p.thermal_r2 > 0 else 0)
             | (USES_LUGRE if p.lugre_s0 > 0 else 0)
             | (USES_NOISE if p.encoder_noise > 0 else 0)
             | (USES_OC if p.oc_fraction > 0 else 0)

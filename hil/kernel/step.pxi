@@ -57,7 +57,7 @@ cdef extern from "motor.h" nogil:
         const double* Ld
     void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
                         const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
-                        double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
+                        double* i2t, double* housing, double* temperature, double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
                         double* zoh_ea, double* zoh_inv_a, int uses)
 
 
@@ -73,6 +73,8 @@ cdef struct Block:
     double bristle[BLOCK]
     double current[BLOCK]
     double temp_rise[BLOCK]
+    double housing_rise[BLOCK]
+    double i2t[BLOCK]
     double slew_u[BLOCK]
     double integral[BLOCK]
     double theta_meas[BLOCK]
@@ -206,6 +208,8 @@ cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
         b.bristle[j] = st.bristle
         b.current[j] = st.current
         b.temp_rise[j] = st.temp_rise
+        b.housing_rise[j] = st.housing_rise
+        b.i2t[j] = st.i2t
         b.slew_u[j] = st.slew_u
         b.integral[j] = st.integral
         b.theta_meas[j] = st.theta_meas
@@ -239,6 +243,8 @@ cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
         st.bristle = b.bristle[j]
         st.current = b.current[j]
         st.temp_rise = b.temp_rise[j]
+        st.housing_rise = b.housing_rise[j]
+        st.i2t = b.i2t[j]
         st.slew_u = b.slew_u[j]
         st.integral = b.integral[j]
         st.theta_meas = b.theta_meas[j]
@@ -353,12 +359,12 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
                                            P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
-                   b.temp_rise, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, need)
+                   b.temp_rise, b.i2t, b.housing_rise, b.temperature, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,
                          b.lat_overheat, b.lat_overload, b.flags, need)
     if need & NEED_ZOH:
         hil_vexp(b.zoh_ea, m, path)
     hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea, b.zoh_inv_a,
-                  b.Ld, b.ext, b.torque, b.theta, b.omega, b.bristle, b.friction, need)
+                  b.Ld, b.ext, b.torque, b.T, b.theta, b.omega, b.bristle, b.friction, need)
     for j in range(mv):
         b.k[j] += 1.0

@@ -68,6 +68,17 @@ class DCMotor(Strict):
         None, description="rotor damping from no-load current: i0 [A] measured at voltage [V]")
     kt_mnm_per_a: PositiveFloat | None = Field(None, description="datasheet torque constant [mN·m/A]")
     kv_rpm_per_v: PositiveFloat | None = Field(None, description="datasheet speed constant [rpm/V]")
+    peak: Annotated[list[NonNegativeFloat], Len(2, 2)] | None = Field(
+        None, description="peak current [A] above saturation's continuous imax, for how long [s] (i²t budget)")
+    thermal2: Annotated[list[PositiveFloat], Len(2, 2)] | None = Field(
+        None, description="R_th2 housing→ambient [K/W], housing C [J/K]; thermal's R_T is then R_th1")
+    friction_tempcoef: float = Field(
+        0.0, description="α_f [1/K]: the friction budget × (1 + α_f·(T − T0)), T the winding temperature")
+    iron_loss: NonNegativeFloat = Field(0.0, description="K_fe [W·s²/rad²]: iron loss K_fe·ω² heats the winding")
+    flux_tempcoef: float = Field(0.0, le=0.0, description="α_m [1/K] of K(T) = K0(1 + α_m(T − T0)), magnets weaken")
+    current_limiter: bool = Field(
+        False, description="saturation and derating limit the current (a servo's limiter), not only the "
+                           "torque (MuJoCo's clamp)")
 
     @model_validator(mode="after")
     def _consistent(self) -> DCMotor:
@@ -88,6 +99,15 @@ class DCMotor(Strict):
             ir, isafe, t1, t2 = self.derating
             if not (0 < isafe <= ir and t1 < t2):
                 raise ValueError("derating needs 0 < i_safe <= i_rated and T1 < T2")
+        if self.thermal2 is not None and self.thermal is None:
+            raise ValueError("thermal2 needs thermal (its R_T is the winding→housing R_th1)")
+        if self.peak is not None:
+            ipk, tpk = self.peak
+            cont = _pad(self.saturation, 3)[1]
+            if cont <= 0:
+                raise ValueError("peak needs saturation's continuous current imax > 0")
+            if ipk <= cont or tpk <= 0:
+                raise ValueError("peak: the peak current must exceed saturation's imax and its time be > 0 s")
         if self.ctrlrange is not None and self.ctrlrange[0] >= self.ctrlrange[1]:
             raise ValueError("ctrlrange needs lower < upper")
         return self
@@ -104,6 +124,7 @@ class DCMotor(Strict):
             ke = 1.0 / (self.kv_rpm_per_v * RPM)  # Table 19: K_v = 1/K_e
         K = math.sqrt(kt * ke) if kt > 0 and ke > 0 else max(kt, ke)
         R = self.resistance or 0.0
+        joint = False  # `rated` and `no_load_current` solved together for K, R and B
         if self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
             if self.no_load_current is not None and K == 0:
@@ -130,9 +151,20 @@ class DCMotor(Strict):
             tau_r = p_rated / w_r
             if w_r >= w0:
                 raise ValueError("rated: rated speed must be below the no-load speed")
-            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K = τ_r/(ω0 − ω_r) − B.
-            cK = tau_r / (w0 - w_r) - b[0]
-            c = (b[0] * w0 + cK * w0) / V
+            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K + B = τ_r/(ω0 − ω_r) = s and
+            # c·V = s·ω0, whatever B is.
+            s = tau_r / (w0 - w_r)
+            c = s * w0 / V
+            joint = self.no_load_current is not None and K == 0 and R == 0
+            if joint:
+                # Simscape's k_t·i_noload = λ·ω_noload solved with the line: at V_m the no-load speed is
+                # ω_nl = c·V_m/s = ω0·V_m/V, so B = K·i0/ω_nl and c·K + K·i0/ω_nl = s.
+                i0, vm = self.no_load_current
+                w_nl = w0 * vm / V
+                K = s / (c + i0 / w_nl)
+                R = K / c
+                b[0] = K * i0 / w_nl
+            cK = s - b[0]
             if K == 0:
                 K = cK / c
             if R == 0:
@@ -141,13 +173,13 @@ class DCMotor(Strict):
             raise ValueError("resistance: R must be positive (give resistance, nominal or rated)")
         if K <= 0:
             raise ValueError("motorconst: K must be positive (give motorconst, nominal or rated)")
-        if self.no_load_current is not None and self.nominal is None:
+        if self.no_load_current is not None and self.nominal is None and not joint:
             i0, vm = self.no_load_current
             w_nl = (vm - i0 * R) / K
             if w_nl <= 0:
                 raise ValueError("no_load_current: i0·R exceeds the voltage")
             b[0] = K * i0 / w_nl  # Simscape: kt·i_noload = λ·ω_noload
-        elif self.no_load_current is not None:
+        elif self.no_load_current is not None and self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
             b[0] = (tau0 / V) * (V - K * w0) / w0
         L, te = _pad(self.inductance, 2)
@@ -165,6 +197,9 @@ class DCMotor(Strict):
         return MotorConstants(
             resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
+            iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
+            thermal2=tuple(self.thermal2) if self.thermal2 else (0.0, 0.0),
+            current_limiter=self.current_limiter, peak=tuple(self.peak) if self.peak else (0.0, 0.0),
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
             damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
@@ -187,6 +222,12 @@ class MotorConstants:
     didt_max: float = 0.0
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
     imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
+    iron_loss: float = 0.0  # K_fe [W·s²/rad²]
+    friction_tempcoef: float = 0.0  # α_f [1/K] of the friction budget
+    thermal2: tuple[float, float] = (0.0, 0.0)  # R_th2 [K/W], housing C [J/K]; 0 = one node
+    flux_tempcoef: float = 0.0  # α_m [1/K]
+    current_limiter: bool = False  # the limits bound the current, not only the torque
+    peak: tuple[float, float] = (0.0, 0.0)  # peak current [A] and its time [s]; 0 = none
     thermal_r: float = 0.0
     thermal_c: float = 0.0
     tempcoef: float = 0.0
@@ -210,7 +251,11 @@ class MotorConstants:
         out = dict(
             resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
-            tau_max=self.torque_limit, thermal_r=self.thermal_r, thermal_c=self.thermal_c,
+            tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
+            peak_current=self.peak[0], peak_time=self.peak[1], iron_loss=self.iron_loss,
+            flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
+            thermal_r2=self.thermal2[0], thermal_c2=self.thermal2[1],
+            thermal_r=self.thermal_r, thermal_c=self.thermal_c,
             tempcoef=self.tempcoef, reftemp=self.reftemp, ambient=self.ambient,
             damping_b1=self.damping[0], damping_b2=self.damping[1], damping_b3=self.damping[2],
             cog_amplitude=self.cogging[0], cog_poles=self.cogging[1], cog_phase=self.cogging[2],

@@ -113,6 +113,13 @@ def test_negative_resistance(tmp_path):
     ("dt = 0.001", 'dt = "fast"', "sim.dt"),
     ("armature = 0.0001", "armature = 0.0001\ngear = -3", "actuator.gear"),
     ("armature = 0.0001", "armature = 0.0001\nefficiency = 1.5", "actuator.efficiency"),
+    ("armature = 0.0001", "armature = 0.0001\nthermal = [2.0, 1.0]\nthermal2 = [0.0, 10.0]", "actuator.thermal2"),
+    ("armature = 0.0001", "armature = 0.0001\nthermal2 = [3.0, 10.0]", "thermal2 needs thermal"),
+    ("armature = 0.0001", "armature = 0.0001\nflux_tempcoef = 0.01", "actuator.flux_tempcoef"),
+    ("armature = 0.0001", "armature = 0.0001\niron_loss = -1.0", "actuator.iron_loss"),
+    ("armature = 0.0001", "armature = 0.0001\nsaturation = [0.0, 2.0]\npeak = [1.0, 0.1]", "peak: the peak current"),
+    ("armature = 0.0001", "armature = 0.0001\npeak = [4.0, 0.1]", "peak needs saturation"),
+    ("armature = 0.0001", "armature = 0.0001\ncurrent_limiter = 3", "actuator.current_limiter"),
 ])
 def test_bad_values_name_the_key(tmp_path, old, new, key):
     assert_one_line_error(tmp_path, key, rig=GOOD_RIG.replace(old, new))

@@ -598,3 +598,25 @@ def test_following_error_fault_and_reset():
 def test_error_register_bits():
     assert [error_register(c) for c in (0x0000, 0x2310, 0x3210, 0x4310, 0x8611, 0xFF00)] == \
         [0x00, 0x03, 0x05, 0x09, 0x21, 0x01]
+
+
+def test_cst_peak_current_then_continuous_with_warning():
+    """A peak limit above the continuous one (MuJoCo DC motor model §1.1): the drive's Current actual
+    value 0x6078 shows the peak for peak_time, then the continuous current, and the statusword's warning
+    bit 7 says the current is limited."""
+    rig = Rig(load_inertia=LOCKED)
+    p = rig.kernel.get_params(0)
+    kt, g = p["motorconst"], p["gear"]
+    i_ask = 15.5 / (kt * g * p["efficiency"])
+    i_cont, i_peak = 0.4 * i_ask, 0.8 * i_ask
+    rig.joint.command(params={"tau_max": kt * i_cont, "peak_current": i_peak, "peak_time": 0.05})
+    rig.enable(Mode.CST)
+    rig.w(0x6071, 500)                                        # 500 ‰ of 31 N·m: more than either limit
+    rig.run(20)
+    assert rig.st["i_out"] == pytest.approx(i_peak)
+    assert rig.sw & 0x0080 == 0
+    assert rig.r(0x6078) == round(i_peak / 5.5 * 1000)       # ‰ of 0x6075
+    rig.run(200)                                              # budget (0.8² − 0.4²)·i²·0.05 s long spent
+    assert rig.st["i_out"] == pytest.approx(i_cont)
+    assert rig.r(0x6078) == round(i_cont / 5.5 * 1000)
+    assert rig.sw & 0x0080
