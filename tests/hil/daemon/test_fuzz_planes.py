@@ -137,10 +137,11 @@ def mqtt_input(rng: random.Random) -> tuple[str, bytes]:
     elif k < 0.8:
         payload = json.dumps(command_args(rng, name)).encode()
     elif k < 0.88:
-        payload = b'{"actuator": "mx", "value": ' + str(rng.choice([1, -1]) * 10 ** rng.randrange(300, 5000)).encode() \
-            + b"}"
+        digits = rng.choice([b"1" + b"0" * rng.randrange(300, 5000), b"-1e" + b"9" * rng.randrange(3, 400),
+                             b"0." + b"0" * rng.randrange(300, 5000) + b"1"])
+        payload = b'{"actuator": "mx", "value": ' + digits + b"}"
     elif k < 0.98:
-        n = rng.randrange(100, 30_000)
+        n = rng.randrange(100, 10_000)   # within MAX_PAYLOAD: a bigger packet ends the connection (another test)
         payload = rng.choice([b"[" * n + b"]" * n, b'{"a":' * n + b"0" + b"}" * n])
     else:
         payload = b'{"value": "' + b"9" * (MAX_PAYLOAD + rng.randrange(1, 500)) + b'"}'
