@@ -305,6 +305,15 @@ class MqttClient:
 
         asyncio.run_coroutine_threadsafe(flood(), self._loop).result(timeout)
 
+    def publish_many_topics(self, messages: list[tuple[str, bytes]], qos: int = 1, timeout: float = 60.0) -> None:
+        """Publish (topic, payload) pairs in order, at `qos`, as fast as the client writes them (QoS 0) or the
+        broker acknowledges them (QoS 1, 20 in flight)."""
+        async def flood() -> None:
+            for k in range(0, len(messages), 20):
+                await asyncio.gather(*(self._client.publish(t, p, qos=qos) for t, p in messages[k:k + 20]))
+
+        asyncio.run_coroutine_threadsafe(flood(), self._loop).result(timeout)
+
     def publish_json(self, topic: str, obj) -> None:
         self.publish(topic, json.dumps(obj))
 
