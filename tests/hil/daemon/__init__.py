@@ -228,6 +228,21 @@ class MqttMessage:
         return json.loads(self.payload)
 
 
+def connect_to_embedded_broker(port: int, topics: list[str], daemon, **credentials) -> MqttClient:
+    """An MqttClient on the daemon's embedded broker once it listens (it starts after the command socket
+    answers), subscribed to `topics`, after the rig's retained `online`; `topics` must include `…/online`."""
+    deadline = time.monotonic() + 20.0
+    while True:
+        try:
+            client = MqttClient(port, topics, **credentials)
+            break
+        except aiomqtt.MqttError:
+            assert time.monotonic() < deadline and daemon.alive, f"no embedded broker on {port}:\n{daemon.stderr()}"
+            time.sleep(0.2)
+    client.wait(lambda m: m.topic.endswith("/online") and m.payload == b"online", 10.0, "online")
+    return client
+
+
 @dataclass
 class MqttClient:
     """An aiomqtt client in its own thread + event loop, with a blocking API and bounded waits."""

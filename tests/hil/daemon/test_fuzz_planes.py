@@ -24,7 +24,6 @@ import math
 import random
 import time
 
-import aiomqtt
 import msgpack
 import pytest
 import zmq
@@ -34,7 +33,7 @@ from hil.daemon.mqtt_plane import MAX_PAYLOAD
 from hil.daemon.zmq_io import MAX_REQUEST_BYTES
 from tests.daemon_process import RSS_GROWTH_LIMIT_KB, steady_rss_kb
 
-from . import MqttClient, free_port, ok
+from . import MqttClient, connect_to_embedded_broker, free_port, ok
 from .conftest import Launcher, write_rig
 
 SEED = 0x2F1A
@@ -293,16 +292,8 @@ def fuzzed(tmp_path_factory):
         f'[mqtt]\nembedded_port = {port}\nusername = "{USER}"\npassword = "{PASSWORD}"\nmax_commands_per_s = 1e6\n'))
     rig.mqtt_port = port
     d = launcher.start(rig, no_mqtt_flag=False)
-    deadline = time.monotonic() + 20.0   # the broker starts after the command socket answers
-    while True:
-        try:
-            client = MqttClient(port, [f"servo-hil/{rig.name}/events", f"servo-hil/{rig.name}/online"],
-                                username=USER, password=PASSWORD)
-            break
-        except aiomqtt.MqttError:
-            assert time.monotonic() < deadline and d.alive, f"no embedded broker on {port}:\n{d.stderr()}"
-            time.sleep(0.2)
-    client.wait(lambda m: m.topic.endswith("/online") and m.payload == b"online", 10.0, "online")
+    client = connect_to_embedded_broker(port, [f"servo-hil/{rig.name}/events", f"servo-hil/{rig.name}/online"], d,
+                                        username=USER, password=PASSWORD)
     yield d, client
     client.close()
     launcher.finish()

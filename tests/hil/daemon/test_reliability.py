@@ -22,7 +22,7 @@ from hil.daemon.service import Daemon, DaemonFailure
 from hil.rig import load_rig, loopback
 from tests.daemon_process import SERVO_HIL, assert_one_cli_line, rss_kb
 
-from . import MqttClient, command, free_port, ok, raw_request, refused
+from . import MqttClient, command, connect_to_embedded_broker, free_port, ok, raw_request, refused
 from .test_lifecycle import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,15 +132,7 @@ def guarded(make_rig, start_daemon):
     port = free_port()
     rig = embedded_rig(make_rig, port, 'username = "rig"\npassword = "s3cret"\nmax_commands_per_s = 20\n')
     d = start_daemon(rig, no_mqtt_flag=False)
-    deadline = time.monotonic() + 20.0   # the broker starts after the command socket answers
-    while True:
-        try:
-            client = MqttClient(port, [f"servo-hil/{rig.name}/#"], username="rig", password="s3cret")
-            break
-        except aiomqtt.MqttError:
-            assert time.monotonic() < deadline and d.alive, f"no embedded broker on {port}:\n{d.stderr()}"
-            time.sleep(0.2)
-    client.wait(lambda m: m.topic.endswith("/online") and m.payload == b"online", 10.0, "online")
+    client = connect_to_embedded_broker(port, [f"servo-hil/{rig.name}/#"], d, username="rig", password="s3cret")
     yield d, client
     client.close()
 
