@@ -13,9 +13,13 @@ $(BIN)/python:
 
 # Editable installs do not rebuild .pyx files: the stamp depends on them, so any change re-runs the build.
 # `make run` needs the runtime dependencies only; `make test` adds the test extras of pyproject.toml.
+# The build requirements go into the venv itself (no isolated build env): mujoco and numpy are downloaded once.
 .stamp-run: $(BIN)/python pyproject.toml setup.py $(PYX)
+	@echo "make: installing the build requirements"
+	$(BIN)/pip install -q --progress-bar off $$($(BIN)/python -c "import tomllib; \
+		print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))")
 	@echo "make: installing the runtime dependencies and building the extensions (both cores)"
-	$(BIN)/pip install --progress-bar off -e .
+	$(BIN)/pip install --progress-bar off --no-build-isolation -e .
 	@touch $@
 
 .stamp-install: .stamp-run
