@@ -15,7 +15,7 @@ from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
 from firmware_models.dynamixel.servo_core import POSITION_MODES, Reply, ServoCore
 from hil.joint import Joint
-from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
+from hil.kernel import DXL_MODES, FAULT_BITS, LAWS, peak_spent
 
 ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0   # Profile Acceleration [rad/s² per unit]
 BUS_WATCHDOG_UNIT_S = 0.020
@@ -297,6 +297,11 @@ class DynamixelServo(ServoCore):
         for bit, hw_bit in _KERNEL_TO_HW.items():
             if flags & bit:
                 hw |= hw_bit
+        i2t = st["i2t"]
+        if i2t > 0 and t.get("Torque Enable") and peak_spent(self.joint.params(), i2t):
+            # the peak current's i²t budget is spent and the current held to the continuous limit: a persistent
+            # load above the maximum output (e-manual §Hardware Error Status(70), Overload Error)
+            hw |= HW_OVERLOAD
         if not t.get("Min Voltage Limit") <= round(vin * 10) <= t.get("Max Voltage Limit"):
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error

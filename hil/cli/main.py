@@ -585,6 +585,28 @@ def actuator_plot(
         console.print(f"drive/backdrive diagram → {drive}")
 
 
+@actuator_app.command("export")
+@one_line_errors
+def actuator_export(
+    name: Annotated[str, typer.Argument(help="catalog actuator")],
+    model: Annotated[str | None, typer.Option(help="bam identified set m1..m6")] = None,
+    mjcf: Annotated[Path | None, typer.Option(help="OUT.xml: the closest MuJoCo <dcmotor> and its joint's damping, "
+                                                   "frictionloss and armature (MuJoCo 3.7-3.11)")] = None,
+    isaaclab: Annotated[Path | None, typer.Option(help="OUT.json or OUT.yaml: Isaac Lab DCMotorCfg parameters")] = None,
+) -> None:
+    """The actuator for another simulator: MuJoCo MJCF and / or Isaac Lab DCMotor parameters, each followed by
+    what the target cannot represent."""
+    from hil.offline.actuator_export import export
+
+    targets = {"mjcf": ("MuJoCo <dcmotor>", mjcf), "isaaclab": ("Isaac Lab DCMotor", isaaclab)}
+    for target, lost in export(name, model, mjcf, isaaclab).items():
+        title, path = targets[target]
+        console.print(f"{title} → {escape(str(path))}")
+        console.print(f"  not represented ({len(lost)}):" if lost else "  not represented: nothing")
+        for line in lost:
+            console.print(f"  - {escape(line)}", soft_wrap=True)
+
+
 def _plain_metavars(typer_app: typer.Typer) -> None:
     """Help shows RIG, PATH, TEXT, NUMBER rather than the Python types (`<list[str]>`, `{rig}`): every argument
     and option without its own metavar gets one from its name or its type."""

@@ -13,6 +13,8 @@ from hil.kernel.core import (
     Kernel,
     default_params,
     friction_budget,
+    peak_spent,
 )
 
-__all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget"]
+__all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget",
+           "peak_spent"]

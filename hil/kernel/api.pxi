@@ -110,6 +110,21 @@ def friction_budget(dict params, tau_m, tau_e, double omega):
     return out
 
 
+def peak_spent(dict params, double i2t):
+    """Whether `i2t` [A²·s], a State's spent i²t, has used up the peak current's budget (i_peak² − i_cont²)·peak_time
+    that the kernel derives from `params`: the kernel then holds the current to the continuous limit. False
+    without a peak limit."""
+    if not params["peak_current"] > 0:
+        return False
+    cdef Params p = params
+    cdef double block[HIL_PLAN_COLUMNS * BLOCK]
+    cdef Plan plan
+    memset(block, 0, sizeof(block))
+    plan.col = block
+    prepare(&p, &plan, 0, 1.0)
+    return i2t >= p._i2t_budget
+
+
 OUTPUTS = ("theta", "omega", "theta_meas", "torque", "friction_torque", "current", "voltage",
            "temperature", "fault_flags")
 

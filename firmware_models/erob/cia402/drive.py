@@ -18,7 +18,8 @@ Calls must be serialised by the caller (the class holds no lock).
 
 Statusword: state bits per the table; bit 4 (voltage enabled) while the DC link is powered; bit 5
 (quick stop) is 1 in Ready to switch on, Switched on and Operation enabled; bit 9 (remote) once
-initialised; bit 7 (warning) while the kernel derates current for temperature; bit 11 (internal limit)
+initialised; bit 7 (warning) while the kernel derates the current (for temperature, or to the continuous
+limit once the peak current's i²t budget is spent); bit 11 (internal limit)
 while a software position limit 0x607D, the max torque 0x6072 or (CSV) the max motor speed 0x6080 cuts
 the demand. Mode-specific bits in
 Operation enabled: PP 10 target reached (demand at the target, |actual − target| ≤ 0x6067 for 0x6068 ms;
@@ -27,6 +28,9 @@ or stopped under halt), 12 set-point acknowledge, 13 following error; PV 10 |v �
 the command value", CSP 13 following error (bit 10 is reserved in the cyclic modes and stays 0).
 In Quick stop active bit 10 means "stopped". With mode 0 (no mode, the EDS default) the drive holds
 its position and sets no mode bits.
+
+Drive Temperature 0x22A2 (UNSIGNED16 in the EDS, °C) reads the housing node where the kernel's two-node thermal
+model is on (thermal_r2 > 0), the winding otherwise.
 
 The state machine and faults are in `state_machine`, the modes of operation in `modes`, the objects and
 units in `objects`.
@@ -50,6 +54,7 @@ from firmware_models.erob.cia402.objects import (
     DC_LINK_VOLTAGE,
     DRIVE_TEMPERATURE,
     ENCODER_DIFFERENCE,
+    ERR_OVERCURRENT,
     ERROR_HISTORY,
     FAULT_REACTION_OPTION,
     FAULT_REACTION_OPTIONS,
@@ -256,6 +261,8 @@ class Cia402Drive(StateMachine, Modes):
             code = self._power_fault(st, p)
             if code:
                 self._fault(code)
+            elif self._overload(st, p):
+                self._fault(ERR_OVERCURRENT, by_option=True)
         if self.state == _S.OPERATION_ENABLED:
             self._following_error(dt)
         if self.state == _S.OPERATION_ENABLED:
@@ -286,9 +293,12 @@ class Cia402Drive(StateMachine, Modes):
         v[CURRENT_ACTUAL] = u.current_permille(st["i_out"])
         self._supply_v = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
         v[DC_LINK_VOLTAGE] = _sat(round(self._supply_v * 1000.0), 32, signed=False)
-        # the winding as it is now (the kernel's `temperature` is the one at the start of the last step)
+        # the winding as it is now (the kernel's `temperature` is the one at the start of the last step); the
+        # drive's sensor reads the housing node where the two-node thermal model is on (MuJoCo DC motor model §1.3)
         self._temperature = p["ambient"] + st["temp_rise"]
-        v[DRIVE_TEMPERATURE] = _sat(round(self._temperature), 16, signed=False)
+        two_node = p["thermal_r"] > 0 and p["thermal_r2"] > 0
+        sensed = p["ambient"] + st["housing_rise"] if two_node else self._temperature
+        v[DRIVE_TEMPERATURE] = _sat(round(sensed), 16, signed=False)   # UNSIGNED16 [°C] in the EDS
         motor = self.config.units
         v[MOTOR_ENCODER] = _sat(round(theta * motor.motor_revs_per_output_rev * motor.motor_encoder_counts / TWO_PI),
                                 32)

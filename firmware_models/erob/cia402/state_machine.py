@@ -8,9 +8,11 @@ and 12 after a quick-stop ramp (options 1, 2) at a later tick.
 
 Faults (→ Fault reaction active → Fault, 0x603F, 0x1001, 0x1003 history, one EMCY each): kernel latches
 overheat → 0x4310, overload (|i| too long) and open circuit → 0x2310; the supply (kernel supply_v or
-an injected supply_override) outside [dc_link_min_v, dc_link_max_v] → 0x3220 / 0x3210; |θd − θ| above
-0x6065 for longer than 0x6066 ms in PP, CSP or no mode → 0x8611. Power faults switch torque off at
-once; a following error reacts per 0x605E (0 torque off, 1 ramp 0x6084, 2 ramp 0x6085). Fault reset
+an injected supply_override) outside [dc_link_min_v, dc_link_max_v] → 0x3220 / 0x3210; the peak current's
+i²t budget spent while the drive drives (the kernel then holds the current to the continuous limit) → 0x2310
+continuous over-current; |θd − θ| above 0x6065 for longer than 0x6066 ms in PP, CSP or no mode → 0x8611.
+Power faults switch torque off at once; a spent i²t budget and a following error react per 0x605E (0 torque
+off, 1 ramp 0x6084, 2 ramp 0x6085; the ramp runs on the continuous current). Fault reset
 (0x6040 bit 7 rising edge in Fault) succeeds only once the supply is back in range and the winding is
 below the kernel's temp_limit; it releases the kernel latches and sends EMCY 0x0000.
 """
@@ -48,7 +50,7 @@ from firmware_models.erob.cia402.objects import (
     _members,
     _sat,
 )
-from hil.kernel import FAULT_BITS
+from hil.kernel import FAULT_BITS, peak_spent
 
 
 class State(IntEnum):
@@ -222,15 +224,22 @@ class StateMachine:
             return ERR_OVERVOLTAGE
         return ERR_NONE
 
-    def _fault(self, code: int) -> None:
-        """Transition 13: error code, error register, history, EMCY, and the fault reaction."""
+    def _overload(self, st, p: dict) -> bool:
+        """The peak current's i²t budget spent while the drive drives: the current is held to the continuous
+        limit (MuJoCo DC motor model §1.1), a continuous over-current (CiA 301 error code 0x2310)."""
+        i2t = st["i2t"]
+        return i2t > 0 and self._torque_on() and peak_spent(p, i2t)
+
+    def _fault(self, code: int, by_option: bool = False) -> None:
+        """Transition 13: error code, error register, history, EMCY, and the fault reaction: torque off at once
+        for a power fault unless `by_option`, otherwise as 0x605E says."""
         register = error_register(code)
         self.values[ERROR_CODE] = code
         self.values[ERROR_REGISTER] = register
         self._push_history(code)
         self._emcy.append((code, register, bytes(5)))
         option = self.values[FAULT_REACTION_OPTION]
-        coast = code in _POWER_FAULTS or option == 0
+        coast = (code in _POWER_FAULTS and not by_option) or option == 0
         decel = self.values[PROFILE_DECELERATION if option == 1 else QUICK_STOP_DECELERATION]
         self.state = _S.FAULT_REACTION_ACTIVE
         self._begin_stop(coast=coast, decel=decel)

@@ -600,23 +600,91 @@ def test_error_register_bits():
         [0x00, 0x03, 0x05, 0x09, 0x21, 0x01]
 
 
-def test_cst_peak_current_then_continuous_with_warning():
-    """A peak limit above the continuous one (MuJoCo DC motor model §1.1): the drive's Current actual
-    value 0x6078 shows the peak for peak_time, then the continuous current, and the statusword's warning
-    bit 7 says the current is limited."""
-    rig = Rig(load_inertia=LOCKED)
+def peak_rig(**params) -> tuple[Rig, float, float]:
+    """A locked eRob80:100 whose kernel allows a peak current above the continuous one for 50 ms (MuJoCo DC motor
+    model §1.1), in CST asking 500 ‰ of 31 N·m, more than either limit; (rig, i_cont, i_peak) [A]."""
+    rig = Rig(load_inertia=LOCKED, **params)
     p = rig.kernel.get_params(0)
     kt, g = p["motorconst"], p["gear"]
     i_ask = 15.5 / (kt * g * p["efficiency"])
     i_cont, i_peak = 0.4 * i_ask, 0.8 * i_ask
     rig.joint.command(params={"tau_max": kt * i_cont, "peak_current": i_peak, "peak_time": 0.05})
     rig.enable(Mode.CST)
-    rig.w(0x6071, 500)                                        # 500 ‰ of 31 N·m: more than either limit
+    rig.w(0x6071, 500)
+    return rig, i_cont, i_peak
+
+
+def run_until_fault(rig: Rig, limit: int = 200) -> int:
+    ticks = 0
+    while rig.drive.state == S.OPERATION_ENABLED:
+        rig.run(1)
+        ticks += 1
+        assert ticks < limit, "no fault"
+    return ticks
+
+
+def test_cst_peak_current_then_overcurrent_emcy_when_the_budget_is_spent():
+    """The drive's Current actual value 0x6078 shows the peak while the i²t budget lasts; once it is spent (after
+    peak_time at the peak: (i_pk² − i_c²)·t_pk spent at i_pk² − i_c² per second) the drive faults with EMCY 0x2310
+    continuous over-current (CiA 301 §7.2.7), 0x1001 bits 0 and 1, and reacts per 0x605E: 2 (the EDS default), a
+    quick-stop ramp with the torque on, from standstill done at the next tick, then Fault with the torque off."""
+    rig, _, i_peak = peak_rig()
+    assert rig.r(0x605E) == 2
     rig.run(20)
     assert rig.st["i_out"] == pytest.approx(i_peak)
-    assert rig.sw & 0x0080 == 0
     assert rig.r(0x6078) == round(i_peak / 5.5 * 1000)       # ‰ of 0x6075
-    rig.run(200)                                              # budget (0.8² − 0.4²)·i²·0.05 s long spent
+    assert rig.drive.emcy_pending() == []
+    ticks = 20 + run_until_fault(rig)
+    assert abs(ticks - 50) <= 2, "the budget lasts peak_time = 50 ms at the peak"
+    assert rig.drive.state == S.FAULT_REACTION_ACTIVE
+    assert rig.drive.emcy_pending() == [(0x2310, 0x03, bytes(5))]
+    assert (rig.r(0x603F), rig.r(0x1001), rig.r(0x1003, 1)) == (0x2310, 0x03, 0x2310)
+    assert rig.joint.enable == 1.0, "0x605E = 2: the drive ramps down with the torque on"
+    rig.run(2)
+    assert rig.drive.state == S.FAULT and rig.joint.enable == 0.0
+    rig.run(2)
+    assert rig.st["i_out"] == 0.0
+    rig.cw(FAULT_RESET)
+    assert rig.drive.state == S.SWITCH_ON_DISABLED
+    assert rig.drive.emcy_pending() == [(0x0000, 0, bytes(5))]
+
+
+def test_spent_budget_with_fault_reaction_0_switches_the_torque_off_at_once():
+    rig, _, _ = peak_rig()
+    rig.w(0x605E, 0)
+    run_until_fault(rig)
+    assert rig.drive.state == S.FAULT_REACTION_ACTIVE and rig.joint.enable == 0.0
+    assert rig.drive.emcy_pending() == [(0x2310, 0x03, bytes(5))]
+
+
+def test_no_peak_limit_no_overcurrent_fault():
+    """The continuous limit alone (no peak, nothing to spend) limits the current without a fault."""
+    rig = Rig(load_inertia=LOCKED)
+    p = rig.kernel.get_params(0)
+    i_cont = 0.4 * 15.5 / (p["motorconst"] * p["gear"] * p["efficiency"])
+    rig.joint.command(params={"tau_max": p["motorconst"] * i_cont, "current_limiter": 1})
+    rig.enable(Mode.CST)
+    rig.w(0x6071, 500)
+    rig.run(300)
+    assert rig.drive.state == S.OPERATION_ENABLED and rig.drive.emcy_pending() == []
     assert rig.st["i_out"] == pytest.approx(i_cont)
-    assert rig.r(0x6078) == round(i_cont / 5.5 * 1000)
-    assert rig.sw & 0x0080
+
+
+def test_drive_temperature_reads_the_winding_with_one_node_and_the_housing_with_two():
+    """0x22A2 (UNSIGNED16, °C): the winding with one thermal node; with the two-node model (MuJoCo DC motor model
+    §1.3, R_th1 + R_th2) the housing, where the drive's sensor sits, which lags the winding."""
+    one = Rig(load_inertia=LOCKED)
+    one.kernel.set_state(0, temperature=60.0)
+    one.run(1)
+    one.drive.refresh()                                      # the actual values as of the kernel's last step
+    assert one.r(0x22A2) == round(one.kernel.get_params(0)["ambient"] + one.st["temp_rise"]) == 60
+    two = Rig(load_inertia=LOCKED, thermal_r2=1.0, thermal_c2=2.0)
+    two.kernel.set_state(0, temperature=60.0)
+    two.run(1)
+    ambient = two.kernel.get_params(0)["ambient"]
+    assert two.r(0x22A2) == 25 == round(ambient)             # the housing starts at ambient
+    two.run(500)                                             # the housing warms from the winding (τ ≈ 1 s)
+    two.drive.refresh()
+    housing, winding = ambient + two.st["housing_rise"], ambient + two.st["temp_rise"]
+    assert winding - housing > 5
+    assert two.r(0x22A2) == round(housing)
