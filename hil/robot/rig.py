@@ -26,6 +26,7 @@ from hil.params.config_file import ConfigError, Strict
 from hil.robot.engine import RobotEngine
 
 MOTOR_PREFIX = "servo-hil/"   # name of the motor actuator added on each bound hinge: MOTOR_PREFIX + joint
+POSES_TOPIC = "poses"         # the bodies' poses go out on <rig>/poses: no actuator may be named so
 PENDULUM_KEYS = ("load_inertia", "mass", "length", "arm_mass", "gravity", "q_offset")
 """The kernel's own pendulum load, which a robot's MJCF replaces: fixed in a robot's kernel (`_coupled_params`)."""
 
@@ -108,6 +109,9 @@ def build_robot(config: RobotConfig, base: Path, bindings: list[Binding], tick_s
     spec = load_spec(path)
     seen: dict[str, str] = {}
     for b in bindings:
+        if b.joint == POSES_TOPIC:
+            raise ConfigError(f"{b.where}.joint: {POSES_TOPIC!r} is the robot's poses topic (<rig>/{POSES_TOPIC}): "
+                              "rename the MJCF hinge")
         joint = spec.joint(b.joint)
         if joint is None:
             hinges = [j.name for j in spec.joints if j.type == mujoco.mjtJoint.mjJNT_HINGE and j.name]
