@@ -89,14 +89,20 @@ def trajectory(rig: RigFile, ticks: int, goals: dict[str, float]) -> np.ndarray:
     return np.array([series[j] for j in JOINTS]).T
 
 
-def compare_set_to_started(make, changes: dict[str, float], goals: dict[str, float], ticks: int = 1500) -> None:
+def on_command_socket(rig: RigFile, args: dict) -> None:
+    ok(rig.cmd, "set_param", **args)
+
+
+def compare_set_to_started(make, changes: dict[str, float], goals: dict[str, float], ticks: int = 1500,
+                           send=on_command_socket) -> None:
     """make(started: bool) -> a lock-step robot rig whose shoulder starts with the values of `changes` (True) or
-    without them (False). The second, given them by `set_param` on its command socket before its first tick,
-    follows the first to round-off; after `reset` (back to its configured values) it leaves it."""
+    without them (False). The second, given them by `set_param` (send(rig, arguments): on its command socket, or
+    MQTT) before its first tick, follows the first to round-off; after `reset` (back to its configured values) it
+    leaves it."""
     started, later = make(True), make(False)
     reference = trajectory(started, ticks, goals)
     for name, value in changes.items():
-        ok(later.cmd, "set_param", actuator="shoulder", name=name, value=value)
+        send(later, {"actuator": "shoulder", "name": name, "value": value})
     followed = trajectory(later, ticks, goals)
     assert np.ptp(reference[:, 0]) > 0.2, "the shoulder does not move"
     err = float(np.max(np.abs(followed - reference)))
@@ -122,8 +128,9 @@ def test_set_param_of_armature_and_viscous_friction_reaches_the_hinge(tmp_path, 
     compare_set_to_started(make, changes, {"shoulder": 0.9, "elbow": -0.6})
 
 
-def test_set_param_of_gear_and_motor_damping_reaches_the_hinge(tmp_path, start_daemon):
-    """A <dcmotor> shoulder: armature·g² is the hinge's dof_armature and B1·g² its dof_damping."""
+def test_set_param_of_gear_and_motor_damping_reaches_the_hinge_over_mqtt(tmp_path, start_daemon, mqtt_broker):
+    """A <dcmotor> shoulder: armature·g² is the hinge's dof_armature and B1·g² its dof_damping; the values come
+    over MQTT (`cmd/set_param` through a real broker), each executed (its result event) before the first tick."""
     values = {True: {"gear": 180.0, "armature": 4e-7, "damping_b1": 6e-6},
               False: {"gear": 150.0, "armature": 3e-7, "damping_b1": 2e-6}}
 
@@ -131,9 +138,18 @@ def test_set_param_of_gear_and_motor_damping_reaches_the_hinge(tmp_path, start_d
         v = values[started]
         arm = DCMOTOR_ARM.replace("{gear}", repr(v["gear"])).replace("{armature}", repr(v["armature"]))
         arm = arm.replace("{b1}", repr(v["damping_b1"]))
-        return start_daemon(robot_rig(tmp_path, f"dcmotor-{started}", arm, lockstep=True)).rig
+        return start_daemon(robot_rig(tmp_path, f"dcmotor-{started}", arm, lockstep=True,
+                                      mqtt_port=mqtt_broker.port)).rig
 
-    compare_set_to_started(make, values[True], {"shoulder": 0.8 * 180.0, "elbow": -0.5 * 120.0})
+    def over_mqtt(rig: RigFile, args: dict) -> None:
+        prefix = f"servo-hil/{rig.name}"
+        with MqttClient(mqtt_broker.port, [f"{prefix}/#"]) as mq:
+            mq.wait(lambda m: m.topic == f"{prefix}/online" and m.payload == b"online", 10.0, "online")
+            mq.publish_json(f"{prefix}/cmd/set_param", args | {"id": args["name"]})
+            done = mq.event(lambda e: e.get("id") == args["name"], 5.0, f"set_param {args['name']}'s result")
+        assert done["ok"] is True, done
+
+    compare_set_to_started(make, values[True], {"shoulder": 0.8 * 180.0, "elbow": -0.5 * 120.0}, send=over_mqtt)
 
 
 def test_set_param_of_a_pendulum_load_is_refused_on_a_robot(tmp_path, start_daemon):
