@@ -265,7 +265,7 @@ class StateSubscriber(threading.Thread):
     is a multiple of the tap's), and every poses message of the rig `rig` to each of `poses_sinks`. `error` is
     set if a sink raised (the thread then ends and the daemon stops with that reason)."""
 
-    def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]], rig: str = "",
+    def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]], rig: str,
                  poses_sinks: list[PosesSink] = ()):
         super().__init__(name="servo-hil-tap", daemon=True)
         self.sinks = sinks
