@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 import zmq
 
 from hil.daemon.zmq_io import stamp_ns
@@ -265,3 +266,20 @@ def test_foxglove_draws_the_robots_bodies(tmp_path, start_daemon):
     # the forearm swung: its rotation about x (the hinges' axis) follows the elbow's lift
     angle = [2 * np.arctan2(t.rotation.x, t.rotation.w) for t in (first, last)]
     assert angle[1] - angle[0] > 0.3, angle
+
+
+def test_state_time_of_a_robot_with_two_physics_steps_a_tick(tmp_path, start_daemon):
+    """A 0.5 ms MJCF timestep under a 1 kHz loop: two physics steps a tick; `t` in the `step` and `state` replies
+    is the simulation time, tick · 1 ms, as on the stream."""
+    (tmp_path / "half.xml").write_text(ARM_2R.read_text().replace('timestep="0.001"', 'timestep="0.0005"'))
+    rig = robot_rig(tmp_path, "half", DXL_ARM.replace("{elbow}", 'model = "m4"'), lockstep=True)
+    rig.path.write_text(rig.path.read_text().replace(str(ARM_2R), str(tmp_path / "half.xml")))
+    start_daemon(rig)
+    with Stream(rig.pub, f"{rig.name}/elbow") as stream:
+        stream.wait_subscribed()
+        reply = ok(rig.cmd, "step", n=100)
+        last = [s.payload for s in stream.collect(1.0)][-1]
+    assert reply["tick"] == 100
+    assert reply["state"]["elbow"]["t"] == pytest.approx(0.1, abs=1e-12)
+    assert ok(rig.cmd, "state", actuator="elbow")["state"]["elbow"]["t"] == pytest.approx(0.1, abs=1e-12)
+    assert last["t"] == pytest.approx(0.1, abs=1e-12)
