@@ -9,6 +9,12 @@ without an extension):
   at most `rate_hz` per joint, log time = the stream's timestamp.
 - `/<rig>/events` (schema `servo_hil.Event`): every event the daemon raises (LiveRig.emit), as MQTT
   carries them.
+
+A robot rig (docs/robots.md) adds `/<rig>/poses`, Foxglove's well-known `foxglove.FrameTransforms` schema
+(protobuf): at every poses message of the state stream (`[robot] pose_every`), one transform per body of the
+MJCF from the parent frame `world` to the body's frame (its name, `body<i>` if unnamed) — translation = the
+body's world position [m], rotation = its orientation — which the 3D panel draws; timestamp and log time are
+the poses message's.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ import json
 import logging
 
 import foxglove
+from foxglove.channels import FrameTransformsChannel
+from foxglove.messages import FrameTransform, FrameTransforms, Quaternion, Timestamp, Vector3
 
 from hil.daemon.live_rig import LiveRig
 from hil.params.config_file import ConfigError
 from hil.rig import FoxgloveConfig
+
+WORLD_FRAME = "world"   # MuJoCo's body 0; every body's transform is given from it
 
 log = logging.getLogger("servo-hil")
 
@@ -91,6 +101,11 @@ class FoxgloveBridge:
                                        schema=foxglove.Schema(name="servo_hil.Event", encoding="jsonschema",
                                                               data=json.dumps(EVENT_SCHEMA).encode()),
                                        message_encoding="json")
+        self.transforms: FrameTransformsChannel | None = None
+        if live.robot is not None:
+            model = live.robot.model
+            self.frames = [model.body(i).name or f"body{i}" for i in range(model.nbody)]
+            self.transforms = FrameTransformsChannel(f"/{rig}/poses", context=self.context)
         try:
             self.server = foxglove.start_server(name=f"servo-hil {rig}", host=cfg.bind, port=cfg.port,
                                                 context=self.context)
@@ -102,6 +117,17 @@ class FoxgloveBridge:
     def state(self, joint: str, stamp_ns: int, state: dict) -> None:
         """Send one joint state (a state-stream map) stamped `stamp_ns` [ns]."""
         self.channels[joint].log(json.dumps(state).encode(), log_time=stamp_ns)
+
+    def poses(self, stamp_ns: int, poses: dict) -> None:
+        """Send one poses message of the state stream (zmq_io: world positions, quaternions w, x, y, z) stamped
+        `stamp_ns` [ns] as the transforms from `world` to each body (body 0, the world itself, left out)."""
+        xyz, wxyz = poses["position"], poses["quaternion"]
+        stamp = Timestamp(stamp_ns // 10**9, stamp_ns % 10**9)
+        self.transforms.log(FrameTransforms(transforms=[
+            FrameTransform(timestamp=stamp, parent_frame_id=WORLD_FRAME, child_frame_id=self.frames[i],
+                           translation=Vector3(x=xyz[3 * i], y=xyz[3 * i + 1], z=xyz[3 * i + 2]),
+                           rotation=Quaternion(x=wxyz[4 * i + 1], y=wxyz[4 * i + 2], z=wxyz[4 * i + 3], w=wxyz[4 * i]))
+            for i in range(1, len(self.frames))]), log_time=stamp_ns)
 
     def event(self, event: dict) -> None:
         """Send one daemon event (a LiveRig listener)."""

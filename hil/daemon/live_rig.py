@@ -30,7 +30,7 @@ from hil.params.actuator import ActuatorSpec
 from hil.params.catalog import config_dir
 from hil.params.config_file import Strict, read_toml, validate
 from hil.rig import Rig
-from hil.robot.rig import Robot
+from hil.robot.rig import PENDULUM_KEYS, Robot
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
@@ -186,7 +186,8 @@ class LiveRig:
 
     @property
     def loop_dt(self) -> float:
-        return self.period_s / self.rig.loop.substeps
+        """The kernel's step [s]: a tick over the loop's substeps (a robot's are its MJCF's)."""
+        return self.period_s / self.loop.substeps
 
     def status(self) -> dict:
         st = self.state()
@@ -286,6 +287,9 @@ class LiveRig:
         key = cmd.get("name")
         if not isinstance(key, str) or key not in self.settable:
             raise CommandError(f"set_param: unknown parameter {shown(key)} (settable: {', '.join(self.settable)})")
+        if self.robot is not None and key in PENDULUM_KEYS:
+            raise CommandError(f"set_param: {key} belongs to a pendulum load; a robot rig's load is its MJCF "
+                               f"({self.robot.mjcf.name})")
         entry = self.settable[key]
         value = number(cmd, "value", *entry.range, where=f"set_param {key} [{entry.unit}]")
         if key == "thermal_c" and self.params[j]["thermal_r"] > 0 and value <= 0:

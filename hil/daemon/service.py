@@ -144,7 +144,8 @@ class Daemon:
             self.recording = StateRecording(self.rig_dir / rig.record.dir, rig.record.segment_s, rig.name)
             sinks.append((self._every(rig.record), self.recording))
             log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
-        self.tap = StateSubscriber(self.context, sinks)
+        poses = [self.foxglove.poses] if self.foxglove is not None and self.robot is not None else []
+        self.tap = StateSubscriber(self.context, sinks, rig.name, poses)
         self.tap.start()
 
     def stop(self) -> None:

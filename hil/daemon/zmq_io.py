@@ -33,8 +33,10 @@ the simulation time in lock-step mode.
 A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
 ticks on topic `b"<rig>/poses"`: a map of `seq` (+1 per message), `t` [s] and `tick` of the copy, `bodies`
 (the MJCF's body names, world first), `position` (x, y, z [m] of each body in the world frame, flattened)
-and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame as above, taken
-when the message is sent. It is the latest copy when the publisher looks (a lock-step burst ends on its last).
+and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame is the copy's
+simulation time in lock-step mode, else the wall-clock time when the message is sent. It is the latest copy
+when the publisher looks (a lock-step burst ends on its last). A robot rig refuses an actuator named `poses`;
+ZeroMQ filters by prefix, so a subscription to `<rig>/poses` still gets a joint `poses2`: compare the whole topic.
 
 Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
 `{"ok": false, "error": "…"}` (see LiveRig for the commands).
@@ -61,13 +63,15 @@ from hil.kernel import FAULT_BITS
 from hil.loop.rt import bind_libzmq, realtime_thread
 from hil.params.config_file import ConfigError
 from hil.rig import ZmqConfig, loopback
+from hil.robot.rig import POSES_TOPIC
 
 log = logging.getLogger("servo-hil")
 
 STATE_TAP = "inproc://servo-hil-state"
 """The state stream inside the daemon's process, already decimated: the publisher's C path sends one published
 tick in `tap_every` to a second PUB socket bound here, and the recorder and the Foxglove server read it in a
-thread of their own, so the loop and the publisher do no Python work for them."""
+thread of their own, so the loop and the publisher do no Python work for them. A robot's poses messages go
+there too, each one."""
 
 
 def loaded_libzmq() -> str:
@@ -175,7 +179,10 @@ class StatePublisher(threading.Thread):
         payload = {"seq": self.poses_sent, "t": t, "tick": tick, "bodies": self._bodies,
                    "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
         stamp = t if self.live.rig.loop.lockstep else time.time()
-        self.sock.send_multipart([f"{self.live.rig.name}/poses".encode(), msgpack.packb(payload), repr(stamp).encode()])
+        frames = [poses_topic(self.live.rig.name), msgpack.packb(payload), f"{stamp:.9f}".encode()]
+        self.sock.send_multipart(frames)
+        if self.tap is not None:
+            self.tap.send_multipart(frames)
         self.poses_sent += 1
 
     def _flags_changed(self, j: int, flags: int, t: float, temperature: float | None) -> None:
@@ -212,6 +219,11 @@ class StatePublisher(threading.Thread):
             self.sock.close()
 
 
+def poses_topic(rig: str) -> bytes:
+    """The topic of a robot rig's poses messages (module docstring)."""
+    return f"{rig}/{POSES_TOPIC}".encode()
+
+
 def single_frame_head(rig: str, joint: str) -> bytes:
     """The msgpack bytes that open a "single" frame of `joint`: a 2-entry map whose first key is the rig name,
     whose value is a 1-entry map keyed by the joint; the publisher appends the state map, then `"timestamp"`
@@ -223,9 +235,7 @@ def decode_state(frames: list[bytes]) -> tuple[str, int, dict]:
     """(joint, timestamp [ns], state map) of one state-stream message of either framing."""
     if len(frames) == 3:
         topic, payload, stamp = frames
-        seconds, _, fraction = stamp.decode().partition(".")
-        return (topic.decode().rpartition("/")[2], int(seconds) * 10**9 + int(fraction.ljust(9, "0")[:9]),
-                msgpack.unpackb(payload))
+        return topic.decode().rpartition("/")[2], stamp_ns(stamp), msgpack.unpackb(payload)
     if len(frames) != 1:
         raise ValueError(f"a state message has 1 or 3 frames, got {len(frames)}")
     message = msgpack.unpackb(frames[0])
@@ -235,21 +245,32 @@ def decode_state(frames: list[bytes]) -> tuple[str, int, dict]:
     return joint, round(stamp * 1e9), state
 
 
+def stamp_ns(stamp: bytes) -> int:
+    """The timestamp frame of a multipart message (ASCII seconds) in integer nanoseconds, without rounding."""
+    seconds, _, fraction = stamp.decode().partition(".")
+    return int(seconds) * 10**9 + int(fraction.ljust(9, "0")[:9])
+
+
 _SEQ_ENTRY = msgpack.packb("seq") + b"\xd3"   # the key and the int64 marker of the state map's first entry
 
 StateSink = Callable[[str, int, dict], None]
 """Called with (joint, timestamp [ns], state map) of each message kept."""
+PosesSink = Callable[[int, dict], None]
+"""Called with (timestamp [ns], poses map) of each poses message of a robot rig."""
 
 
 class StateSubscriber(threading.Thread):
     """Reads the daemon's state stream from its in-process tap (STATE_TAP) and hands one published tick in
     `every` to each sink (decimation by the message's `seq`, so every joint keeps the same ticks; each `every`
-    is a multiple of the tap's). `error` is
+    is a multiple of the tap's), and every poses message of the rig `rig` to each of `poses_sinks`. `error` is
     set if a sink raised (the thread then ends and the daemon stops with that reason)."""
 
-    def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]]):
+    def __init__(self, context: zmq.Context, sinks: list[tuple[int, StateSink]], rig: str,
+                 poses_sinks: list[PosesSink] = ()):
         super().__init__(name="servo-hil-tap", daemon=True)
         self.sinks = sinks
+        self.poses_topic = poses_topic(rig)
+        self.poses_sinks = list(poses_sinks)
         self.sock = context.socket(zmq.SUB)
         self.sock.setsockopt(zmq.RCVHWM, 200_000)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -265,6 +286,12 @@ class StateSubscriber(threading.Thread):
 
     def _deliver(self, frames: list[bytes]) -> None:
         self.received += 1
+        if len(frames) == 3 and frames[0] == self.poses_topic:
+            if self.poses_sinks:
+                stamp, payload = stamp_ns(frames[2]), msgpack.unpackb(frames[1])
+                for sink in self.poses_sinks:
+                    sink(stamp, payload)
+            return
         # the map's first entry is "seq": int64 (publisher.pyx), found by a byte search so that the ticks no
         # sink keeps are not decoded
         payload = frames[len(frames) // 2]   # the map's frame in either framing
@@ -272,9 +299,9 @@ class StateSubscriber(threading.Thread):
         seq = int.from_bytes(payload[at + len(_SEQ_ENTRY):at + len(_SEQ_ENTRY) + 8], "big", signed=True)
         wanted = [sink for every, sink in self.sinks if seq % every == 0]
         if wanted:
-            joint, stamp_ns, state = decode_state(frames)
+            joint, stamp, state = decode_state(frames)
             for sink in wanted:
-                sink(joint, stamp_ns, state)
+                sink(joint, stamp, state)
 
     def _drain(self) -> None:
         """Hand on every message queued (one wake-up per tick's batch, not per message)."""

@@ -9,11 +9,13 @@ One physics step, for every bound joint at once, as bam's `MujocoController.upda
    goes to the joint's motor actuator (`ctrl`);
 3. bam's friction budget, from the previous step's actuator torque (`qfrc_actuator`) and external
    torque (`−qfrc_bias + qfrc_constraint` less the joint's own friction-loss force), becomes the
-   joint's `dof_frictionloss`; the viscous term is the joint's constant `dof_damping`;
+   joint's `dof_frictionloss`; the viscous term is the joint's `dof_damping`;
 4. `mj_step` (the MJCF's integrator, `<option timestep>`), and the new qpos / qvel are written back
    as the kernel's state.
 
-A tick is `substeps` such steps in one nogil call.
+A tick is `substeps` such steps in one nogil call. What a servo gives its hinge besides the torque — the
+reflected inertia `dof_armature` and the viscous `dof_damping` — follows the kernel's parameters: a step that
+finds them changed (a set-parameter command, a reset) copies them first, as the engine did at build.
 """
 
 from cpython.pycapsule cimport PyCapsule_New
@@ -56,6 +58,7 @@ cdef extern from "mujoco/mujoco.h" nogil:
         mjOption opt
         mjtNum* dof_frictionloss
         mjtNum* dof_damping
+        mjtNum* dof_armature
     ctypedef struct mjData:
         int nefc
         mjtNum time
@@ -72,6 +75,7 @@ cdef extern from "mujoco/mujoco.h" nogil:
         mjtNum* xquat
     void mj_step(const mjModel* m, mjData* d)
     void mj_forward(const mjModel* m, mjData* d)
+    void mj_setConst(mjModel* m, mjData* d)
     int mjCNSTR_FRICTION_DOF
 
 
@@ -88,6 +92,7 @@ cdef extern from "load.h" nogil:
 cdef struct Coupling:
     mjModel* m
     mjData* d
+    mjData* scratch        # mj_setConst's workspace (it overwrites the state with qpos0): not the robot's data
     Params* params
     Plan* plan
     State* states
@@ -103,6 +108,8 @@ cdef struct Coupling:
     double* friction       # per actuator: the joint's friction-loss force of the previous step [N·m]
     double* theta_w        # per actuator: the θ / ω the engine last wrote into the kernel's state
     double* omega_w
+    double* hinge          # per actuator: armature, gear, B1 and Kv its hinge was last given (NaN: never)
+    int64_t const_updates  # mj_setConst calls after a hinge's inertia changed
     int64_t step_ns        # time spent in physics steps, and in their mj_step [ns] (benchmarks)
     int64_t mj_ns
     int64_t tick           # ticks run
@@ -119,6 +126,37 @@ cdef inline double stribeck(const Params* p, double w) noexcept nogil:
     return exp(-pow(fabs(w / p.dtheta_stribeck), p.alpha)) if p.dtheta_stribeck > 0 else 0.0
 
 
+cdef bint sync_hinges(Coupling* c) noexcept nogil:
+    """Give each hinge its servo's reflected inertia armature·g² (`dof_armature`) and viscous damping B1·g² plus
+    bam's Kv where the budget applies (`dof_damping`; bam/mujoco.py `MujocoController`, MuJoCo dcmotor damping
+    through gear²) where these parameters changed since the last copy; True if any did."""
+    cdef Py_ssize_t j
+    cdef const Params* p
+    cdef double* h
+    cdef double g2
+    cdef int dof
+    cdef bint changed = False, inertia = False
+    for j in range(c.n):
+        p = &c.params[j]
+        h = &c.hinge[4 * j]
+        if p.armature == h[0] and p.gear == h[1] and p.damping_b1 == h[2] and p.friction_viscous == h[3]:
+            continue
+        dof = c.dof_adr[j]
+        g2 = p.gear * p.gear
+        if not (p.armature == h[0] and p.gear == h[1]):
+            c.m.dof_armature[dof] = p.armature * g2
+            inertia = True
+        c.m.dof_damping[dof] = p.damping_b1 * g2 + (p.friction_viscous if c.budget[j] else 0.0)
+        h[0], h[1], h[2], h[3] = p.armature, p.gear, p.damping_b1, p.friction_viscous
+        changed = True
+    if inertia:
+        # the constants the compiler derives from the mass matrix at qpos0 (src/engine/engine_setconst.c
+        # `mj_setConst`: dof_invweight0 sets the friction-loss rows' regularization), as bam/mujoco.py does
+        mj_setConst(c.m, c.scratch)
+        c.const_updates += 1
+    return changed
+
+
 cdef void physics_step(Coupling* c) noexcept nogil:
     """One kernel step and one mj_step for every bound joint (the module docstring's steps 1–4)."""
     cdef mjModel* m = c.m
@@ -127,7 +165,7 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     cdef int dof
     cdef double tau_e
     cdef int64_t t0 = hil_robot_now_ns(), t1
-    cdef bint moved = False
+    cdef bint moved = sync_hinges(c)
     # a θ / ω someone else wrote into the kernel's state (a state command, a reset) moves the hinge
     for j in range(c.n):
         if c.states[j].theta != c.theta_w[j] or c.states[j].omega != c.omega_w[j]:
@@ -135,7 +173,7 @@ cdef void physics_step(Coupling* c) noexcept nogil:
             d.qvel[c.dof_adr[j]] = c.states[j].omega
             moved = True
     if moved:
-        mj_forward(m, d)   # the forces the friction budget reads belong to the new state
+        mj_forward(m, d)   # the forces the friction budget reads belong to the new state and model
     step_all(c.params, c.plan, c.states, c.inputs, c.n, c.dt)
     for j in range(c.n):
         d.ctrl[c.act_id[j]] = c.states[j].torque
@@ -199,13 +237,15 @@ cdef class RobotEngine:
 
     `joints[j]` is actuator j's (qpos address, dof address, motor actuator id); `budget[j]` whether it
     applies bam's friction budget as the joint's friction loss. The kernel's dt must be the model's
-    timestep; a tick is `substeps` steps.
+    timestep; a tick is `substeps` steps. The hinges get the servos' armature and damping here (then
+    `mj_forward`), and again whenever the kernel's parameters change them.
     """
     cdef Coupling c
     cdef TickHook hook
     cdef readonly Kernel kernel
     cdef readonly object model
     cdef readonly object data
+    cdef object scratch
     cdef readonly int substeps
 
     def __cinit__(self, Kernel kernel, model, data, joints, budget, int substeps):
@@ -217,8 +257,10 @@ cdef class RobotEngine:
         if kernel.dt != model.opt.timestep:
             raise ValueError(f"the kernel's dt {kernel.dt!r} s is not the model's timestep {model.opt.timestep!r} s")
         self.kernel, self.model, self.data, self.substeps = kernel, model, data, substeps
+        self.scratch = type(data)(model)
         self.c.m = <mjModel*><size_t>model._address
         self.c.d = <mjData*><size_t>data._address
+        self.c.scratch = <mjData*><size_t>self.scratch._address
         self.c.params, self.c.plan, self.c.states, self.c.inputs = kernel.params, &kernel.plan, kernel.states, \
             kernel.inputs
         self.c.n, self.c.dt, self.c.substeps = n, kernel.dt, substeps
@@ -230,9 +272,10 @@ cdef class RobotEngine:
         self.c.friction = <double*>calloc(n, sizeof(double))
         self.c.theta_w = <double*>calloc(n, sizeof(double))
         self.c.omega_w = <double*>calloc(n, sizeof(double))
+        self.c.hinge = <double*>calloc(4 * n, sizeof(double))
         self.c.poses = <double*>calloc(7 * self.c.m.nbody, sizeof(double))
         if not (self.c.qpos_adr and self.c.dof_adr and self.c.act_id and self.c.budget and self.c.dof_act
-                and self.c.friction and self.c.theta_w and self.c.omega_w and self.c.poses):
+                and self.c.friction and self.c.theta_w and self.c.omega_w and self.c.hinge and self.c.poses):
             raise MemoryError()
         self.hook.fn = tick_entry
         self.hook.ctx = &self.c
@@ -247,6 +290,10 @@ cdef class RobotEngine:
             self.c.qpos_adr[j], self.c.dof_adr[j], self.c.act_id[j] = qa, da, aid
             self.c.dof_act[da] = <int>j
             self.c.budget[j] = 1 if budget[j] else 0
+        for j in range(4 * n):
+            self.c.hinge[j] = float("nan")
+        sync_hinges(&self.c)
+        mj_forward(self.c.m, self.c.d)
         self.pull_state()
 
     def __dealloc__(self):
@@ -258,6 +305,7 @@ cdef class RobotEngine:
         free(self.c.friction)
         free(self.c.theta_w)
         free(self.c.omega_w)
+        free(self.c.hinge)
         free(self.c.poses)
 
     def pull_state(self):
@@ -348,6 +396,12 @@ cdef class RobotEngine:
             if s1 == s2:
                 break
         return None if tick == 0 else (tick, t, out)
+
+    @property
+    def const_updates(self) -> int:
+        """Times the model's constants were recomputed (mj_setConst) after a servo's armature or gear changed,
+        the build's first included."""
+        return self.c.const_updates
 
     @property
     def ticks(self) -> int:

@@ -6,8 +6,9 @@
     joint = "shoulder"           # a hinge of the MJCF, by name; no load = ... (the MJCF's bodies are the load)
 
 `build_robot` compiles the MJCF with each bound hinge's actuators replaced by one motor actuator (ctrl =
-the servo's output torque), gives the hinge the servo's reflected armature and viscous damping, and
-couples the kernel to the model (hil/robot/engine.pyx: the step, bam's `MujocoController` order).
+the servo's output torque) and couples the kernel to the model (hil/robot/engine.pyx: the step, bam's
+`MujocoController` order), which gives each hinge its servo's reflected armature and viscous damping and
+keeps them equal to the kernel's parameters as these change.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from hil.params.config_file import ConfigError, Strict
 from hil.robot.engine import RobotEngine
 
 MOTOR_PREFIX = "servo-hil/"   # name of the motor actuator added on each bound hinge: MOTOR_PREFIX + joint
+POSES_TOPIC = "poses"         # the bodies' poses go out on <rig>/poses: no actuator may be named so
+PENDULUM_KEYS = ("load_inertia", "mass", "length", "arm_mass", "gravity", "q_offset")
+"""The kernel's own pendulum load, which a robot's MJCF replaces: fixed in a robot's kernel (`_coupled_params`)."""
 
 
 class RobotConfig(Strict):
@@ -83,24 +87,19 @@ def load_spec(path: Path) -> mujoco.MjSpec:
         raise ConfigError(f"robot.mjcf: {path}: {_first_line(exc)}") from None
 
 
-def _coupled_params(b: Binding) -> tuple[dict, float, float, bool]:
-    """The kernel parameters the engine steps (no load of its own: the model's hinge is the load), the
-    hinge's reflected armature [kg·m²] and viscous damping [N·m·s/rad], and whether bam's budget applies."""
+def _coupled_params(b: Binding) -> tuple[dict, bool]:
+    """The kernel parameters the engine steps and whether bam's friction budget applies (the engine then
+    makes it the hinge's friction loss and its Kv part of the hinge's damping, as bam/mujoco.py does). The
+    servo's armature, gear and B1 stay in them: the engine copies them to the hinge (engine.pyx)."""
     p = dict(b.params)
     if p["damping_b2"] or p["damping_b3"]:
         raise ConfigError(f"{b.where}: the motor's quadratic / cubic damping has no counterpart on a MuJoCo joint "
                           "(dof_damping is linear): give damping = [B1] only")
-    g2 = p["gear"] * p["gear"]
-    armature = p["armature"] * g2
     budget = bool(p["budget"])
-    # bam/mujoco.py: frictionloss from the budget, damping = friction_viscous; a motor's B1 is viscous too
-    # (MuJoCo dcmotor: damping reflected through gear²)
-    damping = p["damping_b1"] * g2 + (p["friction_viscous"] if budget else 0.0)
-    # the kernel still integrates a load of its own, which the engine overwrites from MuJoCo every step:
-    # keep it finite (unit inertia where the servo has no armature) and passive
-    p.update(load_inertia=0.0 if armature > 0 else 1.0, mass=0.0, length=0.0, arm_mass=0.0, gravity=0.0,
-             budget=0, damping_b1=0.0, integrator=INTEGRATORS["euler"])
-    return p, armature, damping, budget
+    # the kernel still integrates a load of its own, which the engine overwrites from MuJoCo every step: a
+    # passive unit inertia, finite whatever armature the servo is given, with no budget of its own
+    p.update(dict.fromkeys(PENDULUM_KEYS, 0.0), load_inertia=1.0, budget=0, integrator=INTEGRATORS["euler"])
+    return p, budget
 
 
 def build_robot(config: RobotConfig, base: Path, bindings: list[Binding], tick_s: float) -> Robot:
@@ -110,6 +109,9 @@ def build_robot(config: RobotConfig, base: Path, bindings: list[Binding], tick_s
     spec = load_spec(path)
     seen: dict[str, str] = {}
     for b in bindings:
+        if b.joint == POSES_TOPIC:
+            raise ConfigError(f"{b.where}.joint: {POSES_TOPIC!r} is the robot's poses topic (<rig>/{POSES_TOPIC}): "
+                              "rename the MJCF hinge")
         joint = spec.joint(b.joint)
         if joint is None:
             hinges = [j.name for j in spec.joints if j.type == mujoco.mjtJoint.mjJNT_HINGE and j.name]
@@ -140,27 +142,20 @@ def build_robot(config: RobotConfig, base: Path, bindings: list[Binding], tick_s
     kernel = Kernel(len(bindings), ts)
     joints, budgets = [], []
     for j, b in enumerate(bindings):
-        p, armature, damping, budget = _coupled_params(b)
+        p, budget = _coupled_params(b)
         try:
             kernel.set_params(j, p)
         except (TypeError, ValueError, KeyError) as exc:
             raise ConfigError(f"{b.where}: {exc}") from None
         jid = model.joint(b.joint).id
         qa, da = int(model.jnt_qposadr[jid]), int(model.jnt_dofadr[jid])
-        model.dof_armature[da] = armature
-        model.dof_damping[da] = damping
         model.dof_frictionloss[da] = 0.0
+        data.qpos[qa] = b.theta
+        data.qvel[da] = b.omega
         if b.temperature is not None:
             kernel.set_state(j, temperature=b.temperature)
         joints.append((qa, da, model.actuator(MOTOR_PREFIX + b.joint).id))
         budgets.append(budget)
-    # armature changed: the constants the compiler derives from the mass matrix (bam/mujoco.py does the same);
-    # mj_setConst works on the data at qpos0, so the initial state goes in after it
-    mujoco.mj_setConst(model, data)
-    for (qa, da, _), b in zip(joints, bindings, strict=True):
-        data.qpos[qa] = b.theta
-        data.qvel[da] = b.omega
-    mujoco.mj_forward(model, data)
     engine = RobotEngine(kernel, model, data, joints, budgets, substeps)
     return Robot(model=model, data=data, kernel=kernel, engine=engine, joints=[b.joint for b in bindings],
                  substeps=substeps, mjcf=path)

@@ -5,6 +5,7 @@ recording read with the `mcap` package's reader."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import math
@@ -114,9 +115,44 @@ def test_single_frame_head_lengths():
         assert decode_state([frame]) == (joint, 12_500_000_000, state)
 
 
-async def _foxglove_session(port: int, want_events: int) -> tuple[dict, dict[int, list], list]:
+def decoder(channel: dict):
+    """bytes -> message of an advertised channel: JSON, or protobuf from the FileDescriptorSet the server
+    sends base64-encoded with it (Foxglove WebSocket protocol, `advertise`; its well-known schemas)."""
+    if channel["encoding"] == "json":
+        return json.loads
+    assert channel["encoding"] == "protobuf" and channel["schemaEncoding"] == "protobuf", channel
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    files = {f.name: f for f in descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(channel["schema"])).file}
+    pool, added = descriptor_pool.DescriptorPool(), set()
+
+    def add(name: str) -> None:      # a file after the files it imports
+        if name not in added:
+            for dependency in files[name].dependency:
+                add(dependency)
+            pool.AddSerializedFile(files[name].SerializeToString())
+            added.add(name)
+
+    for name in files:
+        add(name)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(channel["schemaName"])).FromString
+
+
+def enough_states(want_events: int, want_states: int = 40):
+    """done(channels, received) of `foxglove_session`: `want_events` events and `want_states` joint states."""
+    def done(channels: dict, received: dict) -> bool:
+        counts = {"events": 0, "states": 0}
+        for cid, ms in received.items():
+            counts["events" if channels[cid]["topic"].endswith("/events") else "states"] += len(ms)
+        return counts["events"] >= want_events and counts["states"] >= want_states
+
+    return done
+
+
+async def foxglove_session(port: int, done, timeout: float = 10.0) -> tuple[dict, dict[int, list], list]:
     """Connect as a Foxglove WebSocket client (subprotocol foxglove.sdk.v1), subscribe to every channel
-    advertised, and collect messages: (channels by id, decoded messages per channel id, server info)."""
+    advertised, and collect messages until done(channels, received) or `timeout` s: (channels by id, decoded
+    messages (log time [ns], message) per channel id, server info)."""
     import websockets
 
     async with websockets.connect(f"ws://127.0.0.1:{port}", subprotocols=["foxglove.sdk.v1"]) as ws:
@@ -124,7 +160,8 @@ async def _foxglove_session(port: int, want_events: int) -> tuple[dict, dict[int
         channels: dict[int, dict] = {}
         info = []
         received: dict[int, list] = {}
-        deadline = time.monotonic() + 10.0
+        decoders: dict[int, object] = {}
+        deadline = time.monotonic() + timeout
         subscribed: dict[int, int] = {}
         while time.monotonic() < deadline:
             try:
@@ -138,6 +175,7 @@ async def _foxglove_session(port: int, want_events: int) -> tuple[dict, dict[int
                 elif op["op"] == "advertise":
                     for ch in op["channels"]:
                         channels[ch["id"]] = ch
+                        decoders[ch["id"]] = decoder(ch)
                         sub_id = len(subscribed) + 1
                         subscribed[sub_id] = ch["id"]
                         await ws.send(json.dumps({"op": "subscribe",
@@ -145,11 +183,9 @@ async def _foxglove_session(port: int, want_events: int) -> tuple[dict, dict[int
             elif isinstance(raw, bytes):
                 assert raw[0] == 0x01, f"binary opcode {raw[0]}"   # message data
                 sub_id, log_time = struct.unpack_from("<IQ", raw, 1)
-                received.setdefault(subscribed[sub_id], []).append((log_time, json.loads(raw[13:])))
-            counts = {"events": 0, "states": 0}
-            for cid, ms in received.items():
-                counts["events" if channels[cid]["topic"].endswith("/events") else "states"] += len(ms)
-            if counts["events"] >= want_events and counts["states"] >= 40:
+                cid = subscribed[sub_id]
+                received.setdefault(cid, []).append((log_time, decoders[cid](raw[13:])))
+            if done(channels, received):
                 break
         return channels, received, info
 
@@ -161,7 +197,7 @@ def test_foxglove_server(make_rig, start_daemon):
     ok(rig.cmd, "set_goal", actuator="arm", value=0.4 * ARM_GEAR)
 
     async def session():
-        task = asyncio.create_task(_foxglove_session(port, want_events=2))
+        task = asyncio.create_task(foxglove_session(port, enough_states(want_events=2)))
         await asyncio.sleep(1.0)        # subscribed by now: the events below reach the client
         await asyncio.to_thread(ok, rig.cmd, "pause")
         await asyncio.to_thread(ok, rig.cmd, "resume")
@@ -196,26 +232,22 @@ def test_foxglove_server(make_rig, start_daemon):
     assert [e["type"] for e in events][-2:] == ["paused", "resumed"], events
 
 
-@pytest.mark.parametrize("framing", ["multipart", "single"])
-def test_daemon_records_its_stream(framing, make_rig, start_daemon, tmp_path):
+def recorded_against_stream(directory, stream: list[list[bytes]], joints, min_count: int = 50) -> tuple[dict, dict]:
+    """The daemon's own recording in `directory` checked against the state stream a SUB collected (`stream`):
+    one `/sim/<joint>/state` channel per joint, 100 Hz of the 1 kHz stream, every recorded state that the SUB
+    saw equal to it, at least `min_count` of them. (recorded {topic: [(log time, body)]}, published {(joint,
+    stamp ns): state})."""
     from mcap.reader import make_reader
 
-    rig = with_zmq(make_rig(extra='\n[record]\ndir = "rec"\nrate_hz = 100\n'), f'framing = "{framing}"')
-    d = start_daemon(rig)
-    sub = Collector(rig.pub)
-    sub.start()
-    sub.until(50)
-    ok(rig.cmd, "set_goal", actuator="arm", value=0.5 * ARM_GEAR)
-    time.sleep(1.0)
-    assert d.terminate() == 0, d.stderr()
-    stream = sub.stop()
     from hil.daemon.zmq_io import decode_state
 
     published = {}
     for frames in stream:
+        if len(frames) == 3 and frames[0].endswith(b"/poses"):
+            continue   # a robot rig's poses messages: not joint states
         joint, stamp_ns, state = decode_state(frames)
         published[(joint, stamp_ns)] = state
-    files = sorted((tmp_path / "rec").glob("*.mcap"))
+    files = sorted(directory.glob("*.mcap"))
     assert files, "no MCAP file written"
     recorded: dict[str, list] = {}
     for path in files:
@@ -223,10 +255,10 @@ def test_daemon_records_its_stream(framing, make_rig, start_daemon, tmp_path):
             for schema, channel, message in make_reader(f).iter_messages():
                 assert schema.encoding == "jsonschema" and channel.message_encoding == "json"
                 recorded.setdefault(channel.topic, []).append((message.log_time, json.loads(message.data)))
-    assert set(recorded) == {"/sim/arm/state", "/sim/mx/state"}
-    for joint in ("arm", "mx"):
+    assert set(recorded) == {f"/sim/{joint}/state" for joint in joints}
+    for joint in joints:
         msgs = recorded[f"/sim/{joint}/state"]
-        assert len(msgs) >= 50, f"{joint}: {len(msgs)} states recorded"
+        assert len(msgs) >= min_count, f"{joint}: {len(msgs)} states recorded"
         gaps = {round((b - a) / 1e6) for (a, _), (b, _) in itertools.pairwise(msgs)}
         assert gaps == {10}, f"{joint}: 100 Hz of a 1 kHz stream is a state every 10 ms, got {gaps}"
         matched = 0
@@ -238,7 +270,21 @@ def test_daemon_records_its_stream(framing, make_rig, start_daemon, tmp_path):
             for key in ("position", "velocity", "current", "torque", "goal", "voltage"):
                 assert body[key] == state[key], (joint, key)
             assert body["enable"] == bool(state["enable"])
-        assert matched >= 50, f"{joint}: {matched} recorded states found in the published stream"
+        assert matched >= min_count, f"{joint}: {matched} recorded states found in the published stream"
+    return recorded, published
+
+
+@pytest.mark.parametrize("framing", ["multipart", "single"])
+def test_daemon_records_its_stream(framing, make_rig, start_daemon, tmp_path):
+    rig = with_zmq(make_rig(extra='\n[record]\ndir = "rec"\nrate_hz = 100\n'), f'framing = "{framing}"')
+    d = start_daemon(rig)
+    sub = Collector(rig.pub)
+    sub.start()
+    sub.until(50)
+    ok(rig.cmd, "set_goal", actuator="arm", value=0.5 * ARM_GEAR)
+    time.sleep(1.0)
+    assert d.terminate() == 0, d.stderr()
+    recorded, published = recorded_against_stream(tmp_path / "rec", sub.stop(), ("arm", "mx"))
     arm = [b["position"] for _, b in recorded["/sim/arm/state"]]
     assert arm[-1] > 0.3 and arm[-1] == pytest.approx(published[max(k for k in published if k[0] == "arm")]
                                                       ["position"], abs=0.05)

@@ -1,5 +1,6 @@
-"""The engine's surface for a loop that ticks it: state written into the kernel moves the hinge, the
-bodies' poses are copied every N ticks, and the tick hook is a capsule of C code."""
+"""The engine's surface for a loop that ticks it: state written into the kernel moves the hinge, parameters
+written into the kernel reach the hinge, the bodies' poses are copied every N ticks, and the tick hook is a
+capsule of C code."""
 
 from __future__ import annotations
 
@@ -16,13 +17,45 @@ ROOT = Path(__file__).resolve().parents[3]
 ARM_2R = ROOT / "config" / "robots" / "arm_2r.xml"
 
 
-def arm():
+def arm(theta: float = 0.0, **elbow):
+    """The 2R arm with bam's M4 sets, both joints at `theta` [rad]; `elbow` overrides kernel parameters of the
+    elbow."""
     bindings = []
     for j, (joint, name) in enumerate((("shoulder", "mx106"), ("elbow", "mx64"))):
         params = kernel_params(catalog.entry(name).actuator("m4"), LoadConfig(), EncoderConfig(), FaultConfig(),
                                "euler")
-        bindings.append(Binding(joint, params, f"actuators[{j}] ({joint})"))
+        bindings.append(Binding(joint, params | (elbow if joint == "elbow" else {}), f"actuators[{j}] ({joint})",
+                                theta=theta))
     return build_robot(RobotConfig(mjcf=ARM_2R.name), ARM_2R.parent, bindings, 0.001)
+
+
+def test_parameters_written_into_the_kernel_reach_the_hinge() -> None:
+    """What a set-parameter command does (the loop's set_params): the elbow's armature, gear, B1 and Kv become the
+    hinge's dof_armature = armature·g², dof_damping = B1·g² + Kv (bam/mujoco.py), and the arm then moves exactly as
+    one built with them."""
+    base = arm().kernel.get_params(1)
+    new = {"armature": 2 * base["armature"], "gear": 1.1, "damping_b1": 0.003, "friction_viscous": 0.02}
+    built = arm(0.3, **new)
+    changed = arm(0.3)
+    assert built.engine.const_updates == changed.engine.const_updates == 1     # the build's own
+    goals = np.tile([0.8, -0.6], (800, 1))
+    reference = built.engine.run(goals)["theta"]
+    changed.kernel.set_params(1, changed.kernel.get_params(1) | new)
+    out = changed.engine.run(goals)["theta"]
+    dof = changed.model.jnt_dofadr[changed.model.joint("elbow").id]
+    assert changed.model.dof_armature[dof] == new["armature"] * (1.1 * 1.1)
+    assert changed.model.dof_damping[dof] == 0.003 * (1.1 * 1.1) + 0.02
+    assert changed.engine.const_updates == 2
+    np.testing.assert_array_equal(changed.model.dof_invweight0, built.model.dof_invweight0)
+    assert np.max(np.abs(out - reference)) == 0.0
+    # the same values again: nothing to copy, no mj_setConst
+    changed.kernel.set_params(1, changed.kernel.get_params(1))
+    changed.engine.step([0.8, -0.6])
+    assert changed.engine.const_updates == 2
+    # damping alone: no mj_setConst (the mass matrix did not change)
+    changed.kernel.set_params(1, changed.kernel.get_params(1) | {"damping_b1": 0.0})
+    changed.engine.step()
+    assert changed.model.dof_damping[dof] == 0.02 and changed.engine.const_updates == 2
 
 
 def test_a_state_written_into_the_kernel_moves_the_hinge() -> None:

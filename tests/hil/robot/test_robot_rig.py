@@ -93,6 +93,7 @@ BAD_JOINT_ARM = """<mujoco>
     ("load", "actuators[0] (shoulder).load:"),
     ("timestep", "does not divide a tick"),
     ("integrator", "loop: a robot's integrator and physics step are its MJCF's"),
+    ("poses", "actuators[1] (poses).joint: 'poses' is the robot's poses topic"),
 ])
 def test_bad_robot_rig_is_one_line_exit_2(tmp_path: Path, case: str, expect: str) -> None:
     text, mjcf = RIG, str(ARM_2R)
@@ -116,6 +117,9 @@ def test_bad_robot_rig_is_one_line_exit_2(tmp_path: Path, case: str, expect: str
         text = RIG.replace("rate_hz = 1000", "rate_hz = 700")
     elif case == "integrator":
         text = RIG.replace("rate_hz = 1000", 'rate_hz = 1000\nintegrator = "bam"')
+    elif case == "poses":        # a hinge named like the poses topic <rig>/poses
+        (tmp_path / "poses.xml").write_text(ARM_2R.read_text().replace('"elbow"', '"poses"'))
+        text, mjcf = RIG.replace('joint = "elbow"', 'joint = "poses"'), "poses.xml"
     rig = write_rig(tmp_path, text, mjcf)
     (tmp_path / "in.csv").write_text("t,shoulder,elbow\n0,0,0\n")
     r = cli("simulate", str(rig), "--input", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
