@@ -92,6 +92,11 @@ class ActuatorConfig(DCMotor):
     firmware: dict[str, Any] | None = None
 
     @model_validator(mode="after")
+    def _consistent(self) -> ActuatorConfig:
+        # a catalog actuator's attributes complete the entry's: they are checked together (CatalogEntry.actuator)
+        return self if self.catalog else DCMotor._consistent(self)
+
+    @model_validator(mode="after")
     def _one_source(self) -> ActuatorConfig:
         inline = any(getattr(self, k) is not None for k in ("resistance", "motorconst", "nominal", "rated",
                                                              "kt_mnm_per_a", "kv_rpm_per_v"))
@@ -110,7 +115,8 @@ class ActuatorConfig(DCMotor):
         """Resolve to an ActuatorSpec; relative file names are relative to `base`."""
         if self.catalog:
             entry = catalog.entry(self.catalog)
-            spec = entry.actuator(self.model, self.firmware)
+            overrides = {k: getattr(self, k) for k in self.model_fields_set if k in DCMotor.model_fields}
+            spec = entry.actuator(self.model, self.firmware, overrides)
             if self.params:
                 spec = spec.with_bam(load_bam_params(base / self.params))
             return spec

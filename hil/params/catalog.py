@@ -83,13 +83,21 @@ class CatalogEntry(Strict):
         data.update(overrides or {})
         return parse_firmware(data, where)
 
-    def actuator(self, model: str | None = None, firmware: dict[str, Any] | None = None) -> ActuatorSpec:
-        """This catalog entry as an ActuatorSpec, optionally with bam's identified set `model`."""
-        motor = {k: v for k, v in self.motor.model_dump(exclude_none=True).items()
-                 if k not in ("source", "sources")}
+    def actuator(self, model: str | None = None, firmware: dict[str, Any] | None = None,
+                 motor: dict[str, Any] | None = None) -> ActuatorSpec:
+        """This catalog entry as an ActuatorSpec, optionally with bam's identified set `model`; `motor` holds
+        `<dcmotor>` attributes that replace or add to the entry's (a rig's `peak = [...]` on a catalog servo)."""
+        merged = {k: v for k, v in self.motor.model_dump(exclude_none=True).items()
+                  if k not in ("source", "sources")}
+        merged.update(motor or {})
+        described = validate(DCMotor, merged, f"catalog {self.name}")
+        try:
+            constants = described.resolve()
+        except ValueError as exc:
+            raise ConfigError(f"{self.name}: {exc}") from None
         spec = ActuatorSpec(
             name=self.name,
-            motor=DCMotor.model_validate(motor).resolve(),
+            motor=constants,
             firmware=self.firmware_law(firmware),
             encoder_counts=self.datasheet.encoder_counts or 0.0,
             temp_limit_c=self.datasheet.max_temperature_c or 0.0,

@@ -26,14 +26,15 @@ class Strict(BaseModel):
 def describe(err: ValidationError, where: str) -> str:
     """Shortest useful text of a pydantic error: `where: a.b: message` for the first problem."""
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    key = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] == "missing":
         msg = "required key is missing"
     more = len(err.errors()) - 1
-    return f"{where}: {key}: {msg}" + (f" (and {more} more)" if more else "")
+    # a model-wide check has no key of its own: its message names the keys
+    return f"{where}: {key + ': ' if key else ''}{msg}" + (f" (and {more} more)" if more else "")
 
 
 def read_toml(path: str | Path) -> dict:

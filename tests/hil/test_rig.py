@@ -147,3 +147,36 @@ enabled = false
         rc = proc.wait(15.0)
     assert rc == 0, err.read_text()
     assert "Traceback" not in err.read_text()
+
+
+CATALOG_PLUS = """name = "t"
+[[actuators]]
+joint = "j"
+catalog = "mx64"
+model = "m6"
+load = { mass = 0.5, length = 0.1 }
+"""
+
+
+def test_a_catalog_actuator_takes_the_rigs_motor_attributes(tmp_path):
+    """`peak`, `thermal2`, `saturation` beside `catalog =` complete the entry's motor (checked with it), as
+    inline attributes would; the catalog's own keys stay."""
+    _, _, plain = load_rig(write(tmp_path, "plain.toml", CATALOG_PLUS))
+    _, _, kernel = load_rig(write(tmp_path, "plus.toml", CATALOG_PLUS + (
+        "peak = [3.0, 0.5]\nthermal2 = [2.0, 40.0]\nsaturation = [0, 1.5, 0]\n")))
+    base, p = plain.get_params(0), kernel.get_params(0)
+    assert base["peak_current"] == 0.0 and base["thermal_r2"] == 0.0
+    assert p["peak_current"] == 3.0 and p["peak_time"] == 0.5
+    assert p["thermal_r2"] == 2.0 and p["thermal_c2"] == 40.0
+    assert p["resistance"] == base["resistance"] and p["gear"] == base["gear"]      # the entry's own motor
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("peak = [1.0, 0.5]\nsaturation = [0, 1.5, 0]\n",
+     "actuators[0] (j): catalog mx64: peak: the peak current must exceed saturation's imax"),
+    ("resistance = 2.0\n", "exactly one of catalog, mjcf or inline <dcmotor> attributes (found catalog, inline"),
+])
+def test_a_catalog_actuators_bad_attributes_are_one_line(tmp_path, extra, needle):
+    out = subprocess.run([*SERVO_HIL, "run", str(write(tmp_path, "rig.toml", CATALOG_PLUS + extra))],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and needle in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
