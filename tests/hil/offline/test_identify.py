@@ -314,7 +314,8 @@ def test_mcap_mirror_recording_is_identified_toward_the_real_servo(xl330_logs, t
 
 def _xl330_rig(tmp: Path, name: str, servo: str) -> Path:
     """A rig of one XL330 on a pendulum (bam's XL330 logs' 0.49 kg at 0.10 m) behind a Dynamixel bus, stepped
-    with bam's integrator; `servo` its [[actuators]] model or params line."""
+    with bam's integrator, supplied at 5.0 V (the XL330's recommended supply, within its default Max Voltage
+    Limit(32) of 7.0 V); `servo` its [[actuators]] model or params line."""
     path = tmp / f"{name}.toml"
     path.write_text(rig_head(name) + f"""[loop]
 rate_hz = 1000
@@ -328,6 +329,7 @@ joint = "arm"
 catalog = "{ACTUATOR}"
 {servo}
 load = {{ mass = 0.49, length = 0.1 }}
+faults = {{ supply_v = 5.0 }}
 bus = "dxl"
 id = 1
 """)
@@ -350,7 +352,7 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
     """The MCAP path end to end, as the mirror tests run it: a second `servo-hil run` daemon plays the "real" XL330
     (the published m1 with kt 30 % higher and twice the Coulomb friction, from a bam parameter file), `servo-hil
     mirror --record` runs its twin (the published m1) between it and dynamixel-sdk, which sends a real log's goals
-    and Sync Reads Present Velocity … Present Temperature at 50 Hz. Fitting kt and friction_base on the recording
+    and Sync Reads Goal Position … Present Temperature at 50 Hz. Fitting kt and friction_base on the recording
     moves both from the published values at least halfway to the real servo's."""
     from dynamixel_sdk import COMM_SUCCESS, GroupSyncRead, PacketHandler
 
@@ -362,7 +364,7 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
     (tmp_path / "real.json").write_text(json.dumps(real_params))
     real_rig = _xl330_rig(tmp_path, "real", f'params = "{tmp_path / "real.json"}"')
     twin_rig = _xl330_rig(tmp_path, "twin", 'model = "m1"')
-    goals = [e.goal_position for e in load_log(xl330_logs / SYNTH_FROM[1]).entries[::4]]   # 6 s at 50 Hz
+    goals = [e.goal_position for e in load_log(xl330_logs / SYNTH_FROM[0]).entries[::4]]   # sin_sin, 6 s at 50 Hz
     real = _daemon(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
         mirror = _daemon(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
@@ -372,7 +374,7 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
             assert port.openPort() and port.setBaudRate(1_000_000)
             ph = PacketHandler(2.0)
             assert ph.write1ByteTxRx(port, 1, 64, 1) == (0, 0)                  # Torque Enable(64)
-            reads = GroupSyncRead(port, ph, 128, 19)        # Present Velocity(128) .. Present Temperature(146)
+            reads = GroupSyncRead(port, ph, 116, 31)        # Goal Position(116) .. Present Temperature(146)
             reads.addParam(1)
             t0 = time.monotonic()
             for k, goal in enumerate(goals):
@@ -389,7 +391,7 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
     out = tmp_path / "fit"
     res = _invoke([str(tmp_path / "rec"), "--actuator", ACTUATOR, "--model", "m1", "--trials", "400",
                    "--free", "kt", "--free", "friction_base", "--out", str(out),
-                   "--mcap-header", "mass=0.49", "--mcap-header", "length=0.1", "--mcap-header", "kp=400"])
+                   *[f"--mcap-header={kv}" for kv in ("mass=0.49", "length=0.1", "kp=400", "vin=5.0")]])
     assert res.exit_code == 0, res.output
     fit = json.loads((out / "report.json").read_text())["fits"][0]
     assert list(fit["train_mae_per_log"]) == ["rec:arm"]
