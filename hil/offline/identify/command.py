@@ -115,4 +115,11 @@ def identify(
         val = "-" if x.fit.validation is None else f"{1e3 * x.fit.validation:.2f}"
         table.add_row(str(x.rank), x.model, str(x.fit.split), f"{1e3 * x.fit.train:.2f}", val)
     console.print(table)
+    for x in ranked:
+        if x.fit.thermal:
+            th = x.fit.thermal
+            values = ", ".join(f"{k} {v:.4g}" for k, v in th["params"].items())
+            mae = sum(th["train_mae"].values()) / len(th["train_mae"])
+            console.print(f"{x.model} thermal ({th['nodes']} node{'s' if th['nodes'] > 1 else ''}): {values}; "
+                          f"temperature MAE {mae:.3f} K")
     console.print(f"{ranked[0].model} → {out / 'params.json'}, {out / 'catalog.toml'}, {out / 'report.json'}")

@@ -495,4 +495,13 @@ def test_bad_input_is_one_line_and_exit_2(xl330_logs, tmp_path):
     _one_line_exit_2([str(tmp_path / "rec.mcap"), "--actuator", ACTUATOR, "--out", out], "rec.mcap")
     _one_line_exit_2([log, "--validation", log, "--actuator", ACTUATOR, "--out", out], SYNTH_FROM[0], "validation")
     _one_line_exit_2([log, "--validation-kp", "5", "--actuator", ACTUATOR, "--out", out], "--validation-kp 5")
+    doc = json.loads(Path(log).read_text())
+    for e in doc["entries"]:
+        del e["temp"]
+    (tmp_path / "notemp.json").write_text(json.dumps(doc))
+    notemp = str(tmp_path / "notemp.json")
+    _one_line_exit_2([notemp, "--actuator", ACTUATOR, "--thermal-nodes", "1", "--out", out], "notemp.json",
+                     "temperature", "--thermal-nodes")
+    _one_line_exit_2([notemp, "--actuator", ACTUATOR, "--free", "friction_tempcoef", "--out", out], "notemp.json",
+                     "temperature", "friction_tempcoef")
     assert not Path(out).exists() or not any(Path(out).iterdir())
