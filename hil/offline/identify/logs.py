@@ -2,10 +2,9 @@
 
 Two sources: bam's processed JSON logs (`servo-hil record`, bam's own recorder) and the side-by-side
 MCAP recordings of `servo-hil mirror --record` (hil/logs/mcap.py), whose `/real/<joint>/state`
-positions (and temperatures, where the mirror read them) are the servo's and whose goals are those the
-controller sent. An MCAP log carries no
-pendulum or gain, so its bam header (mass, length, kp, …) is given by the caller; it is resampled
-onto a fixed grid as `bam.process` does (hil/logs/bam.py).
+positions (and temperatures, where the controller read them) are the servo's and whose goals are those
+the controller sent. An MCAP log carries no pendulum or gain, so its bam header (mass, length, kp, …)
+is given by the caller; it is resampled onto a fixed grid as `bam.process` does (hil/logs/bam.py).
 """
 
 from __future__ import annotations

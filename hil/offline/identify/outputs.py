@@ -71,6 +71,8 @@ def report_doc(tasks: list[FitTask], results: list[FitResult], ranked: list[Rank
         "evaluations": sum(r.evaluations for r in results),
         "interrupted": any(r.interrupted for r in results),
         "objective": "mean over logs of mean |q_sim - q_log| [rad], closed-loop rollout (hil.offline.replay)",
+        "thermal_objective": ("mean over logs of mean |T_sim - T_log| [K], the same rollouts with the thermal model, "
+                              "after the position fit" if any(r.thermal for r in results) else None),
         "optimizer": {"library": "cmaes", "version": cmaes.__version__, "method": "CMA-ES with restarts",
                       "space": "unit cube of each parameter's bounds", **tasks[0].search.doc(),
                       "trials": tasks[0].trials, "delay_steps_bounds": [lo, hi], "integrator": tasks[0].integrator},
@@ -121,7 +123,8 @@ def catalog_doc(actuator: str, ranked: list[Ranked], logs: list[NamedLog], date:
 def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[str, NamedLog],
          actuator: str) -> list[Path]:
     """validation_<model>.png (each validation log against its fitted rollout; the training logs when
-    there is no validation) and convergence.png (best training MAE against evaluations, per fit)."""
+    there is no validation), thermal_<model>.png (the same for the temperature, with a thermal fit) and
+    convergence.png (best training MAE against evaluations, per fit)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,18 +133,19 @@ def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[s
     written = []
     for x in ranked:
         params, delay = x.fit.params, x.fit.params.get("delay_steps", 0)
-        temperature = any(k in params for k in TEMPERATURE_KEYS)
-        pages = [("validation", "q [rad]", 1e3, "mrad", False, x.fit.validation_mae or x.fit.train_mae)]
+        # the rollouts the fit scored: with the thermal model when a temperature parameter was fitted
+        temperature = any(k in params for k in TEMPERATURE_KEYS) or bool(x.fit.thermal)
+        # each page rolls what its MAE was scored with: the position with the catalog's thermal constants
+        pages = [("validation", "q [rad]", 1e3, "mrad", False, params, x.fit.validation_mae or x.fit.train_mae)]
         if x.fit.thermal:
-            pages.append(("thermal", "T [°C]", 1.0, "K", True,
+            pages.append(("thermal", "T [°C]", 1.0, "K", True, params | x.fit.thermal["params"],
                           x.fit.thermal["validation_mae"] or x.fit.thermal["train_mae"]))
-            params = params | x.fit.thermal["params"]
-        for stem, ylabel, scale, unit, thermal, shown in pages:
+        for stem, ylabel, scale, unit, thermal, page_params, shown in pages:
             fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown)), squeeze=False, sharex=False)
             for ax, (name, mae) in zip(axes[:, 0], shown.items(), strict=True):
                 log = logs[name].log
                 o = Objective(actuator, [logs[name]], "bam", temperature or thermal)
-                ((q, _, *temp),) = o.rollouts([params], [delay])
+                ((q, _, *temp),) = o.rollouts([page_params], [delay])
                 t = np.arange(len(q)) * log.dt
                 ax.plot(t, o.arrays[0].temp if thermal else o.arrays[0].q, label="log", color="k", lw=1.0)
                 ax.plot(t, temp[0] if thermal else q, label=f"{x.model} rollout", color="C1", lw=1.0)
