@@ -82,6 +82,7 @@ class FitResult:
     history: list[tuple[int, float]]  # (evaluations, best training MAE [rad]) per generation
     free: list[str]
     thermal: dict | None = None       # the thermal stage (`fit_thermal`), with --thermal-nodes
+    runs: list[tuple[str, int]] = field(default_factory=list)   # (regime, population) of each CMA-ES run
 
     @property
     def train(self) -> float:
@@ -155,12 +156,12 @@ class _Run:
 
     def __init__(self, search: Search, mean: np.ndarray, rng: np.random.Generator, delay: bool) -> None:
         self.search, self.rng, self.delay, self.dim = search, rng, delay, len(mean)
-        self.restarts = 0
         self.large = 0                  # BIPOP: restarts in the large-population regime so far
         self.budget = {"small": 0, "large": 0}
         self.regime = "large"           # BIPOP counts the first run with the large regime
         self.opt = self._new(mean, search.sigma0, None)
         self.popsize0 = self.opt.population_size
+        self.runs = [("large", self.popsize0)]   # (regime, population) of the first run and every restart
 
     def _new(self, mean: np.ndarray, sigma: float, popsize: int | None):
         bounds = np.tile([0.0, 1.0], (self.dim, 1))
@@ -187,18 +188,18 @@ class _Run:
 
     def _restart(self) -> None:
         s, mean = self.search, self.rng.uniform(0.0, 1.0, self.dim)
-        self.restarts += 1
         if s.restarts == "ipop" or self.budget["large"] <= self.budget["small"]:
             self.large += 1
             self.regime = "large"
             self.opt = self._new(mean, s.sigma0, self.popsize0 * s.inc_popsize ** self.large)
-            return
-        # BIPOP's small regime (Hansen 2009, §2): λ_s = ⌊λ_def·(λ_large/(2·λ_def))^(U²)⌋, σ_s = σ_def·10^(−2U)
-        u = self.rng.uniform()
-        ratio = s.inc_popsize ** self.large / 2
-        self.regime = "small"
-        self.opt = self._new(mean, s.sigma0 * 10 ** (-2 * u),
-                             max(self.popsize0, math.floor(self.popsize0 * ratio ** (u * u))))
+        else:
+            # BIPOP's small regime (Hansen 2009, §2): λ_s = ⌊λ_def·(λ_large/(2·λ_def))^(U²)⌋, σ_s = σ_def·10^(−2U)
+            u = self.rng.uniform()
+            ratio = s.inc_popsize ** self.large / 2
+            self.regime = "small"
+            self.opt = self._new(mean, s.sigma0 * 10 ** (-2 * u),
+                                 max(self.popsize0, math.floor(self.popsize0 * ratio ** (u * u))))
+        self.runs.append((self.regime, self.population))
 
 
 def _first(sp, start: str) -> np.ndarray:
@@ -214,24 +215,24 @@ def _first(sp, start: str) -> np.ndarray:
 
 
 @dataclass
-class _Outcome:
+class Outcome:
     best_x: np.ndarray
     best_f: float
     evaluations: int
     generations: int
-    restarts: int
+    runs: list[tuple[str, int]]       # (BIPOP regime, population) of the first run and every restart
     history: list[tuple[int, float]]
     interrupted: bool
 
 
-def _minimize(f: Callable[[list[np.ndarray]], np.ndarray], first: np.ndarray, search: Search, trials: int,
+def minimize(f: Callable[[list[np.ndarray]], np.ndarray], first: np.ndarray, search: Search, trials: int,
               rng: np.random.Generator, delay: bool = False,
-              progress: Callable[[int, float, np.ndarray | None], None] | None = None) -> _Outcome:
+              progress: Callable[[int, float, np.ndarray | None], None] | None = None) -> Outcome:
     """Minimize `f` (a generation of points of the unit cube → their values) within `trials` evaluations (a
     generation that would exceed them is not started); Ctrl-C ends it with the best point so far.
     `progress(evaluations, best value, best point if it improved else None)` follows every generation."""
     run = _Run(search, first, rng, delay)
-    out = _Outcome(first, math.inf, 0, 0, 0, [], False)
+    out = Outcome(first, math.inf, 0, 0, run.runs, [], False)
     try:
         while out.evaluations + run.population <= trials:
             asked = run.ask()
@@ -249,7 +250,6 @@ def _minimize(f: Callable[[list[np.ndarray]], np.ndarray], first: np.ndarray, se
                 progress(out.evaluations, out.best_f, out.best_x if improved else None)
     except KeyboardInterrupt:
         out.interrupted = True
-    out.restarts = run.restarts
     return out
 
 
@@ -287,7 +287,7 @@ def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] |
         return objective([sp.params_dict(v) for v, _ in decoded], [d for _, d in decoded])
 
     tell = (lambda e, b, x: progress(e, b, None if x is None else params_of(x))) if progress else None
-    out = _minimize(f, first, search, task.trials, rng, task.delay, tell)
+    out = minimize(f, first, search, task.trials, rng, task.delay, tell)
     params = params_of(out.best_x)
     delay = params.get("delay_steps", 0)
     train, validation = _maes(task, params, delay, temperature)
@@ -295,9 +295,9 @@ def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] |
     if task.thermal_nodes and not out.interrupted:
         thermal = fit_thermal(task, params, delay, rng)
     return FitResult(task.model, task.split, task.seed, params, train, validation, out.evaluations,
-                     out.generations, out.restarts, time.perf_counter() - t0,
+                     out.generations, len(out.runs) - 1, time.perf_counter() - t0,
                      out.interrupted or bool(thermal and thermal["interrupted"]), out.history,
-                     list(sp.names) + (["delay_steps"] if task.delay else []), thermal)
+                     list(sp.names) + (["delay_steps"] if task.delay else []), thermal, out.runs)
 
 
 def _maes(task: FitTask, params: dict, delay: int, temperature: bool, thermal: bool = False
@@ -334,10 +334,10 @@ def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generato
         cands = [candidate(x) for x in points]
         return objective.per_log(objective.rollouts(cands, [delay] * len(cands)), thermal=True).mean(axis=1)
 
-    out = _minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng)
+    out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng)
     best = candidate(out.best_x)
     train, validation = _maes(task, best, delay, True, thermal=True)
     return {"nodes": task.thermal_nodes, "params": {n: best[n] for n in tsp.names}, "train_mae": train,
             "validation_mae": validation, "evaluations": out.evaluations, "generations": out.generations,
-            "restarts": out.restarts, "history": out.history, "interrupted": out.interrupted,
+            "restarts": len(out.runs) - 1, "runs": out.runs, "history": out.history, "interrupted": out.interrupted,
             "seconds": time.perf_counter() - t0}

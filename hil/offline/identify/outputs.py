@@ -81,7 +81,7 @@ def report_doc(tasks: list[FitTask], results: list[FitResult], ranked: list[Rank
         "fits": [{"model": r.model, "split": r.split, "seed": r.seed, "free": r.free, "params": r.params,
                   "train_mae": r.train, "validation_mae": r.validation, "train_mae_per_log": r.train_mae,
                   "validation_mae_per_log": r.validation_mae, "evaluations": r.evaluations,
-                  "generations": r.generations, "restarts": r.restarts, "seconds": r.seconds,
+                  "generations": r.generations, "restarts": r.restarts, "runs": r.runs, "seconds": r.seconds,
                   "interrupted": r.interrupted, "history": r.history, "thermal": r.thermal} for r in results],
     }
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from hil.cli.main import app
 from hil.kernel import Kernel
 from hil.logs.mcap import SideBySideRecorder
-from hil.offline.identify.fit import FitTask, Search, run_fit
+from hil.offline.identify.fit import FitTask, Search, minimize, run_fit
 from hil.offline.identify.logs import NamedLog, read_logs
 from hil.offline.identify.space import space
 from hil.offline.replay import (
@@ -110,6 +110,38 @@ def test_a_generation_is_replays_path_batched(xl330_logs):
     full, state = k1.run(goal), k2.run(goal, record="state")
     assert np.array_equal(full["theta"], state["theta"]) and np.array_equal(full["omega"], state["omega"])
     assert state["torque"].shape == (0, 3)
+
+
+
+# --- the search ---------------------------------------------------------------------------------------------
+
+def test_restarts_follow_bipop_or_ipop():
+    """On a sphere, which CMA-ES solves in a few hundred evaluations, a converged run restarts at a random point:
+    BIPOP (Hansen 2009) in the regime that has spent less of the budget (the first run counts as large), large
+    populations doubling the default λ0 = 4 + ⌊3 ln 4⌋ = 8, small ones between λ0 and half the last large one;
+    IPOP only doubles; without restarts the one run ends when the budget does."""
+    def sphere(points):
+        return np.array([np.sum((p - 0.3) ** 2) for p in points])
+
+    out = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2), 8000, np.random.default_rng(1))
+    assert out.best_f < 1e-12 and out.evaluations <= 8000
+    assert out.runs[0] == ("large", 8) and len(out.runs) >= 5
+    assert out.runs[1][0] == "small"                           # the first run spent the large regime's budget
+    larges = [n for regime, n in out.runs[1:] if regime == "large"]
+    assert larges == [8 * 2 ** k for k in range(1, len(larges) + 1)]
+    last_large = 8
+    for regime, n in out.runs[1:]:
+        if regime == "large":
+            last_large = n
+        else:
+            assert 8 <= n <= max(8, last_large // 2)
+    assert {r for r, _ in out.runs} == {"large", "small"}
+    ipop = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2, restarts="ipop"), 8000,
+                    np.random.default_rng(1))
+    assert [n for _, n in ipop.runs] == [8 * 2 ** k for k in range(len(ipop.runs))] and len(ipop.runs) >= 3
+    none = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2, restarts="none"), 3000,
+                    np.random.default_rng(1))
+    assert none.runs == [("large", 8)] and none.evaluations == 3000
 
 
 # --- recovery ----------------------------------------------------------------------------------------------
