@@ -30,6 +30,7 @@ class LogEntry(Strict):
     speed: float
     goal_position: float
     torque_enable: bool
+    temp: float | None = None   # the servo's reported temperature [°C], where the recorder logged it
 
 
 class ProcessedLog(Strict):
@@ -128,19 +129,23 @@ def batch_params(specs: list[ActuatorSpec], logs: list[ProcessedLog], integrator
 @dataclass(frozen=True)
 class LogArrays:
     """What a rollout needs of a log, as arrays: dt [s], goal [rad], torque enable [0/1] and measured
-    position [rad] per entry, and the first entry's speed [rad/s]."""
+    position [rad] per entry, and the first entry's speed [rad/s]; the logged temperature [°C] per
+    entry when every entry has one, else None."""
 
     dt: float
     goal: np.ndarray
     enable: np.ndarray
     q: np.ndarray
     dq0: float
+    temp: np.ndarray | None = None
 
     @classmethod
     def of(cls, log: ProcessedLog) -> LogArrays:
+        temps = [e.temp for e in log.entries]
         return cls(log.dt, np.array([e.goal_position for e in log.entries]),
                    np.array([float(e.torque_enable) for e in log.entries]),
-                   np.array([e.position for e in log.entries]), log.entries[0].speed)
+                   np.array([e.position for e in log.entries]), log.entries[0].speed,
+                   None if any(t is None for t in temps) else np.array(temps, dtype=float))
 
 
 def _fill(column: np.ndarray, x: np.ndarray, steps: int) -> None:
@@ -152,17 +157,18 @@ def _fill(column: np.ndarray, x: np.ndarray, steps: int) -> None:
     column[n:] = x[-1]
 
 
-def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None = None
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None = None,
+                  temperature: bool = False) -> list[tuple[np.ndarray, ...]]:
     """Closed-loop rollouts of (log, kernel parameters) cases as actuators of one kernel run per dt.
 
     Every case starts from its log's first state and follows its log's goals and torque enable,
     delayed by `delays[i]` steps. Logs of different lengths share a run: a shorter one holds its last
     command past its end, and its result is cut to its length. Returns (q [rad], dq [rad/s]) per case,
-    the state before each step, as bam's `rollout_log` records it.
+    the state before each step, as bam's `rollout_log` records it; with `temperature`, (q, dq, the
+    published temperature [°C] before each step).
     """
     delays = delays or [0] * len(cases)
-    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(cases)
+    out: list[tuple[np.ndarray, ...] | None] = [None] * len(cases)
     by_dt: dict[float, list[int]] = {}
     for i, (log, _) in enumerate(cases):
         by_dt.setdefault(log.dt, []).append(i)
@@ -176,10 +182,11 @@ def rollout_batch(cases: list[tuple[LogArrays, dict]], delays: list[int] | None 
             _fill(enable[:, col], log.enable, delays[i])
             kernel.set_params(col, params)
             kernel.set_state(col, theta=log.q[0], omega=log.dq0)
-        res = kernel.run(goal, enable, record="state")
+        res = kernel.run(goal, enable, record=True if temperature else "state")
         for col, i in enumerate(idx):
             n = len(cases[i][0].q)
-            out[i] = (res["theta"][:n, col], res["omega"][:n, col])
+            out[i] = (res["theta"][:n, col], res["omega"][:n, col]) + \
+                ((res["temperature"][:n, col],) if temperature else ())
     return out  # type: ignore[return-value]
 
 

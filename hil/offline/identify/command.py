@@ -39,6 +39,8 @@ def identify(
     free: Annotated[list[str] | None, typer.Option(help="free only these parameters, the others at the "
                                                         "catalog's published set (repeatable)")] = None,
     delay: Annotated[bool, typer.Option(help="also fit a command-to-measurement latency [steps]")] = False,
+    thermal_nodes: Annotated[int, typer.Option(min=0, max=2, help="after the position, fit a 1- or 2-node "
+                                                                  "thermal model to the logged temperature")] = 0,
     mcap_header: Annotated[list[str] | None, typer.Option(help="bam header of MCAP logs: mass=KG, length=M, "
                                                               "kp=GAIN [, arm_mass, vin, damping]")] = None,
     joint: Annotated[str | None, typer.Option(help="MCAP logs: the joint to read (default: every one)")] = None,
@@ -46,14 +48,16 @@ def identify(
 ) -> None:
     """Fit an actuator's bam parameters to its own logs: CMA-ES over closed-loop rollouts (bam's objective)."""
     from hil.offline.identify import outputs
-    from hil.offline.identify.logs import MCAP_HEADER_KEYS, read_logs
+    from hil.offline.identify.logs import MCAP_HEADER_KEYS, check_temperature, read_logs
     from hil.offline.identify.run import execute, plan, splits
-    from hil.offline.identify.space import MODELS, parse_assignments, space
+    from hil.offline.identify.space import MODELS, bam_dict, parse_assignments, space, thermal_space
 
     models = list(MODELS) if model == "all" else [model]
     fixed = parse_assignments(fix or [])
     for m in models:   # unknown model, actuator or parameter, or a value out of bounds: before any work
-        space(actuator, m, fixed, free)
+        temperature = space(actuator, m, fixed, free).temperature
+    if thermal_nodes:
+        thermal_space(actuator, thermal_nodes)
     header = parse_assignments(mcap_header or [], "--mcap-header")
     unknown = sorted(set(header) - set(MCAP_HEADER_KEYS))
     if unknown:
@@ -64,8 +68,10 @@ def identify(
     both = sorted({x.name for x in train} & {x.name for x in held})
     if both:
         raise ConfigError(f"{both[0]}: given as a training and as a validation log")
+    if temperature or thermal_nodes:
+        check_temperature(train + held, "--thermal-nodes" if thermal_nodes else "a fit of friction_tempcoef")
     pairs = splits(train, held, validation_kp, split, repeats, seed)
-    tasks = plan(actuator, models, pairs, trials, seed, fixed, list(free or []), delay)
+    tasks = plan(actuator, models, pairs, trials, seed, fixed, list(free or []), delay, thermal_nodes)
 
     console.print(f"fitting {len(tasks)} fit(s) of {trials} evaluations: {', '.join(models)}, {len(pairs)} "
                   f"split(s), {len(train)} logs{f' + {len(held)} validation logs' if held else ''}")
@@ -93,7 +99,7 @@ def identify(
                                 generation=bar.fields["generation"] + 1)
                 # the best set so far on disk (at most once a second), as bam's fit keeps its output file
                 if params is not None and best < saved[1] and time.monotonic() - saved[0] > 1.0:
-                    outputs.write_json(out / "params.json", params)
+                    outputs.write_json(out / "params.json", bam_dict(params))
                     saved[:] = time.monotonic(), best
 
             results = execute(tasks, on_generation=on_generation)
@@ -109,4 +115,11 @@ def identify(
         val = "-" if x.fit.validation is None else f"{1e3 * x.fit.validation:.2f}"
         table.add_row(str(x.rank), x.model, str(x.fit.split), f"{1e3 * x.fit.train:.2f}", val)
     console.print(table)
+    for x in ranked:
+        if x.fit.thermal:
+            th = x.fit.thermal
+            values = ", ".join(f"{k} {v:.4g}" for k, v in th["params"].items())
+            mae = sum(th["train_mae"].values()) / len(th["train_mae"])
+            console.print(f"{x.model} thermal ({th['nodes']} node{'s' if th['nodes'] > 1 else ''}): {values}; "
+                          f"temperature MAE {mae:.3f} K")
     console.print(f"{ranked[0].model} → {out / 'params.json'}, {out / 'catalog.toml'}, {out / 'report.json'}")

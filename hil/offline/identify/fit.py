@@ -1,11 +1,11 @@
-"""One identification fit: CMA-ES with IPOP restarts (the `cmaes` library) over closed-loop rollouts.
+"""One identification fit: CMA-ES with restarts (the `cmaes` library) over closed-loop rollouts.
 
 The objective is bam's (`bam.fit`): the mean over logs of the mean |q_sim − q_log| [rad] of a
 closed-loop rollout from the log's first state (Duclusaud et al., ICRA 2025, §V-B). Each generation
 is one kernel run: every candidate on every training log is one actuator of `hil.offline.replay.rollout_batch`,
 the function `servo-hil replay` rolls its logs with, so a replay of the fitted parameters gives the
-same MAE. Restarts double the population (IPOP-CMA-ES, Auger & Hansen, CEC 2005) until the budget of
-evaluations (candidate parameter sets, bam's `--trials`) is spent.
+same MAE. The search (`Search`) runs on the unit cube of the bounds until the budget of evaluations
+(candidate parameter sets, bam's `--trials`) is spent.
 """
 
 from __future__ import annotations
@@ -13,19 +13,38 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 import cmaes
 import numpy as np
 
-from hil.offline.identify.logs import NamedLog
-from hil.offline.identify.space import Space, bounds_table, space
+from hil.offline.identify.logs import NamedLog, check_temperature
+from hil.offline.identify.space import bam_params, bounds_table, published_set, space, thermal_space
 from hil.offline.replay import LogArrays, batch_params, replay_log, rollout_batch
 from hil.params import catalog
-from hil.params.bam import BamParams
 
-SIGMA0 = 0.25          # initial step size on the unit cube: a quarter of every bound's range
-INC_POPSIZE = 2        # IPOP's population factor per restart
+
+@dataclass(frozen=True)
+class Search:
+    """How the CMA-ES of one fit searches the unit cube of the bounds.
+
+    It starts at the catalog's published set of the model (bam's start values for what it lacks; `start`
+    "bam" or "centre" for those or the cube's centre) with a step of `sigma0` of every range: on bam's XL330
+    logs a start at the centre with optuna's range/6, as bam.fit's sampler starts, spends about half of a
+    2000-evaluation budget walking to the region the published set is already in. A run that converges
+    (`cmaes.CMA.should_stop`) restarts at a uniform random point (as optuna's former restart strategies
+    did): with a doubled population (IPOP-CMA-ES, Auger & Hansen, CEC 2005), or alternating that with
+    small populations and step sizes (BIPOP-CMA-ES, Hansen, GECCO BBOB 2009).
+    """
+
+    start: Literal["published", "bam", "centre"] = "published"
+    sigma0: float = 0.05            # initial step size on the unit cube
+    restarts: Literal["bipop", "ipop", "none"] = "bipop"
+    inc_popsize: int = 2            # population factor of a large restart
+
+    def doc(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,8 @@ class FitTask:
     free: list[str] = field(default_factory=list)
     delay: bool = False
     integrator: str = "bam"
+    search: Search = field(default_factory=Search)
+    thermal_nodes: int = 0   # 1 or 2: fit the thermal constants to the logged temperature after the position
 
 
 @dataclass
@@ -60,6 +81,8 @@ class FitResult:
     interrupted: bool
     history: list[tuple[int, float]]  # (evaluations, best training MAE [rad]) per generation
     free: list[str]
+    thermal: dict | None = None       # the thermal stage (`fit_thermal`), with --thermal-nodes
+    runs: list[tuple[str, int]] = field(default_factory=list)   # (regime, population) of each CMA-ES run
 
     @property
     def train(self) -> float:
@@ -76,36 +99,158 @@ def delay_bounds() -> tuple[int, int]:
 
 
 class Objective:
-    """bam's MAE of many candidate parameter sets on the training logs, in one batched kernel run."""
+    """bam's MAE of many candidate parameter sets on some logs, in one batched kernel run.
 
-    def __init__(self, sp: Space, logs: list[NamedLog], integrator: str) -> None:
-        self.space = sp
+    With `temperature`, each rollout also runs the catalog's thermal model (MuJoCo DC motor model §1.3)
+    from the log's first logged temperature, taken as the log's ambient (the servo at rest when the log
+    starts), and `per_log(…, thermal=True)` scores the published temperature against the logged one.
+    """
+
+    def __init__(self, actuator: str, logs: list[NamedLog], integrator: str, temperature: bool = False,
+                 why: str = "") -> None:
         self.logs = [x.log for x in logs]
         self.arrays = [LogArrays.of(x) for x in self.logs]
         self.integrator = integrator
-        self.base = catalog.entry(sp.actuator).actuator()
+        self.base = catalog.entry(actuator).actuator()
+        self.temperature = temperature
+        if temperature:
+            check_temperature(logs, why)
 
-    def spec(self, params: BamParams):
-        """The actuator `replay --params` builds from a parameter file."""
-        return self.base.with_bam(params).bam_only()
+    def spec(self, params: dict):
+        """The actuator of a fit's parameters: the one `replay --params` builds from their bam set, plus the
+        catalog's thermal model (its constants replaced by those in `params`) with `temperature`."""
+        spec = self.base.with_bam(bam_params(params)).bam_only()
+        if not self.temperature:
+            return spec
+        m = self.base.motor
+        t = {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
+             "thermal_c2": m.thermal2[1], "friction_tempcoef": m.friction_tempcoef} | params
+        motor = replace(spec.motor, thermal_r=t["thermal_r"], thermal_c=t["thermal_c"], tempcoef=m.tempcoef,
+                        reftemp=m.reftemp, thermal2=(t["thermal_r2"], t["thermal_c2"]),
+                        friction_tempcoef=t["friction_tempcoef"])
+        return replace(spec, motor=motor)
 
-    def __call__(self, values: list[np.ndarray], delays: list[int]) -> np.ndarray:
-        specs = [self.spec(self.space.params(v)) for v in values]
-        params = batch_params(specs, self.logs, self.integrator)
-        cases = [(self.arrays[i % len(self.logs)], p) for i, p in enumerate(params)]
-        rolled = rollout_batch(cases, [d for d in delays for _ in self.logs])
-        mae = np.array([np.mean(np.abs(q - self.arrays[i % len(self.logs)].q)) for i, (q, _) in enumerate(rolled)])
-        return mae.reshape(len(values), len(self.logs)).mean(axis=1)
+    def rollouts(self, candidates: list[dict], delays: list[int]) -> list[tuple[np.ndarray, ...]]:
+        """Every candidate (a fit's parameters) on every log, candidate-major."""
+        params = batch_params([self.spec(c) for c in candidates], self.logs, self.integrator)
+        n = len(self.logs)
+        if self.temperature:
+            for i, p in enumerate(params):
+                p["ambient"] = float(self.arrays[i % n].temp[0])
+        cases = [(self.arrays[i % n], p) for i, p in enumerate(params)]
+        return rollout_batch(cases, [d for d in delays for _ in self.logs], temperature=self.temperature)
+
+    def per_log(self, rolled: list[tuple[np.ndarray, ...]], thermal: bool = False) -> np.ndarray:
+        """(candidates, logs) MAE: of the position [rad], or of the temperature [K] with `thermal`."""
+        n = len(self.logs)
+        mae = [np.mean(np.abs(r[2] - self.arrays[i % n].temp)) if thermal else
+               np.mean(np.abs(r[0] - self.arrays[i % n].q)) for i, r in enumerate(rolled)]
+        return np.array(mae).reshape(-1, n)
+
+    def __call__(self, candidates: list[dict], delays: list[int]) -> np.ndarray:
+        return self.per_log(self.rollouts(candidates, delays)).mean(axis=1)
 
 
-def _optimizer(mean: np.ndarray, dim: int, seed: int, popsize: int | None, delay: bool):
-    bounds = np.tile([0.0, 1.0], (dim, 1))
-    if not delay:
-        return cmaes.CMA(mean=mean, sigma=SIGMA0, bounds=bounds, seed=seed, population_size=popsize)
-    lo, hi = delay_bounds()
-    steps = np.zeros(dim)
-    steps[-1] = 1.0 / (hi - lo)   # the delay [steps] is the last coordinate, an integer on the unit cube
-    return cmaes.CMAwM(mean=mean, sigma=SIGMA0, bounds=bounds, steps=steps, seed=seed, population_size=popsize)
+class _Run:
+    """One CMA-ES run of a fit and its restarts (`Search.restarts`), on the unit cube of `dim` coordinates."""
+
+    def __init__(self, search: Search, mean: np.ndarray, rng: np.random.Generator, delay: bool) -> None:
+        self.search, self.rng, self.delay, self.dim = search, rng, delay, len(mean)
+        self.large = 0                  # BIPOP: restarts in the large-population regime so far
+        self.budget = {"small": 0, "large": 0}
+        self.regime = "large"           # BIPOP counts the first run with the large regime
+        self.opt = self._new(mean, search.sigma0, None)
+        self.popsize0 = self.opt.population_size
+        self.runs = [("large", self.popsize0)]   # (regime, population) of the first run and every restart
+
+    def _new(self, mean: np.ndarray, sigma: float, popsize: int | None):
+        bounds = np.tile([0.0, 1.0], (self.dim, 1))
+        seed = int(self.rng.integers(2**31))
+        if not self.delay:
+            return cmaes.CMA(mean=mean, sigma=sigma, bounds=bounds, seed=seed, population_size=popsize)
+        lo, hi = delay_bounds()
+        steps = np.zeros(self.dim)
+        steps[-1] = 1.0 / (hi - lo)   # the delay [steps] is the last coordinate, an integer on the unit cube
+        return cmaes.CMAwM(mean=mean, sigma=sigma, bounds=bounds, steps=steps, seed=seed, population_size=popsize)
+
+    @property
+    def population(self) -> int:
+        return self.opt.population_size
+
+    def ask(self) -> list:
+        return [self.opt.ask() for _ in range(self.population)]
+
+    def tell(self, solutions: list) -> None:
+        self.opt.tell(solutions)
+        self.budget[self.regime] += len(solutions)
+        if self.search.restarts != "none" and self.opt.should_stop():
+            self._restart()
+
+    def _restart(self) -> None:
+        s, mean = self.search, self.rng.uniform(0.0, 1.0, self.dim)
+        if s.restarts == "ipop" or self.budget["large"] <= self.budget["small"]:
+            self.large += 1
+            self.regime = "large"
+            self.opt = self._new(mean, s.sigma0, self.popsize0 * s.inc_popsize ** self.large)
+        else:
+            # BIPOP's small regime (Hansen 2009, §2): λ_s = ⌊λ_def·(λ_large/(2·λ_def))^(U²)⌋, σ_s = σ_def·10^(−2U)
+            u = self.rng.uniform()
+            ratio = s.inc_popsize ** self.large / 2
+            self.regime = "small"
+            self.opt = self._new(mean, s.sigma0 * 10 ** (-2 * u),
+                                 max(self.popsize0, math.floor(self.popsize0 * ratio ** (u * u))))
+        self.runs.append((self.regime, self.population))
+
+
+def _first(sp, start: str) -> np.ndarray:
+    """The first mean on the unit cube: its centre, bam's start values, or the catalog's published set of the
+    model (bam's start values for the parameters it lacks)."""
+    if start == "centre":
+        return np.full(sp.dim, 0.5)
+    values = sp.start
+    if start == "published":
+        pub = published_set(sp.actuator, sp.model)
+        values = np.clip([pub.get(n, v) for n, v in zip(sp.names, sp.start, strict=True)], sp.low, sp.high)
+    return sp.to_unit(values)
+
+
+@dataclass
+class Outcome:
+    best_x: np.ndarray
+    best_f: float
+    evaluations: int
+    generations: int
+    runs: list[tuple[str, int]]       # (BIPOP regime, population) of the first run and every restart
+    history: list[tuple[int, float]]
+    interrupted: bool
+
+
+def minimize(f: Callable[[list[np.ndarray]], np.ndarray], first: np.ndarray, search: Search, trials: int,
+              rng: np.random.Generator, delay: bool = False,
+              progress: Callable[[int, float, np.ndarray | None], None] | None = None) -> Outcome:
+    """Minimize `f` (a generation of points of the unit cube → their values) within `trials` evaluations (a
+    generation that would exceed them is not started); Ctrl-C ends it with the best point so far.
+    `progress(evaluations, best value, best point if it improved else None)` follows every generation."""
+    run = _Run(search, first, rng, delay)
+    out = Outcome(first, math.inf, 0, 0, run.runs, [], False)
+    try:
+        while out.evaluations + run.population <= trials:
+            asked = run.ask()
+            points = [a[0] if delay else a for a in asked]
+            values = f(points)
+            run.tell([(a[1] if delay else a, float(y)) for a, y in zip(asked, values, strict=True)])
+            out.evaluations += len(values)
+            out.generations += 1
+            i = int(np.argmin(values))
+            improved = values[i] < out.best_f
+            if improved:
+                out.best_f, out.best_x = float(values[i]), points[i]
+            out.history.append((out.evaluations, out.best_f))
+            if progress:
+                progress(out.evaluations, out.best_f, out.best_x if improved else None)
+    except KeyboardInterrupt:
+        out.interrupted = True
+    return out
 
 
 def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] | None = None) -> FitResult:
@@ -116,18 +261,17 @@ def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] |
     """
     t0 = time.perf_counter()
     sp = space(task.actuator, task.model, task.fix, task.free)
-    objective = Objective(sp, task.train, task.integrator)
+    # with a thermal fit to follow, the position's rollouts heat the winding too (R(T), MuJoCo DC motor model
+    # §1.3.3), with the catalog's thermal constants: the heat the thermal fit sees comes from these parameters
+    temperature = sp.temperature or task.thermal_nodes > 0
+    objective = Objective(task.actuator, task.train, task.integrator, temperature,
+                          "--thermal-nodes" if task.thermal_nodes else "a free friction_tempcoef")
     lo_d, hi_d = delay_bounds()
-    dim = sp.dim + (1 if task.delay else 0)
-    start = sp.to_unit(sp.start)
+    search = task.search
+    first = _first(sp, search.start)
     if task.delay:
-        start = np.append(start, 0.0)
+        first = np.append(first, 0.5 if search.start == "centre" else 0.0)
     rng = np.random.default_rng(task.seed)
-    best_x, best_f = start, math.inf
-    evaluations = generations = restarts = 0
-    history: list[tuple[int, float]] = []
-    popsize, mean = None, start
-    interrupted = False
 
     def decode(x: np.ndarray) -> tuple[np.ndarray, int]:
         if task.delay:
@@ -138,41 +282,62 @@ def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] |
         values, delay = decode(x)
         return sp.params_dict(values) | ({"delay_steps": delay} if task.delay else {})
 
-    try:
-        while True:
-            opt = _optimizer(mean, dim, int(rng.integers(2**31)), popsize, task.delay)
-            while evaluations + opt.population_size <= task.trials:
-                asked = [opt.ask() for _ in range(opt.population_size)]
-                evals = [a[0] if task.delay else a for a in asked]
-                decoded = [decode(x) for x in evals]
-                f = objective([v for v, _ in decoded], [d for _, d in decoded])
-                opt.tell([(a[1] if task.delay else a, float(y)) for a, y in zip(asked, f, strict=True)])
-                evaluations += len(f)
-                generations += 1
-                i = int(np.argmin(f))
-                improved = f[i] < best_f
-                if improved:
-                    best_f, best_x = float(f[i]), evals[i]
-                history.append((evaluations, best_f))
-                if progress:
-                    progress(evaluations, best_f, params_of(best_x) if improved else None)
-                if opt.should_stop():
-                    break
-            if evaluations + opt.population_size * INC_POPSIZE > task.trials:
-                break
-            restarts += 1
-            popsize = opt.population_size * INC_POPSIZE
-            mean = rng.uniform(0.0, 1.0, dim)
-    except KeyboardInterrupt:
-        interrupted = True
-    params = params_of(best_x)
-    delay = params.get("delay_steps", 0)
-    bam = BamParams.model_validate(params)
-    spec = objective.spec(bam)
-    # the reported MAE is replay's, log by log, as `servo-hil replay --params` computes it
-    def maes(logs: list[NamedLog]) -> dict[str, float]:
-        return {x.name: replay_log(x.log, spec, task.integrator, x.name, delay).mae for x in logs}
+    def f(points: list[np.ndarray]) -> np.ndarray:
+        decoded = [decode(x) for x in points]
+        return objective([sp.params_dict(v) for v, _ in decoded], [d for _, d in decoded])
 
-    return FitResult(task.model, task.split, task.seed, params, maes(task.train), maes(task.validation),
-                     evaluations, generations, restarts, time.perf_counter() - t0, interrupted, history,
-                     list(sp.names) + (["delay_steps"] if task.delay else []))
+    tell = (lambda e, b, x: progress(e, b, None if x is None else params_of(x))) if progress else None
+    out = minimize(f, first, search, task.trials, rng, task.delay, tell)
+    params = params_of(out.best_x)
+    delay = params.get("delay_steps", 0)
+    train, validation = _maes(task, params, delay, temperature)
+    thermal = None
+    if task.thermal_nodes and not out.interrupted:
+        thermal = fit_thermal(task, params, delay, rng)
+    return FitResult(task.model, task.split, task.seed, params, train, validation, out.evaluations,
+                     out.generations, len(out.runs) - 1, time.perf_counter() - t0,
+                     out.interrupted or bool(thermal and thermal["interrupted"]), out.history,
+                     list(sp.names) + (["delay_steps"] if task.delay else []), thermal, out.runs)
+
+
+def _maes(task: FitTask, params: dict, delay: int, temperature: bool, thermal: bool = False
+          ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-log MAE [rad] (or of the temperature [K] with `thermal`) of `params` on the training and the
+    validation logs. Without temperature it is replay's, as `servo-hil replay --params` computes it;
+    with it, the same rollout with the thermal model (which bam's simulator and replay do not have)."""
+    out = []
+    for logs in (task.train, task.validation):
+        if not logs:
+            out.append({})
+        elif temperature:
+            o = Objective(task.actuator, logs, task.integrator, True, "a temperature-dependent fit")
+            per = o.per_log(o.rollouts([params], [delay]), thermal)[0]
+            out.append({x.name: float(v) for x, v in zip(logs, per, strict=True)})
+        else:
+            spec = Objective(task.actuator, [], task.integrator).spec(params)
+            out.append({x.name: replay_log(x.log, spec, task.integrator, x.name, delay).mae for x in logs})
+    return out[0], out[1]
+
+
+def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generator) -> dict:
+    """The thermal constants (`thermal_space`) fitted to the logged temperature of the training logs, the
+    position parameters held at `params`: the same CMA-ES and budget, minimizing the mean over logs of the
+    mean |T_sim − T_log| [K] of the closed-loop rollouts (`Objective` with temperature)."""
+    t0 = time.perf_counter()
+    tsp = thermal_space(task.actuator, task.thermal_nodes)
+    objective = Objective(task.actuator, task.train, task.integrator, True, "--thermal-nodes")
+
+    def candidate(x: np.ndarray) -> dict:
+        return params | {n: float(v) for n, v in zip(tsp.names, tsp.from_unit(x), strict=True)}
+
+    def f(points: list[np.ndarray]) -> np.ndarray:
+        cands = [candidate(x) for x in points]
+        return objective.per_log(objective.rollouts(cands, [delay] * len(cands)), thermal=True).mean(axis=1)
+
+    out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng)
+    best = candidate(out.best_x)
+    train, validation = _maes(task, best, delay, True, thermal=True)
+    return {"nodes": task.thermal_nodes, "params": {n: best[n] for n in tsp.names}, "train_mae": train,
+            "validation_mae": validation, "evaluations": out.evaluations, "generations": out.generations,
+            "restarts": len(out.runs) - 1, "runs": out.runs, "history": out.history, "interrupted": out.interrupted,
+            "seconds": time.perf_counter() - t0}

@@ -2,15 +2,17 @@
 
 Two sources: bam's processed JSON logs (`servo-hil record`, bam's own recorder) and the side-by-side
 MCAP recordings of `servo-hil mirror --record` (hil/logs/mcap.py), whose `/real/<joint>/state`
-positions are the servo's and whose goals are those the controller sent. An MCAP log carries no
-pendulum or gain, so its bam header (mass, length, kp, …) is given by the caller; it is resampled
-onto a fixed grid as `bam.process` does (hil/logs/bam.py).
+positions (and temperatures, where the controller read them) are the servo's and whose goals are those
+the controller sent. An MCAP log carries no pendulum or gain, so its bam header (mass, length, kp, …)
+is given by the caller; it is resampled onto a fixed grid as `bam.process` does (hil/logs/bam.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from hil.logs.bam import process
 from hil.logs.mcap import read_side_by_side
@@ -62,8 +64,22 @@ def mcap_logs(path: Path, header: dict, joint: str | None, dt: float) -> list[Na
                             "torque_enable": bool(enable)})
         raw = {**header, "entries": entries}
         name = f"{path.name}:{j}"
-        out.append(NamedLog(name, str(path), validate(ProcessedLog, process(raw, dt), name)))
+        doc = process(raw, dt)
+        temps = [m.get("temperature") for m in real]
+        if all(v is not None for v in temps):   # Present Temperature, where the mirror read it
+            t = [e["timestamp"] for e in entries]
+            for e, v in zip(doc["entries"], np.interp([e["timestamp"] for e in doc["entries"]], t, temps),
+                            strict=True):
+                e["temp"] = float(v)
+        out.append(NamedLog(name, str(path), validate(ProcessedLog, doc, name)))
     return out
+
+
+def check_temperature(logs: list[NamedLog], why: str) -> None:
+    """ConfigError naming the first log without a logged temperature (a `temp` in every entry)."""
+    for x in logs:
+        if any(e.temp is None for e in x.log.entries):
+            raise ConfigError(f"{x.name}: no logged temperature (a `temp` in every entry), which {why} needs")
 
 
 def read_logs(paths: list[Path], mcap_header: dict | None = None, joint: str | None = None,

@@ -13,11 +13,10 @@ import cmaes
 import numpy as np
 import tomli_w
 
-from hil.offline.identify.fit import INC_POPSIZE, SIGMA0, FitResult, FitTask, delay_bounds
+from hil.offline.identify.fit import FitResult, FitTask, Objective, delay_bounds
 from hil.offline.identify.logs import NamedLog
-from hil.offline.replay import replay_log
+from hil.offline.identify.space import TEMPERATURE_KEYS, bam_dict
 from hil.params import catalog
-from hil.params.bam import BamParams
 from hil.params.config_file import read_toml
 
 
@@ -72,17 +71,18 @@ def report_doc(tasks: list[FitTask], results: list[FitResult], ranked: list[Rank
         "evaluations": sum(r.evaluations for r in results),
         "interrupted": any(r.interrupted for r in results),
         "objective": "mean over logs of mean |q_sim - q_log| [rad], closed-loop rollout (hil.offline.replay)",
-        "optimizer": {"library": "cmaes", "version": cmaes.__version__, "method": "CMA-ES with IPOP restarts",
-                      "space": "unit cube of each parameter's bounds", "sigma0": SIGMA0,
-                      "inc_popsize": INC_POPSIZE, "trials": tasks[0].trials, "delay_steps_bounds": [lo, hi],
-                      "integrator": tasks[0].integrator},
+        "thermal_objective": ("mean over logs of mean |T_sim - T_log| [K], the same rollouts with the thermal model, "
+                              "after the position fit" if any(r.thermal for r in results) else None),
+        "optimizer": {"library": "cmaes", "version": cmaes.__version__, "method": "CMA-ES with restarts",
+                      "space": "unit cube of each parameter's bounds", **tasks[0].search.doc(),
+                      "trials": tasks[0].trials, "delay_steps_bounds": [lo, hi], "integrator": tasks[0].integrator},
         "ranking": [{"rank": x.rank, "model": x.model, "split": x.fit.split, "train_mae": x.fit.train,
                      "validation_mae": x.fit.validation} for x in ranked],
         "fits": [{"model": r.model, "split": r.split, "seed": r.seed, "free": r.free, "params": r.params,
                   "train_mae": r.train, "validation_mae": r.validation, "train_mae_per_log": r.train_mae,
                   "validation_mae_per_log": r.validation_mae, "evaluations": r.evaluations,
-                  "generations": r.generations, "restarts": r.restarts, "seconds": r.seconds,
-                  "interrupted": r.interrupted, "history": r.history} for r in results],
+                  "generations": r.generations, "restarts": r.restarts, "runs": r.runs, "seconds": r.seconds,
+                  "interrupted": r.interrupted, "history": r.history, "thermal": r.thermal} for r in results],
     }
 
 
@@ -98,41 +98,68 @@ def catalog_doc(actuator: str, ranked: list[Ranked], logs: list[NamedLog], date:
         source = (f"servo-hil identify {date}: {r.model} fitted on {len(r.train_mae)} logs "
                   f"({', '.join(r.train_mae)}), training MAE {1e3 * r.train:.3f} mrad{val}; "
                   f"{r.evaluations} evaluations, seed {r.seed}")
-        doc["models"][r.model] = {"source": source, **{k: v for k, v in r.params.items() if k != "actuator"}}
+        doc["models"][r.model] = {"source": source, **{k: v for k, v in bam_dict(r.params).items()
+                                                       if k != "actuator"}}
+    # the winner's temperature constants, which are the motor's, not a friction model's
+    best, motor = ranked[0].fit, doc["motor"]
+    sources = motor.setdefault("sources", {})
+    for k in TEMPERATURE_KEYS:
+        if k in best.params:
+            motor[k] = best.params[k]
+            sources[k] = f"servo-hil identify {date}: fitted with {best.model} on {len(best.train_mae)} logs"
+    if best.thermal:
+        t = best.thermal["params"]
+        _, _, _, alpha, t0, ta = (list(motor.get("thermal") or []) + [0.0] * 6)[:6]
+        motor["thermal"] = [t["thermal_r"], t["thermal_c"], 0.0, alpha, t0, ta]
+        if "thermal_r2" in t:
+            motor["thermal2"] = [t["thermal_r2"], t["thermal_c2"]]
+        mae = np.mean(list(best.thermal["train_mae"].values()))
+        sources["thermal"] = (f"servo-hil identify {date}: {best.thermal['nodes']}-node thermal model fitted to the "
+                              f"logged temperature of {len(best.thermal['train_mae'])} logs, MAE {mae:.3f} K"
+                              f"{'; α, T0, Ta kept' if alpha or t0 or ta else ''}")
     return doc
 
 
 def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[str, NamedLog],
          actuator: str) -> list[Path]:
     """validation_<model>.png (each validation log against its fitted rollout; the training logs when
-    there is no validation) and convergence.png (best training MAE against evaluations, per fit)."""
+    there is no validation), thermal_<model>.png (the same for the temperature, with a thermal fit) and
+    convergence.png (best training MAE against evaluations, per fit)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
-    base = catalog.entry(actuator).actuator()
     for x in ranked:
-        shown = x.fit.validation_mae or x.fit.train_mae
-        params = BamParams.model_validate(x.fit.params)
-        spec = base.with_bam(params).bam_only()
-        fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown)), squeeze=False, sharex=False)
-        for ax, name in zip(axes[:, 0], shown, strict=True):
-            r = replay_log(logs[name].log, spec, "bam", name, params.delay_steps)
-            ax.plot(r.t, r.q_log, label="log", color="k", lw=1.0)
-            ax.plot(r.t, r.q, label=f"{x.model} rollout", color="C1", lw=1.0)
-            ax.set_title(f"{name}: MAE {1e3 * r.mae:.2f} mrad", fontsize=9)
-            ax.set_ylabel("q [rad]")
-        axes[0, 0].legend(loc="upper right", fontsize=8)
-        axes[-1, 0].set_xlabel("t [s]")
-        # fixed margins: tight_layout measures every text's extent and costs more than the fit's rollouts
-        fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.3 / (2.4 * len(shown)),
-                            bottom=0.5 / (2.4 * len(shown)), hspace=0.45)
-        path = out / f"validation_{x.model}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
+        params, delay = x.fit.params, x.fit.params.get("delay_steps", 0)
+        # the rollouts the fit scored: with the thermal model when a temperature parameter was fitted
+        temperature = any(k in params for k in TEMPERATURE_KEYS) or bool(x.fit.thermal)
+        # each page rolls what its MAE was scored with: the position with the catalog's thermal constants
+        pages = [("validation", "q [rad]", 1e3, "mrad", False, params, x.fit.validation_mae or x.fit.train_mae)]
+        if x.fit.thermal:
+            pages.append(("thermal", "T [°C]", 1.0, "K", True, params | x.fit.thermal["params"],
+                          x.fit.thermal["validation_mae"] or x.fit.thermal["train_mae"]))
+        for stem, ylabel, scale, unit, thermal, page_params, shown in pages:
+            fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown)), squeeze=False, sharex=False)
+            for ax, (name, mae) in zip(axes[:, 0], shown.items(), strict=True):
+                log = logs[name].log
+                o = Objective(actuator, [logs[name]], "bam", temperature or thermal)
+                ((q, _, *temp),) = o.rollouts([page_params], [delay])
+                t = np.arange(len(q)) * log.dt
+                ax.plot(t, o.arrays[0].temp if thermal else o.arrays[0].q, label="log", color="k", lw=1.0)
+                ax.plot(t, temp[0] if thermal else q, label=f"{x.model} rollout", color="C1", lw=1.0)
+                ax.set_title(f"{name}: MAE {scale * mae:.2f} {unit}", fontsize=9)
+                ax.set_ylabel(ylabel)
+            axes[0, 0].legend(loc="upper right", fontsize=8)
+            axes[-1, 0].set_xlabel("t [s]")
+            # fixed margins: tight_layout measures every text's extent and costs more than the fit's rollouts
+            fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.3 / (2.4 * len(shown)),
+                                bottom=0.5 / (2.4 * len(shown)), hspace=0.45)
+            path = out / f"{stem}_{x.model}.png"
+            fig.savefig(path, dpi=80)
+            plt.close(fig)
+            written.append(path)
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in results:
         if r.history:
@@ -156,11 +183,11 @@ def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, 
     ranked = rank(results)
     doc = report_doc(tasks, results, ranked, seed, seconds, list(argv if argv is not None else sys.argv))
     winner = ranked[0].fit
-    write_json(out / "params.json", winner.params)
+    write_json(out / "params.json", bam_dict(winner.params))
     if len(ranked) > 1:
         (out / "models").mkdir(exist_ok=True)
         for x in ranked:
-            (out / "models" / f"{x.model}.json").write_text(json.dumps(x.fit.params, indent=2) + "\n")
+            (out / "models" / f"{x.model}.json").write_text(json.dumps(bam_dict(x.fit.params), indent=2) + "\n")
     cat = catalog_doc(tasks[0].actuator, ranked, logs, doc["date"])
     header = (f"# {cat['title']}: servo-hil identify, {doc['date']}, seed {seed}.\n"
               f"# Logs: {', '.join(x.name for x in logs + validation)}\n")

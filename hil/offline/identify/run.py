@@ -8,7 +8,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import numpy as np
 
-from hil.offline.identify.fit import FitResult, FitTask, run_fit
+from hil.offline.identify.fit import FitResult, FitTask, Search, run_fit
 from hil.offline.identify.logs import NamedLog
 from hil.params.config_file import ConfigError
 
@@ -44,11 +44,13 @@ def splits(logs: list[NamedLog], validation: list[NamedLog] | None, validation_k
 
 
 def plan(actuator: str, models: list[str], pairs: list[tuple[list[NamedLog], list[NamedLog]]], trials: int,
-         seed: int, fix: dict[str, float], free: list[str], delay: bool) -> list[FitTask]:
+         seed: int, fix: dict[str, float], free: list[str], delay: bool, thermal_nodes: int = 0,
+         search: Search | None = None) -> list[FitTask]:
     """One task per model and split; each with its own seed derived from `seed`, so the result does not
     depend on where or in which order the tasks run."""
     seeds = np.random.SeedSequence(seed).generate_state(len(models) * len(pairs))
-    return [FitTask(actuator, m, train, val, trials, int(seeds[i * len(pairs) + s]), s, fix, free, delay)
+    return [FitTask(actuator, m, train, val, trials, int(seeds[i * len(pairs) + s]), s, fix, free, delay,
+                    search=search or Search(), thermal_nodes=thermal_nodes)
             for i, m in enumerate(models) for s, (train, val) in enumerate(pairs)]
 
 

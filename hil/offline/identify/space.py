@@ -3,7 +3,10 @@
 By default it is exactly bam 1.0.2's `bam.fit` space for the actuator and model
 (config/identify/bounds.toml); `fix` pins parameters to a value; `free` frees only the parameters
 it names, the others held at the catalog's published set of that model (bam's start value without
-one). CMA-ES works on the unit cube: x = (value − low) / (high − low).
+one). Beyond bam, `free` and `fix` also take the friction budget's temperature coefficient
+(`TEMPERATURE_KEYS`, the catalog motor's `friction_tempcoef`). The thermal constants fitted to logged
+temperature after the position fit have their own space (`thermal_space`). CMA-ES works on the unit
+cube: x = (value − low) / (high − low), or of the logarithms for a logarithmic parameter.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from hil.params.config_file import ConfigError, read_toml
 
 MODELS = ("m1", "m2", "m3", "m4", "m5", "m6")
 MOTOR_KEYS = ("kt", "R", "armature")
+TEMPERATURE_KEYS = ("friction_tempcoef",)            # catalog motor constants the position fit can free
+THERMAL_KEYS = ("thermal_r", "thermal_c", "thermal_r2", "thermal_c2")   # one node: the first two
 
 
 @cache
@@ -53,26 +58,63 @@ class Space:
     high: np.ndarray
     start: np.ndarray
     fixed: dict[str, float] = field(default_factory=dict)
+    log: bool = False   # the unit cube spans the logarithms of the bounds
 
     @property
     def dim(self) -> int:
         return len(self.names)
 
+    def _scale(self, v: np.ndarray) -> np.ndarray:
+        return np.log(v) if self.log else np.asarray(v, dtype=float)
+
     def to_unit(self, values: np.ndarray) -> np.ndarray:
-        return (np.asarray(values) - self.low) / (self.high - self.low)
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        return (self._scale(values) - lo) / (hi - lo)
 
     def from_unit(self, x: np.ndarray) -> np.ndarray:
-        return self.low + np.clip(x, 0.0, 1.0) * (self.high - self.low)
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        v = lo + np.clip(x, 0.0, 1.0) * (hi - lo)
+        return np.exp(v) if self.log else v
 
     def params_dict(self, values: np.ndarray) -> dict:
-        """A bam parameter file's content: model, actuator, fixed and free values."""
+        """A bam parameter file's content (model, actuator, fixed and free values) plus the free or fixed
+        `TEMPERATURE_KEYS`, which are not bam's."""
         out: dict = {"model": self.model, "actuator": bam_actuator(self.actuator)}
         out.update(self.fixed)
         out.update({n: float(v) for n, v in zip(self.names, values, strict=True)})
         return out
 
+    @property
+    def temperature(self) -> bool:
+        """Whether the rollouts need the temperature (a temperature coefficient is free or fixed)."""
+        return any(k in self.names or k in self.fixed for k in TEMPERATURE_KEYS)
+
     def params(self, values: np.ndarray) -> BamParams:
-        return BamParams.model_validate(self.params_dict(values))
+        return bam_params(self.params_dict(values))
+
+
+def bam_dict(params: dict) -> dict:
+    """A fit's parameters without `TEMPERATURE_KEYS` and `THERMAL_KEYS`: a bam parameter file's content."""
+    return {k: v for k, v in params.items() if k not in TEMPERATURE_KEYS + THERMAL_KEYS}
+
+
+def bam_params(params: dict) -> BamParams:
+    """The bam parameter set of a fit's parameters."""
+    return BamParams.model_validate(bam_dict(params))
+
+
+def thermal_space(actuator: str, nodes: int) -> Space:
+    """The thermal constants fitted to logged temperature: R_T [K/W] and C [J/K] of one node, plus R_th2 and
+    C2 of the housing with two; logarithmic, started at the catalog's values where it has them."""
+    if nodes not in (1, 2):
+        raise ConfigError(f"--thermal-nodes {nodes}: 1 (winding) or 2 (winding and housing)")
+    names = THERMAL_KEYS[:2 * nodes]
+    b = np.array([bounds_table()["thermal"][k] for k in names], dtype=float)
+    m = catalog.entry(actuator).actuator().motor
+    have = {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
+            "thermal_c2": m.thermal2[1]}
+    start = np.array([have[k] if b[i, 0] <= have[k] <= b[i, 1] else b[i, 2] for i, k in enumerate(names)])
+    return Space(actuator, "thermal", names, b[:, 0], b[:, 1], start, {}, log=True)
 
 
 def space(actuator: str, model: str, fix: dict[str, float] | None = None, free: list[str] | None = None) -> Space:
@@ -85,23 +127,32 @@ def space(actuator: str, model: str, fix: dict[str, float] | None = None, free: 
     bounds = {k: table["friction"][k] for k in table["models"][model]}
     bounds.update({k: v for k, v in act.items() if k in model_keys})
     fix = dict(fix or {})
+    extra = [k for k in TEMPERATURE_KEYS if k in fix or k in (free or [])]   # beyond bam: only when named
+    model_keys += extra
+    bounds.update({k: table["temperature"][k] for k in extra})
     for name in list(fix) + list(free or []):
         if name not in bounds:
             raise ConfigError(f"parameter {name!r}: not a parameter of {model} "
-                              f"(has: {', '.join(model_keys)})")
+                              f"(has: {', '.join(model_keys + [k for k in TEMPERATURE_KEYS if k not in extra])})")
     for name, value in fix.items():
         lo, hi, _ = bounds[name]
         if not lo <= value <= hi:
             raise ConfigError(f"--fix {name}={value:g}: out of its bounds [{lo:g}, {hi:g}]")
     if free:
-        entry = catalog.entry(actuator)
-        published = entry.models[model].model_dump() if model in entry.models else {}
+        published = published_set(actuator, model)
         for name in model_keys:
             if name not in free and name not in fix:
                 fix[name] = float(published.get(name, bounds[name][2]))
     names = tuple(k for k in model_keys if k not in fix)
     b = np.array([bounds[k] for k in names], dtype=float).reshape(-1, 3)
     return Space(actuator, model, names, b[:, 0], b[:, 1], b[:, 2], fix)
+
+
+def published_set(actuator: str, model: str) -> dict:
+    """The catalog's published set of `model` (empty without one) and its motor's friction_tempcoef."""
+    entry = catalog.entry(actuator)
+    out = entry.models[model].model_dump() if model in entry.models else {}
+    return out | {"friction_tempcoef": entry.actuator().motor.friction_tempcoef}
 
 
 def parse_assignments(items: list[str], option: str = "--fix") -> dict[str, float]:

@@ -1,11 +1,13 @@
 """`servo-hil identify`: recovery of known parameters, the real XL330 logs, the MCAP path, scale-out, bad input."""
 
 import json
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +17,8 @@ from typer.testing import CliRunner
 from hil.cli.main import app
 from hil.kernel import Kernel
 from hil.logs.mcap import SideBySideRecorder
-from hil.offline.identify.fit import FitTask, run_fit
-from hil.offline.identify.logs import NamedLog
+from hil.offline.identify.fit import FitTask, Search, minimize, run_fit
+from hil.offline.identify.logs import NamedLog, read_logs
 from hil.offline.identify.space import space
 from hil.offline.replay import (
     LogArrays,
@@ -33,6 +35,8 @@ from hil.params.bam import load_bam_params
 from hil.params.catalog import CatalogEntry
 from hil.params.config_file import read_toml, validate
 from hil.rig import load_offline_rig
+from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
+from tests.hil.daemon import rig_head
 
 ACTUATOR = "xl330_m288"
 # the 3 held-out logs of the real-data test: one per gain and a different trajectory each
@@ -108,11 +112,44 @@ def test_a_generation_is_replays_path_batched(xl330_logs):
     assert state["torque"].shape == (0, 3)
 
 
+
+# --- the search ---------------------------------------------------------------------------------------------
+
+def test_restarts_follow_bipop_or_ipop():
+    """On a sphere, which CMA-ES solves in a few hundred evaluations, a converged run restarts at a random point:
+    BIPOP (Hansen 2009) in the regime that has spent less of the budget (the first run counts as large), large
+    populations doubling the default λ0 = 4 + ⌊3 ln 4⌋ = 8, small ones between λ0 and half the last large one;
+    IPOP only doubles; without restarts the one run ends when the budget does."""
+    def sphere(points):
+        return np.array([np.sum((p - 0.3) ** 2) for p in points])
+
+    out = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2), 8000, np.random.default_rng(1))
+    assert out.best_f < 1e-12 and out.evaluations <= 8000
+    assert out.runs[0] == ("large", 8) and len(out.runs) >= 5
+    assert out.runs[1][0] == "small"                           # the first run spent the large regime's budget
+    larges = [n for regime, n in out.runs[1:] if regime == "large"]
+    assert larges == [8 * 2 ** k for k in range(1, len(larges) + 1)]
+    last_large = 8
+    for regime, n in out.runs[1:]:
+        if regime == "large":
+            last_large = n
+        else:
+            assert 8 <= n <= max(8, last_large // 2)
+    assert {r for r, _ in out.runs} == {"large", "small"}
+    ipop = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2, restarts="ipop"), 8000,
+                    np.random.default_rng(1))
+    assert [n for _, n in ipop.runs] == [8 * 2 ** k for k in range(len(ipop.runs))] and len(ipop.runs) >= 3
+    none = minimize(sphere, np.full(4, 0.5), Search(start="centre", sigma0=0.2, restarts="none"), 3000,
+                    np.random.default_rng(1))
+    assert none.runs == [("large", 8)] and none.evaluations == 3000
+
+
 # --- recovery ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("model", ["m1", "m2", "m3", "m4", "m5", "m6"])
 def test_recovers_known_parameters(xl330_logs, model):
-    """Fitted back from bam's start values within: MAE ≤ the true set's + 1.5 mrad (the floor is the encoder's
+    """Fitted back from bam's start values (not from the published set the logs come from; a quarter of every
+    range as the first step) within: MAE ≤ the true set's + 1.5 mrad (the floor is the encoder's
     quantization and 1 mrad noise), kt/R (the law's torque per volt) 4 %, armature 12 %, q_offset 3 mrad.
     The friction coefficients of one model trade off against each other and are not checked one by one."""
     logs = synthesize(xl330_logs, model)
@@ -120,7 +157,7 @@ def test_recovers_known_parameters(xl330_logs, model):
     spec = catalog.entry(ACTUATOR).actuator(model).bam_only()
     floor = np.mean([replay_log(x.log, spec, "bam", x.name).mae for x in logs])
     assert 0.5e-3 < floor < 1.5e-3
-    fit = run_fit(FitTask(ACTUATOR, model, logs, [], 3000, seed=3))
+    fit = run_fit(FitTask(ACTUATOR, model, logs, [], 3000, seed=3, search=Search(start="bam", sigma0=0.25)))
     assert fit.evaluations <= 3000 and not fit.interrupted
     assert fit.train < floor + 1.5e-3, (fit.train, floor)
     p = fit.params
@@ -149,9 +186,83 @@ def test_delay_is_recovered(xl330_logs):
         for e, q in zip(doc["entries"], r["theta"][:, 0], strict=True):
             e["position"] = float(q)
         late.append(NamedLog(x.name, x.path, ProcessedLog.model_validate(doc)))
-    fit = run_fit(FitTask(ACTUATOR, "m1", late, [], 1500, seed=5, delay=True))
+    fit = run_fit(FitTask(ACTUATOR, "m1", late, [], 1500, seed=5, delay=True,
+                          search=Search(start="bam", sigma0=0.25)))
     assert fit.params["delay_steps"] == 4
     assert fit.train < 1e-3
+
+
+# --- temperature -------------------------------------------------------------------------------------------
+
+def synthesize_hot(logdir: Path, model: str, kernel: dict, ambients: list[float], seconds: float,
+                   edit: dict | None = None, sources: tuple[str, ...] = SYNTH_FROM) -> list[NamedLog]:
+    """Logs written by the kernel with its thermal model on: the published `model` set (edited by `edit`) and the
+    kernel parameters `kernel` (thermal constants, friction_tempcoef), one log per ambient [°C] starting at rest
+    at that temperature and following the goals of the real logs `sources` repeated to `seconds`; the
+    temperature reported in whole °C, as Present Temperature(146) is (e-manual XL330-M288 §Present
+    Temperature(146)), positions through a 4096-count encoder."""
+    spec = catalog.entry(ACTUATOR).actuator(model).bam_only()
+    if edit:
+        spec = spec.with_bam(spec.friction.model_copy(update=edit)).bam_only()
+    motor = catalog.entry(ACTUATOR).actuator().motor
+    out = []
+    for i, ambient in enumerate(ambients):
+        log = load_log(logdir / sources[i % len(sources)])
+        reps = int(np.ceil(seconds / (len(log.entries) * log.dt)))
+        goal = np.tile([e.goal_position for e in log.entries], reps)[:round(seconds / log.dt)]
+        p = log_params(spec, log, "bam") | {"thermal_r": motor.thermal_r, "thermal_c": motor.thermal_c,
+                                            "tempcoef": motor.tempcoef, "reftemp": motor.reftemp,
+                                            "ambient": ambient, "encoder_counts": 4096} | kernel
+        k = Kernel(1, log.dt)
+        k.set_params(0, p)
+        k.set_state(0, theta=log.entries[0].position, omega=0.0)
+        r = k.run(goal)
+        doc = log.model_dump() | {"entries": [
+            {"position": float(r["theta_meas"][j, 0]), "speed": float(r["omega"][j, 0]), "goal_position": float(g),
+             "torque_enable": True, "temp": float(np.round(r["temperature"][j, 0]))} for j, g in enumerate(goal)]}
+        out.append(NamedLog(f"hot_{i}.json", log.trajectory or "", ProcessedLog.model_validate(doc)))
+    return out
+
+
+def test_friction_tempcoef_is_recovered_with_free(xl330_logs):
+    """`--free friction_tempcoef`: logs of a servo whose friction budget falls 1 %/K (α_f = −0.01 /K), recorded
+    at 25, 45 and 65 °C, are fitted back to α_f within 0.002 /K, with Coulomb friction within 10 %; the other
+    parameters held at the published set."""
+    truth = catalog.entry(ACTUATOR).models["m1"]
+    logs = synthesize_hot(xl330_logs, "m1", {"friction_tempcoef": -0.01}, [25.0, 45.0, 65.0], 3.0,
+                          edit={"friction_base": 3 * truth.friction_base})
+    fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 600, seed=2, free=["friction_tempcoef", "friction_base"]))
+    assert fit.params["friction_tempcoef"] == pytest.approx(-0.01, abs=0.002)
+    assert fit.params["friction_base"] == pytest.approx(3 * truth.friction_base, rel=0.1)
+    assert fit.params["kt"] == truth.kt and fit.train < 1.5e-3
+    # without α_f, the best Coulomb friction cannot follow the three temperatures
+    flat = run_fit(FitTask(ACTUATOR, "m1", logs, [], 300, seed=2, free=["friction_base"]))
+    assert flat.train > 1.5 * fit.train
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_thermal_constants_are_recovered_from_logged_temperature(xl330_logs, nodes):
+    """--thermal-nodes: 2-minute logs heated by the published m1's own current, temperature in whole °C, are
+    fitted back (after the position fit) to the temperature within the quantization (MAE < 0.35 K); one node:
+    R_T and C within 10 %; two nodes: the steady-state R_th1 + R_th2 within 10 % and the housing's C2 within 25 %
+    (the housing's temperature alone hardly tells the winding's two constants apart)."""
+    truth = ({"thermal_r": 40.0, "thermal_c": 1.5} if nodes == 1 else
+             {"thermal_r": 8.0, "thermal_c": 0.4, "thermal_r2": 32.0, "thermal_c2": 1.5})
+    # sin_sin and sin_time_square: 20 to 45 K of heating in 2 minutes
+    logs = synthesize_hot(xl330_logs, "m1", truth, [25.0, 30.0], 120.0, sources=(SYNTH_FROM[0], SYNTH_FROM[3]))
+    rise = [x.log.entries[-1].temp - x.log.entries[0].temp for x in logs]
+    assert min(rise) >= 15 and max(rise) <= 50, rise
+    fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 300, seed=4, free=["kt", "friction_base"], thermal_nodes=nodes))
+    th = fit.thermal
+    assert th["nodes"] == nodes and 0 < th["evaluations"] <= 300 and not th["interrupted"]
+    assert np.mean(list(th["train_mae"].values())) < 0.35
+    p = th["params"]
+    if nodes == 1:
+        assert p["thermal_r"] == pytest.approx(truth["thermal_r"], rel=0.1)
+        assert p["thermal_c"] == pytest.approx(truth["thermal_c"], rel=0.1)
+    else:
+        assert p["thermal_r"] + p["thermal_r2"] == pytest.approx(40.0, rel=0.1)
+        assert p["thermal_c2"] == pytest.approx(truth["thermal_c2"], rel=0.25)
 
 
 # --- real data ---------------------------------------------------------------------------------------------
@@ -231,6 +342,99 @@ def test_mcap_mirror_recording_is_identified_toward_the_real_servo(xl330_logs, t
     report = json.loads((out / "report.json").read_text())
     assert list(report["fits"][0]["train_mae_per_log"]) == ["rec:arm"]
     assert report["fits"][0]["train_mae"] < 2e-3
+
+
+def _xl330_rig(tmp: Path, name: str, servo: str) -> Path:
+    """A rig of one XL330 on a pendulum (bam's XL330 logs' 0.49 kg at 0.10 m) behind a Dynamixel bus, stepped
+    with bam's integrator, supplied at 5.0 V (the XL330's recommended supply, within its default Max Voltage
+    Limit(32) of 7.0 V); `servo` its [[actuators]] model or params line."""
+    path = tmp / f"{name}.toml"
+    path.write_text(rig_head(name) + f"""[loop]
+rate_hz = 1000
+integrator = "bam"
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+fast = true
+[[actuators]]
+joint = "arm"
+catalog = "{ACTUATOR}"
+{servo}
+load = {{ mass = 0.49, length = 0.1 }}
+faults = {{ supply_v = 5.0 }}
+bus = "dxl"
+id = 1
+""")
+    return path
+
+
+def _daemon(args: list[str], expect: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    assert proc.wait(STOP_TIMEOUT_S) == 0, proc.stderr.read()
+
+
+def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_path):
+    """The MCAP path end to end, as the mirror tests run it: a second `servo-hil run` daemon plays the "real" XL330
+    (the published m1 with kt 30 % higher and twice the Coulomb friction, from a bam parameter file), `servo-hil
+    mirror --record` runs its twin (the published m1) between it and dynamixel-sdk, which sends a real log's goals
+    and Sync Reads Goal Position … Present Temperature at 50 Hz. Fitting kt and friction_base on the recording
+    moves both from the published values at least halfway to the real servo's."""
+    from dynamixel_sdk import COMM_SUCCESS, GroupSyncRead, PacketHandler
+
+    from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler
+
+    published = catalog.entry(ACTUATOR).models["m1"]
+    real_params = published.model_dump(exclude={"source"}) | {"actuator": "xl330", "kt": 1.3 * published.kt,
+                                                              "friction_base": 2 * published.friction_base}
+    (tmp_path / "real.json").write_text(json.dumps(real_params))
+    real_rig = _xl330_rig(tmp_path, "real", f'params = "{tmp_path / "real.json"}"')
+    twin_rig = _xl330_rig(tmp_path, "twin", 'model = "m1"')
+    goals = [e.goal_position for e in load_log(xl330_logs / SYNTH_FROM[0]).entries[::4]]   # sin_sin, 6 s at 50 Hz
+    real = _daemon(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    try:
+        mirror = _daemon(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
+                          "--record", str(tmp_path / "rec")], "mirroring")
+        try:
+            port = SlackPortHandler(str(tmp_path / "ctl"), DEFAULT_SLACK_MS)
+            assert port.openPort() and port.setBaudRate(1_000_000)
+            ph = PacketHandler(2.0)
+            assert ph.write1ByteTxRx(port, 1, 64, 1) == (0, 0)                  # Torque Enable(64)
+            reads = GroupSyncRead(port, ph, 116, 31)        # Goal Position(116) .. Present Temperature(146)
+            reads.addParam(1)
+            t0 = time.monotonic()
+            for k, goal in enumerate(goals):
+                ph.write4ByteTxRx(port, 1, 116, round(2048 + goal * 4096 / (2 * math.pi)))   # Goal Position(116)
+                while time.monotonic() < t0 + (k + 1) * 0.02:
+                    reads.txRxPacket()
+                    time.sleep(0.005)
+            assert reads.txRxPacket() == COMM_SUCCESS
+            port.closePort()
+        finally:
+            _stop(mirror)
+    finally:
+        _stop(real)
+    out = tmp_path / "fit"
+    res = _invoke([str(tmp_path / "rec"), "--actuator", ACTUATOR, "--model", "m1", "--trials", "400",
+                   "--free", "kt", "--free", "friction_base", "--out", str(out),
+                   *[f"--mcap-header={kv}" for kv in ("mass=0.49", "length=0.1", "kp=400", "vin=5.0")]])
+    assert res.exit_code == 0, res.output
+    fit = json.loads((out / "report.json").read_text())["fits"][0]
+    assert list(fit["train_mae_per_log"]) == ["rec:arm"]
+    p = fit["params"]
+    assert p["R"] == published.R   # held at the published set
+    assert abs(p["kt"] - real_params["kt"]) < 0.5 * abs(published.kt - real_params["kt"]), p["kt"]
+    assert abs(p["friction_base"] - real_params["friction_base"]) < \
+        0.5 * abs(published.friction_base - real_params["friction_base"]), p["friction_base"]
+    # the recording carried the real servo's Present Temperature onto the log's grid
+    (log,) = read_logs([tmp_path / "rec"], {"mass": 0.49, "length": 0.1, "kp": 400})
+    assert all(e.temp is not None and 20 < e.temp < 40 for e in log.log.entries)
 
 
 # --- scale-out and reproducibility -------------------------------------------------------------------------
@@ -323,4 +527,13 @@ def test_bad_input_is_one_line_and_exit_2(xl330_logs, tmp_path):
     _one_line_exit_2([str(tmp_path / "rec.mcap"), "--actuator", ACTUATOR, "--out", out], "rec.mcap")
     _one_line_exit_2([log, "--validation", log, "--actuator", ACTUATOR, "--out", out], SYNTH_FROM[0], "validation")
     _one_line_exit_2([log, "--validation-kp", "5", "--actuator", ACTUATOR, "--out", out], "--validation-kp 5")
+    doc = json.loads(Path(log).read_text())
+    for e in doc["entries"]:
+        del e["temp"]
+    (tmp_path / "notemp.json").write_text(json.dumps(doc))
+    notemp = str(tmp_path / "notemp.json")
+    _one_line_exit_2([notemp, "--actuator", ACTUATOR, "--thermal-nodes", "1", "--out", out], "notemp.json",
+                     "temperature", "--thermal-nodes")
+    _one_line_exit_2([notemp, "--actuator", ACTUATOR, "--free", "friction_tempcoef", "--out", out], "notemp.json",
+                     "temperature", "friction_tempcoef")
     assert not Path(out).exists() or not any(Path(out).iterdir())
