@@ -1,11 +1,12 @@
 """Soak of the Dynamixel bus under a 1 kHz control loop of unchanged dynamixel-sdk code, as JSON.
 
-`python -m bench.soak --seconds S` starts `servo-hil run` on `bench dynamixel`'s rig (12 XM430-W350, IDs 1..12,
-pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process, the loop a controller
-runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then `GroupSyncWrite(116, 4)` of
-goal = present `txPacket()`, for S seconds. In the same run the same client loop runs for S seconds against the
-echo peer of bench/dynamixel.py (a separate process answering canned correct replies at once on a pty: the SDK's
-and the pty's own floor on this host), so that failures under host load can be told from failures of ours.
+`servo-hil bench soak --seconds S` (`make soak`: an hour) starts `servo-hil run` on `bench dynamixel`'s rig (12
+XM430-W350, IDs 1..12, pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process,
+the loop a controller runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then
+`GroupSyncWrite(116, 4)` of goal = present `txPacket()`, for S seconds. In the same run the same client loop runs
+for S seconds against the echo peer of bench/dynamixel.py (a separate process answering canned correct replies at
+once on a pty: the SDK's and the pty's own floor on this host), so that failures under host load can be told from
+failures of ours.
 
 Per server: cycles, COMM failures by class (the SDK's `getTxRxResult` text), loop overruns (a cycle that ended
 after its successor's slot began: the loop then starts at once and skips the slots already past, `missed_slots`,
@@ -165,15 +166,19 @@ def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    """`servo-hil bench soak` (or `python -m bench.soak`): the JSON on stdout, and in `--out` if given."""
+    ap = argparse.ArgumentParser(prog="servo-hil bench soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3600.0, help="counted run per server [s] (default 3600)")
     ap.add_argument("--baud", type=int, default=BAUD, help=f"line speed [bit/s] (default {BAUD})")
+    ap.add_argument("--out", type=Path, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     if args.seconds <= 0:
-        print(f"--seconds must be > 0, got {args.seconds}", file=sys.stderr)
+        print(f"servo-hil: error: --seconds must be > 0, got {args.seconds}", file=sys.stderr)
         return 2
-    json.dump(run(args.seconds, args.baud), sys.stdout, indent=2)
-    print()
+    text = json.dumps(run(args.seconds, args.baud), indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
     return 0
 
 
