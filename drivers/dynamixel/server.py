@@ -52,7 +52,8 @@ class BusThread(ServerThread, abc.ABC):
 
     @property
     def errors_isolated(self) -> int:
-        """Packets whose handling raised, left unanswered and counted (DynamixelBus.handle), for `status`."""
+        """Packets whose handling raised, left unanswered (DynamixelBus.handle), and received bytes the parser
+        raised on (`parse`), for `status`."""
         return self.bus.errors_isolated
 
     @property
@@ -64,6 +65,17 @@ class BusThread(ServerThread, abc.ABC):
     def close(self) -> None:
         for part in self._closing:
             part.close()
+
+    def parse(self, parser: Parser, data: bytes, now: float) -> list:
+        """`parser.feed(data, now)`. Should the parser raise on some bytes, they are dropped with whatever partial
+        packet it held (silence: the controller times out and resends, as after line noise), counted and logged
+        with the bus's isolated packets, and the thread reads on."""
+        try:
+            return parser.feed(data, now)
+        except Exception as exc:
+            parser.reset()
+            self.bus.failures.record(exc, "parser", data, "bytes dropped")
+            return []
 
     @abc.abstractmethod
     def serve(self) -> None:
@@ -103,7 +115,7 @@ class DynamixelServer(BusThread):
                     return
                 data = read()   # a hang-up or error shows here too
                 if data:
-                    self._answer(self.parser.feed(data, now), now)
+                    self._answer(self.parse(self.parser, data, now), now)
             if now >= due:
                 with self.lock:
                     servos[turn % len(servos)].housekeeping()
