@@ -7,7 +7,10 @@ No input is known to raise in these handlers (the stream fuzzers of tests/driver
 none), so the failure is planted where a bug would sit: in the drive model under the SDO download (CAN) and in the
 CiA 402 unit conversion of an order's target (Etherban), for one value only. The daemon runs in this process for
 that reason (`Daemon.start`), with its real pty, sockets and threads; the client side is a raw pyserial line (as
-tests/drivers/erob/test_canopen_fuzz.py has it) and a ZeroMQ REQ socket speaking etherban.proto.
+tests/drivers/erob/test_canopen_fuzz.py has it) and a ZeroMQ REQ socket speaking etherban.proto. The Dynamixel
+thread's isolation is tested with its bus (tests/drivers/dynamixel/test_fuzz_codec.py), the ZeroMQ command
+socket's in test_reliability.py; the MQTT plane's events task is checked here to survive an event JSON cannot
+carry.
 """
 
 from __future__ import annotations
