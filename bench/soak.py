@@ -12,7 +12,9 @@ Per server: cycles, COMM failures by class (the SDK's `getTxRxResult` text), loo
 after its successor's slot began: the loop then starts at once and skips the slots already past, `missed_slots`,
 as a fixed-rate control loop does), lateness of each cycle's start behind its 1 ms slot (p50 / p99 / max), RSS
 of the server process at the start (after a 1 s warm-up) and at the end (/proc/<pid>/status VmRSS), and
-hypervisor steal over the run. Targets: 0 lost replies (failures) on a quiet
+hypervisor steal over the run; and, for servo-hil, its own counters of the bus at the end (`server`: partial
+packets dropped at the inter-byte gap, CRC errors, replies written over 1 ms late, replies dropped, packets isolated,
+loop overruns), which tell where a lost cycle went when it was ours. Targets: 0 lost replies (failures) on a quiet
 host; under load, no more failures than the echo peer's. The process exits 0 even when a target is missed: it is
 a measurement.
 """
@@ -40,6 +42,7 @@ from bench.dynamixel import (
 )
 from bench.host import PeerProcess, disturbance_notes, latency_stats, loadavg, machine
 from hil.daemon.telemetry import StealMeter
+from hil.daemon.zmq_io import request
 
 PERIOD_S = 1e-3        # the control loop's period [s]
 WARMUP_S = 1.0         # cycles before the counted run (the SDK's and the server's first packets) [s]
@@ -128,6 +131,18 @@ def control_loop(path: str, baud: int, seconds: float, server_pid: int) -> dict:
         port.closePort()
 
 
+def server_view(command: str) -> dict | None:
+    """The daemon's own counters of the bus (its `status`): what its bus thread saw on the wire (partial packets
+    dropped at the inter-byte gap, CRC errors, replies late by over 1 ms and the latest, replies dropped), packets
+    isolated, and its loop's overruns; None if it does not answer. Where a lost cycle was lost, when ours."""
+    try:
+        st = request(command, {"cmd": "status"}, timeout_s=5.0)["status"]
+    except TimeoutError:
+        return None
+    return {"wire": st["bus_wire"].get("dxl"), "errors_isolated": st["bus_errors_isolated"].get("dxl"),
+            "loop_overruns": st.get("overruns")}
+
+
 def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
     t0, load_start = time.monotonic(), loadavg()
     runs: dict[str, dict] = {}
@@ -135,6 +150,7 @@ def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
         with _Daemon(Path(tmpdir), baud, False, RETURN_DELAY) as d:
             runs["servo_hil"] = control_loop(d.path, baud, seconds, d.proc.pid)
             runs["servo_hil"]["server_exit_code"] = d.proc.poll()    # None: still running, as it must be
+            runs["servo_hil"]["server"] = server_view(d.command)
         with PeerProcess(echo_peer, _peer_replies(), "servo-hil-soak-echo-peer") as peer:
             runs["echo_peer"] = control_loop(peer.address, baud, seconds, peer.proc.pid)
     ours, floor = runs["servo_hil"], runs["echo_peer"]

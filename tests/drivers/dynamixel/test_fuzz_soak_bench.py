@@ -27,6 +27,10 @@ def test_soak_bench_reports_both_servers(tmp_path):
         assert set(run["lateness"]) == {"p50_us", "p99_us", "mean_us", "max_us"}
         assert run["overruns"] <= run["cycles"]
     assert ours["server_exit_code"] is None, "the daemon died under the control loop"
+    server = ours["server"]    # the daemon's own view of the bus: nothing isolated, no reply left unread
+    assert server["errors_isolated"] == 0 and server["wire"]["replies_dropped"] == 0, server
+    assert set(server["wire"]) == {"partial_packets_dropped", "crc_errors", "garbage_bytes", "late_replies",
+                                   "max_reply_late_ms", "replies_dropped"}
     assert doc["rss_growth_kb"] is not None and doc["rss_growth_kb"] < 5 * 1024
     assert doc["targets"]["server_alive"] and doc["targets"]["rss_growth_below_5MB"]
     assert doc["config"]["servos"] == 12 and 0.0 <= doc["steal_max_fraction"] < 1.0
