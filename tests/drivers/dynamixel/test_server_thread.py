@@ -92,11 +92,11 @@ def test_a_reply_the_thread_could_not_send_in_time_is_counted_late(served):
     ping = encode_instruction(3, Instruction.PING, b"")
     client.write(ping)
     assert len(client.read(PING_REPLY)) == PING_REPLY
-    assert server.wire_stats["late_replies"] == 0
+    before = server.wire_stats["late_replies"]
     with server.lock:
         client.write(ping)
-        time.sleep(0.02)      # the thread woke with the Ping and waits for the lock
+        time.sleep(0.1)       # the thread wakes with the Ping and waits for the lock
     assert len(client.read(PING_REPLY)) == PING_REPLY
     stats = server.wire_stats
-    assert stats["late_replies"] == 1 and stats["max_reply_late_ms"] > 10.0, stats
+    assert stats["late_replies"] == before + 1 and stats["max_reply_late_ms"] > 50.0, stats
     assert stats["replies_dropped"] == 0
