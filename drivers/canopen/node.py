@@ -139,9 +139,8 @@ class _SdoServer(SdoServer):
     def abort(self, abort_code=ABORT_GENERAL_ERROR):
         self._transfer = None
         super().abort(abort_code)
-        # canopen's server answers a request whose handling raised with this abort (0x08000000, general error, as
-        # CANopenNode answers one), then logs the traceback: the exception goes on instead, to the adapter, which
-        # counts it and logs it once with the frame (drivers/can/slcan.py)
+        # a request whose handling raised gets canopen's general-error abort (as from CANopenNode); the exception then
+        # goes on to the adapter, which counts it and logs it once with the frame, instead of canopen's traceback
         failure = sys.exc_info()[1]
         if failure is not None and not isinstance(failure, SdoAbortedError):
             raise failure

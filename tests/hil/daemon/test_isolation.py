@@ -115,7 +115,7 @@ def test_a_can_frame_that_raises_is_answered_counted_logged_once_and_the_next_se
             abort = struct.pack("<BHBI", 0x80, *PROFILE_VELOCITY, SDO_GENERAL_ERROR).hex().upper()
             answered = f"t5828{abort}\r".encode()
         else:
-            bad = b"t00028102\r"             # NMT reset node 2 (CiA 301 §7.2.8.3.1.1)
+            bad = b"t00028102\r"             # NMT reset node 2 (CiA 301 §7.2.8)
             answered = b"t7021"               # node 2's boot-up frame: must not come
         line.write(bad)
         line.write(bad)                       # the second is counted and logged at DEBUG only
