@@ -39,7 +39,7 @@ test: .stamp-install
 soak: SOAK_SECONDS ?= 3600
 soak: .stamp-install
 	$(BIN)/pytest -q -m soak
-	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS)
+	$(BIN)/servo-hil bench soak --seconds $(SOAK_SECONDS)
 
 # docker/Dockerfile built and run under podman (tests/container; docs/docker.md): needs root, podman, runc,
 # debootstrap, catatonit (Debian packages); skipped with that hint when podman is missing

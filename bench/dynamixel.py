@@ -206,8 +206,8 @@ class _Daemon(DaemonProcess):
     def __init__(self, tmp: Path, baud: int, fast: bool, return_delay: int):
         tag = f"{baud}_{'fast' if fast else 'paced'}_{return_delay}"
         rig = tmp / f"rig_{tag}.toml"
-        rig.write_text(rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}",
-                                 f"tcp://127.0.0.1:{free_port()}"))
+        self.command = f"tcp://127.0.0.1:{free_port()}"    # the daemon's ZeroMQ command socket
+        rig.write_text(rig_text(baud, fast, return_delay, f"tcp://127.0.0.1:{free_port()}", self.command))
         self.path = str(tmp / f"tty_{tag}")
         super().__init__(rig, ["--port", self.path], ("servo-hil: dynamixel bus",), tmp / f"daemon_{tag}.log")
 

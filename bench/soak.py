@@ -1,17 +1,20 @@
 """Soak of the Dynamixel bus under a 1 kHz control loop of unchanged dynamixel-sdk code, as JSON.
 
-`python -m bench.soak --seconds S` starts `servo-hil run` on `bench dynamixel`'s rig (12 XM430-W350, IDs 1..12,
-pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process, the loop a controller
-runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then `GroupSyncWrite(116, 4)` of
-goal = present `txPacket()`, for S seconds. In the same run the same client loop runs for S seconds against the
-echo peer of bench/dynamixel.py (a separate process answering canned correct replies at once on a pty: the SDK's
-and the pty's own floor on this host), so that failures under host load can be told from failures of ours.
+`servo-hil bench soak --seconds S` (`make soak`: an hour) starts `servo-hil run` on `bench dynamixel`'s rig (12
+XM430-W350, IDs 1..12, pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process,
+the loop a controller runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then
+`GroupSyncWrite(116, 4)` of goal = present `txPacket()`, for S seconds. In the same run the same client loop runs
+for S seconds against the echo peer of bench/dynamixel.py (a separate process answering canned correct replies at
+once on a pty: the SDK's and the pty's own floor on this host), so that failures under host load can be told from
+failures of ours.
 
 Per server: cycles, COMM failures by class (the SDK's `getTxRxResult` text), loop overruns (a cycle that ended
 after its successor's slot began: the loop then starts at once and skips the slots already past, `missed_slots`,
 as a fixed-rate control loop does), lateness of each cycle's start behind its 1 ms slot (p50 / p99 / max), RSS
 of the server process at the start (after a 1 s warm-up) and at the end (/proc/<pid>/status VmRSS), and
-hypervisor steal over the run. Targets: 0 lost replies (failures) on a quiet
+hypervisor steal over the run; and, for servo-hil, its own counters of the bus at the end (`server`: partial
+packets dropped at the inter-byte gap, CRC errors, replies written over 1 ms late, replies dropped, packets isolated,
+loop overruns), which tell where a lost cycle went when it was ours. Targets: 0 lost replies (failures) on a quiet
 host; under load, no more failures than the echo peer's. The process exits 0 even when a target is missed: it is
 a measurement.
 """
@@ -39,6 +42,7 @@ from bench.dynamixel import (
 )
 from bench.host import PeerProcess, disturbance_notes, latency_stats, loadavg, machine
 from hil.daemon.telemetry import StealMeter
+from hil.daemon.zmq_io import request
 
 PERIOD_S = 1e-3        # the control loop's period [s]
 WARMUP_S = 1.0         # cycles before the counted run (the SDK's and the server's first packets) [s]
@@ -127,6 +131,18 @@ def control_loop(path: str, baud: int, seconds: float, server_pid: int) -> dict:
         port.closePort()
 
 
+def server_view(command: str) -> dict | None:
+    """The daemon's own counters of the bus (its `status`): what its bus thread saw on the wire (partial packets
+    dropped at the inter-byte gap, CRC errors, replies late by over 1 ms and the latest, replies dropped), packets
+    isolated, and its loop's overruns; None if it does not answer. Where a lost cycle was lost, when ours."""
+    try:
+        st = request(command, {"cmd": "status"}, timeout_s=5.0)["status"]
+    except TimeoutError:
+        return None
+    return {"wire": st["bus_wire"].get("dxl"), "errors_isolated": st["bus_errors_isolated"].get("dxl"),
+            "loop_overruns": st.get("overruns")}
+
+
 def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
     t0, load_start = time.monotonic(), loadavg()
     runs: dict[str, dict] = {}
@@ -134,6 +150,7 @@ def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
         with _Daemon(Path(tmpdir), baud, False, RETURN_DELAY) as d:
             runs["servo_hil"] = control_loop(d.path, baud, seconds, d.proc.pid)
             runs["servo_hil"]["server_exit_code"] = d.proc.poll()    # None: still running, as it must be
+            runs["servo_hil"]["server"] = server_view(d.command)
         with PeerProcess(echo_peer, _peer_replies(), "servo-hil-soak-echo-peer") as peer:
             runs["echo_peer"] = control_loop(peer.address, baud, seconds, peer.proc.pid)
     ours, floor = runs["servo_hil"], runs["echo_peer"]
@@ -165,15 +182,19 @@ def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    """`servo-hil bench soak` (or `python -m bench.soak`): the JSON on stdout, and in `--out` if given."""
+    ap = argparse.ArgumentParser(prog="servo-hil bench soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3600.0, help="counted run per server [s] (default 3600)")
     ap.add_argument("--baud", type=int, default=BAUD, help=f"line speed [bit/s] (default {BAUD})")
+    ap.add_argument("--out", type=Path, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     if args.seconds <= 0:
-        print(f"--seconds must be > 0, got {args.seconds}", file=sys.stderr)
+        print(f"servo-hil: error: --seconds must be > 0, got {args.seconds}", file=sys.stderr)
         return 2
-    json.dump(run(args.seconds, args.baud), sys.stdout, indent=2)
-    print()
+    text = json.dumps(run(args.seconds, args.baud), indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
     return 0
 
 

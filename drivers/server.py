@@ -1,4 +1,5 @@
-"""What every bus server of a rig is (`BusServer`), and the real-time thread every one of them runs (`ServerThread`).
+"""What every bus server of a rig is (`BusServer`), the real-time thread every one of them runs (`ServerThread`), and
+what a server does with an input whose handling raised (`InputFailures`).
 
 A bus server answers for simulated devices where a controller connects: a Dynamixel bus on a pty, an SLCAN
 adapter and its CANopen nodes, an Etherban ZeroMQ socket, or a proxy mirror in front of real hardware. The
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["BusServer", "ServerThread"]
+__all__ = ["BusServer", "InputFailures", "ServerThread"]
 
 log = logging.getLogger("servo-hil")
 
@@ -40,6 +41,12 @@ class BusServer(Protocol):
         """What stopped the server (or a thread it depends on), if anything; the daemon polls it."""
         ...
 
+    @property
+    def errors_isolated(self) -> int:
+        """Inputs (packets, frames, requests) whose handling raised and that were answered as the device answers
+        what it cannot carry out, then left behind (`InputFailures`); `status` reports it per bus."""
+        ...
+
     def start(self) -> None:
         """Serve from now on (in the server's own threads)."""
         ...
@@ -47,6 +54,51 @@ class BusServer(Protocol):
     def stop(self, timeout: float = 1.0) -> None:
         """Stop serving and release what the server holds (ports, sockets) within `timeout` [s]; idempotent."""
         ...
+
+
+class InputFailures:
+    """The inputs of one server whose handling raised: each is counted (`count`) and logged at WARNING with the
+    input's bytes, once per kind of failure (exception type and `kind`, e.g. the instruction; later ones of the
+    same kind at DEBUG), so that one bad input, or a stream of them, is one line in the log. The server answers
+    it as the device answers what it cannot carry out (silence, an error reply, an abort code) and serves the
+    next input: a controller sending garbage must not take the bus down."""
+
+    LOGGED_BYTES = 48     # bytes of an input shown in its log line
+    MAX_KINDS = 4096      # kinds remembered as logged (a fuzzer's variety must not grow memory)
+
+    def __init__(self, what: str, text: bool = False):
+        """`what` names the input in the log line, e.g. "dynamixel packet"; `text`: the inputs are lines of ASCII
+        (SLCAN), shown as such rather than in hex."""
+        self.what = what
+        self.text = text
+        self.count = 0
+        self._logged: set[tuple] = set()
+
+    def record(self, exc: BaseException, kind: object, data: bytes, answer: str) -> None:
+        """Input `data` raised `exc`; `answer` says what the device made of it (e.g. "not answered")."""
+        self.count += 1
+        key = (type(exc), kind)
+        level = logging.DEBUG if key in self._logged else logging.WARNING
+        if len(self._logged) < self.MAX_KINDS:
+            self._logged.add(key)
+        text = str(exc)
+        if len(text) > 200:
+            text = f"{text[:200]}..."
+        shown = self.ascii(data) if self.text else self.hex(data)
+        log.log(level, "%s %s (%s: %s): %s", self.what, answer, type(exc).__name__, text, shown)
+
+    @classmethod
+    def hex(cls, data: bytes) -> str:
+        """`data` in hex, cut after LOGGED_BYTES bytes with the total length named."""
+        if len(data) <= cls.LOGGED_BYTES:
+            return bytes(data).hex(" ")
+        return f"{bytes(data[:cls.LOGGED_BYTES]).hex(' ')} ... ({len(data)} bytes)"
+
+    @classmethod
+    def ascii(cls, data: bytes) -> str:
+        """`data` as a quoted ASCII line (other bytes escaped), cut after LOGGED_BYTES bytes likewise."""
+        shown = repr(bytes(data[:cls.LOGGED_BYTES]).decode("ascii", "backslashreplace"))
+        return shown if len(data) <= cls.LOGGED_BYTES else f"{shown} ... ({len(data)} bytes)"
 
 
 class ServerThread(threading.Thread):

@@ -50,18 +50,7 @@ def rss_kb(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-# The loop's sample ring (hil/loop/rt.pyx: 2^16 Samples of 17 8-byte fields, hil/loop/publisher.pxd) is calloc'd:
-# the kernel maps its pages on first write, one Sample per joint and tick, so RSS grows by up to its 8.5 MiB
-# while it fills for the first time (33 s for two joints at 1 kHz; mlockall maps it at start). Not a leak: the
-# part written between two readings is taken out of their difference.
-SAMPLE_RING = 1 << 16
-SAMPLE_BYTES = 17 * 8
-RSS_GROWTH_LIMIT_KB = 5 * 1024      # a fuzzed daemon's RSS growth allowed (the sample ring's filling taken out)
-
-
-def steady_rss_kb(pid: int, ticks: int, joints: int) -> int:
-    """RSS [kB] less the part of the sample ring mapped after `ticks` ticks of `joints` joints."""
-    return rss_kb(pid) - min(ticks * joints, SAMPLE_RING) * SAMPLE_BYTES // 1024
+RSS_GROWTH_LIMIT_KB = 5 * 1024      # a fuzzed daemon's RSS growth allowed (the loop's rings are mapped at start)
 
 
 class ProcessControl:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from drivers.can.slcan_codec import encode_line, parse_line
 from drivers.ports import PtyPort, SerialDevicePort
-from drivers.server import ServerThread
+from drivers.server import InputFailures, ServerThread
 
 __all__ = [
     "BITRATES",
@@ -182,8 +182,11 @@ class SlcanAdapter(ServerThread):
 
     `on_frame(frame, t)` is called from this thread for every frame the host transmits on an open
     channel, once the frame has been on the wire: `t` [s, time.monotonic()] is when its last bit
-    was sent. It may call `send()` (e.g. an SDO reply). An exception in it stops the adapter and is
-    kept in `error`, like any crash of this thread (the daemon checks it).
+    was sent. It may call `send()` (e.g. an SDO reply). Whatever one frame raises in it, or one command
+    line in the adapter, stays with that input (`drivers.server.InputFailures`): counted in
+    `errors_isolated`, logged at WARNING with the line the host sent, a command line refused with BEL, a
+    frame left with what the nodes sent before the failure; the adapter then serves the next line. Any
+    other exception stops the adapter and is kept in `error` (the daemon checks it and stops).
 
     `bitrate` [bit/s] is the CAN bitrate the adapter starts with (None: `O` is refused until the
     host sets one with `S`/`s`, as on a Lawicel adapter). `hw_version`, `sw_version` (0..99) and
@@ -227,6 +230,7 @@ class SlcanAdapter(ServerThread):
         self._version = f"{hw_version:02d}{sw_version:02d}".encode("ascii")
         self._serial = serial_number.encode("ascii")
         self._stats = SlcanStats()
+        self.failures = InputFailures(f"slcan {name}:", text=True)
         self._stats_lock = threading.Lock()
         self._inbox: collections.deque[tuple[float, CanFrame, int]] = collections.deque()  # send() -> thread
         self._wire: collections.deque[tuple[float, int, CanFrame]] = collections.deque()  # (due, direction, frame)
@@ -248,6 +252,11 @@ class SlcanAdapter(ServerThread):
     @property
     def path(self) -> str:
         return self.port.path
+
+    @property
+    def errors_isolated(self) -> int:
+        """Lines and frames whose handling raised (see the class docstring), for `status`."""
+        return self.failures.count
 
     @property
     def stats(self) -> SlcanStats:
@@ -356,7 +365,10 @@ class SlcanAdapter(ServerThread):
             if direction == _FROM_HOST:
                 self._host_pending -= 1
                 self._flush(fd)         # what is due for the host goes out before a node takes its time
-                self.on_frame(frame, due)
+                try:
+                    self.on_frame(frame, due)
+                except Exception as exc:
+                    self.failures.record(exc, ("frame", frame.id), encode_frame(frame), "frame failed in the nodes")
                 continue
             self._bus_pending -= 1
             if len(self._out) >= self.OUT_LIMIT:   # the host is not reading
@@ -389,7 +401,11 @@ class SlcanAdapter(ServerThread):
             line = bytes(self._in[:end]).replace(b"\n", b"")
             del self._in[:end + 1]
             overflow, self._line_overflow = self._line_overflow or len(line) > _MAX_LINE, False
-            reply = _BEL if overflow else self._execute(line, now)
+            try:
+                reply = _BEL if overflow else self._execute(line, now)
+            except Exception as exc:    # the adapter's answer to a command it cannot carry out (Lawicel: BEL)
+                self.failures.record(exc, ("command", line[:1]), line + b"\r", "command answered BEL")
+                reply = _BEL
             if reply == _BEL:
                 self._count(errors=1)
             self._out += reply

@@ -83,6 +83,11 @@ class CanopenBus:
     def error(self) -> BaseException | None:
         return self.adapter.error or self.drives.error
 
+    @property
+    def errors_isolated(self) -> int:
+        """Frames and lines whose handling raised, answered as the adapter and nodes could (SlcanAdapter)."""
+        return self.adapter.errors_isolated
+
     def start(self) -> None:
         with self.drives.lock:
             now = time.monotonic()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 import time
 from collections.abc import Callable
 
@@ -138,6 +139,11 @@ class _SdoServer(SdoServer):
     def abort(self, abort_code=ABORT_GENERAL_ERROR):
         self._transfer = None
         super().abort(abort_code)
+        # a request whose handling raised gets canopen's general-error abort (as from CANopenNode); the exception then
+        # goes on to the adapter, which counts it and logs it once with the frame, instead of canopen's traceback
+        failure = sys.exc_info()[1]
+        if failure is not None and not isinstance(failure, SdoAbortedError):
+            raise failure
 
     def reset(self) -> None:
         """Power-up state: no transfer in progress (NMT reset node / communication)."""

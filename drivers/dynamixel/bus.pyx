@@ -17,7 +17,6 @@ from libc.math cimport fabs
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
-import logging
 from typing import NamedTuple
 
 import numpy as np
@@ -45,6 +44,7 @@ from drivers.dynamixel.protocol import (
 )
 from drivers.ports import wire_time_s
 from drivers.faults import BUS_FLAG_BITS, BusFaults
+from drivers.server import InputFailures
 
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
 # the instruction codes and header values as C ints (from protocol.py's enum: one table of them)
@@ -57,20 +57,13 @@ cdef int SYNC_WRITE = Instruction.SYNC_WRITE, BULK_WRITE = Instruction.BULK_WRIT
 cdef int BROADCAST = BROADCAST_ID, ALERT_BIT = ALERT
 cdef frozenset _KNOWN = frozenset(int(i) for i in Instruction) - {STATUS}
 cdef int64_t WRONG_BAUD_BIT = BUS_FLAG_BITS["wrong_baud"]   # in BusFaults.active
-_LOGGED_BYTES = 48   # bytes of a packet shown in the log line of an isolated failure
-
-log = logging.getLogger("servo-hil")
 
 
-def packet_hex(packet) -> str:
-    """A received packet as it was on the wire (header, ID, LEN, instruction, unstuffed parameters; no CRC), in
-    hex, cut after `_LOGGED_BYTES` bytes with the total length named."""
+def packet_bytes(packet) -> bytes:
+    """A received packet as it was on the wire (header, ID, LEN, instruction, unstuffed parameters; no CRC)."""
     params = packet.params if hasattr(packet, "params") else b""
     body = bytes([packet.instruction]) + params
-    wire = b"\xff\xff\xfd\x00" + bytes([packet.id & 0xFF]) + ((len(body) + 2) & 0xFFFF).to_bytes(2, "little") + body
-    if len(wire) <= _LOGGED_BYTES:
-        return wire.hex(" ")
-    return f"{wire[:_LOGGED_BYTES].hex(' ')} ... ({len(wire)} bytes)"
+    return b"\xff\xff\xfd\x00" + bytes([packet.id & 0xFF]) + ((len(body) + 2) & 0xFFFF).to_bytes(2, "little") + body
 
 
 cdef inline bint _is_read(int ins) noexcept:
@@ -111,8 +104,7 @@ cdef class DynamixelBus:
     cdef public list servos
     cdef readonly list faults
     cdef public dict stats
-    cdef readonly long errors_isolated   # packets whose handling raised: answered with silence, counted, logged
-    cdef set _logged                    # (exception type, instruction) already logged at WARNING
+    cdef readonly object failures       # packets whose handling raised: answered with silence, counted, logged
     cdef double _now           # simulation time of the packet being handled [s]
     cdef list _all, _identity
     cdef dict _ids, _addressed
@@ -146,11 +138,15 @@ cdef class DynamixelBus:
             self._flag_sinks.append(view)
             self._flags[i] = &view[0]
         self.stats = {"instructions": 0, "replies": 0, "crc_errors": 0, "ignored": 0}
-        self.errors_isolated = 0
-        self._logged = set()
+        self.failures = InputFailures("dynamixel packet")
         self._now = 0.0
         self._all = list(range(len(self.servos)))
         self._reindex()
+
+    @property
+    def errors_isolated(self):
+        """Packets whose handling raised (`handle`), for `status`."""
+        return self.failures.count
 
     # ------------------------------------------------------------------ entry point
     def handle(self, packet, baud):
@@ -160,16 +156,11 @@ cdef class DynamixelBus:
         Whatever one packet raises stays with that packet: it gets no answer (a device that cannot carry an
         instruction out stays silent, and the controller times out as on a real bus), the failure is counted in
         `errors_isolated` and logged at WARNING with the packet's bytes (once per kind of failure and
-        instruction; later ones at DEBUG), and the bus serves the next packet."""
+        instruction; later ones at DEBUG: `drivers.server.InputFailures`), and the bus serves the next packet."""
         try:
             return self._handle(packet, baud)
         except Exception as exc:
-            self.errors_isolated += 1
-            key = (type(exc), packet.instruction)
-            level = logging.DEBUG if key in self._logged else logging.WARNING
-            if len(self._logged) < 4096:
-                self._logged.add(key)
-            log.log(level, "dynamixel packet not answered (%s: %s): %s", type(exc).__name__, exc, packet_hex(packet))
+            self.failures.record(exc, packet.instruction, packet_bytes(packet), "not answered")
             if self._identities() != self._identity:
                 self._reindex()      # a write carried out before the failure may have changed an ID
             return []

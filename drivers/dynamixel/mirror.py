@@ -100,14 +100,14 @@ class MirrorServer(BusThread):
                         baud = b
                     self.forwarded["to_real"] += len(data)
                     self.real.write(data)        # first the wire, unchanged; then the twin
-                    for packet in self._requests.feed(data, now):
+                    for packet in self.parse(self._requests, data, now):
                         self._to_twin(packet)
             if real in ready:
                 data = self.real.read()
                 if data:
                     self.forwarded["to_controller"] += len(data)
                     self.port.write(data)
-                    for packet in self._replies.feed(data, now):
+                    for packet in self.parse(self._replies, data, now):
                         self._from_real(packet)
 
     # ------------------------------------------------------------------ the twin follows the real servo

@@ -190,14 +190,18 @@ class Parser:
     the byte after the failed header, because a corrupt LEN may have swallowed real packets. Status packets
     (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
 
-    Inter-byte gap (Protocol 2.0 §Instruction Packet): if over `inter_byte_timeout_s` seconds passed since the previous
-    bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh. Bytes read together
-    carry no arrival times (a reader that was late reads a stale partial packet and the next packet at once), so
-    the gap is also inferred from the bytes: when what has arrived ends with a complete packet with a good CRC
-    whose header lies inside the span an earlier header claims (incomplete, or complete with a bad CRC), the
-    earlier header is taken as stale, as if the gap had been seen: a controller that sent a whole packet and
-    waits for its answer has left the line silent. Only a complete, CRC-checked packet at the very end of the
-    received bytes does this, so a packet still arriving is never cut.
+    Inter-byte gap (Protocol 2.0 §Instruction Packet): if over `inter_byte_timeout_s` seconds passed since the
+    previous bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh, unless they
+    complete it with a good CRC. The gap is measured between reads on the reader's clock, and bytes a controller
+    wrote at once can reach it in two reads with the host's scheduling between them (a pty hands writes over in a
+    kernel worker, pty(7); a USB serial adapter in transfers; the reader itself may wake late): a packet whose CRC
+    matches across such a gap was not cut by a silent line. Bytes read together carry no arrival times (a reader
+    that was late reads a stale partial packet and the next packet at once), so the gap is also inferred from the
+    bytes: when what has arrived ends with a complete packet with a good CRC whose header lies inside the span an
+    earlier header claims (incomplete, or complete with a bad CRC), the earlier header is taken as stale, as if the
+    gap had been seen: a controller that sent a whole packet and waits for its answer has left the line silent. Only
+    a complete, CRC-checked packet at the very end of the received bytes does this, so a packet still arriving is
+    never cut.
 
     Python dynamixel-sdk 4.1.0 never stuffs (txPacket discards addStuffing's result), so its packets may carry a
     raw FF FF FD 00 in their data. That is harmless because the body is taken by LEN, not searched; raw
@@ -241,7 +245,7 @@ class Parser:
         wire order. An empty `data` only applies the gap rule.
         """
         buf = self._buf
-        if buf and now - self._last > self.inter_byte_timeout_s:  # e-manual: > 1.5 ms between bytes
+        if buf and now - self._last > self.inter_byte_timeout_s and not self._completes(buf, data):  # e-manual: 1.5 ms
             if buf.startswith(HEADER):
                 self.timeouts += 1
             else:
@@ -335,6 +339,19 @@ class Parser:
                 body = body.replace(_STUFFED, _STUFF_PATTERN)
             out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), max(0, end - max(i, covered))))
             covered = max(covered, end)
+
+    @staticmethod
+    def _completes(buf: bytes | bytearray, data: bytes) -> bool:
+        """`data` completes the packet whose header (or the start of it) is buffered in `buf`, with a good CRC."""
+        head = bytes(buf) + bytes(data[:_PREFIX_LEN])
+        if len(head) < _PREFIX_LEN or not head.startswith(HEADER):
+            return False
+        length = head[5] | (head[6] << 8)
+        end = _PREFIX_LEN + length
+        if length < _MIN_LENGTH or not len(buf) < end <= len(buf) + len(data):
+            return False
+        whole = bytes(buf) + bytes(data[:end - len(buf)])
+        return crc16(whole[:end - 2]) == whole[end - 2] | (whole[end - 1] << 8)
 
     @staticmethod
     def _tail_packet(buf: bytes | bytearray, start: int) -> int:

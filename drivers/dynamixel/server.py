@@ -52,7 +52,8 @@ class BusThread(ServerThread, abc.ABC):
 
     @property
     def errors_isolated(self) -> int:
-        """Packets whose handling raised, left unanswered and counted (DynamixelBus.handle), for `status`."""
+        """Packets whose handling raised, left unanswered (DynamixelBus.handle), and received bytes the parser
+        raised on (`parse`), for `status`."""
         return self.bus.errors_isolated
 
     @property
@@ -65,6 +66,17 @@ class BusThread(ServerThread, abc.ABC):
         for part in self._closing:
             part.close()
 
+    def parse(self, parser: Parser, data: bytes, now: float) -> list:
+        """`parser.feed(data, now)`. Should the parser raise on some bytes, they are dropped with whatever partial
+        packet it held (silence: the controller times out and resends, as after line noise), counted and logged
+        with the bus's isolated packets, and the thread reads on."""
+        try:
+            return parser.feed(data, now)
+        except Exception as exc:
+            parser.reset()
+            self.bus.failures.record(exc, "parser", data, "bytes dropped")
+            return []
+
     @abc.abstractmethod
     def serve(self) -> None:
         """Serve the port until `stop_fd` is readable."""
@@ -72,6 +84,10 @@ class BusThread(ServerThread, abc.ABC):
 
 class DynamixelServer(BusThread):
     """The thread that answers for every servo of `bus` on `port`."""
+
+    # a paced reply whose last byte leaves this much after its due time [s] is counted late: the host held the thread
+    # (dynamixel-sdk waits tens of ms for a status packet: port_handler.py setPacketTimeout, LATENCY_TIMER)
+    LATE_S = 1e-3
 
     def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
                  housekeeping_s: float = 0.01, name: str = "dynamixel",
@@ -83,6 +99,20 @@ class DynamixelServer(BusThread):
         self.parser = Parser()
         self.writer = PacedWriter(port)
         self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
+        self.late_replies = 0       # paced replies late by over LATE_S (see wire_stats)
+        self.max_reply_late_s = 0.0
+        self.replies_dropped = 0    # replies nobody read (the port refused them)
+
+    @property
+    def wire_stats(self) -> dict[str, float]:
+        """What this thread saw on the wire, for `status` (`bus_wire`) and `servo-hil bench soak`: partial packets
+        dropped at the inter-byte gap, CRC errors and garbage bytes (`Parser`); paced replies whose last byte left
+        over LATE_S behind its due time counted from when the thread woke with the request, and the latest [ms];
+        replies dropped because nobody read the port."""
+        p = self.parser
+        return {"partial_packets_dropped": p.timeouts, "crc_errors": p.crc_errors, "garbage_bytes": p.garbage_bytes,
+                "late_replies": self.late_replies, "max_reply_late_ms": self.max_reply_late_s * 1e3,
+                "replies_dropped": self.replies_dropped}
 
     def serve(self) -> None:
         fd, stop_r = self.port.fileno(), self.stop_fd
@@ -103,7 +133,7 @@ class DynamixelServer(BusThread):
                     return
                 data = read()   # a hang-up or error shows here too
                 if data:
-                    self._answer(self.parser.feed(data, now), now)
+                    self._answer(self.parse(self.parser, data, now), now)
             if now >= due:
                 with self.lock:
                     servos[turn % len(servos)].housekeeping()
@@ -127,8 +157,13 @@ class DynamixelServer(BusThread):
             end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
             self._wire_free = end
             for data, offset_s in bursts(replies, baud):
-                last = self._write(data, end + offset_s, baud)
+                due = end + offset_s
+                last = self._write(data, due, baud)
                 self._wire_free = max(self._wire_free, last)
+                late = last - due - wire_time_s(len(data), baud)
+                if late > self.LATE_S:
+                    self.late_replies += 1
+                self.max_reply_late_s = max(self.max_reply_late_s, late)
 
     def _write(self, data: bytes, start: float, baud: int | None) -> float:
         try:
@@ -136,5 +171,6 @@ class DynamixelServer(BusThread):
         except PortError as exc:
             # nobody reads the port (controller gone): the reply is lost, as on an open bus
             log.debug("reply dropped: %s", exc)
+            self.replies_dropped += 1
             return start
 

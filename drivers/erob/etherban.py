@@ -30,6 +30,9 @@ Behaviour (messages: drivers/erob/etherban.proto, field numbers assumed):
 - Choice: a request that is not a protobuf `Request` (or has several frames) applies nothing and is
   answered with an empty Response (no statuses, has_fault false): the protocol's only way to say "not
   understood" without pretending the orders were applied or that a drive faulted. Logged once.
+- A request whose handling raises (a bug, not a protocol case) is answered the same way, with an
+  empty Response; what it applied before the failure stands. It is counted (`errors_isolated`, in `status`) and
+  logged at WARNING with its bytes, once per kind of failure (`drivers.server.InputFailures`).
 - Response: one Status per device, in device order, read after `refresh()` (actual values from the
   kernel now): target_position 0x607A [rad], velocity_demand 0x606B [rad/s], torque_demand 0x6074 as a
   current [A] (N·m / kt: choice, so that it is in the unit of the TORQUE order), present_position 0x6064
@@ -57,7 +60,7 @@ from google.protobuf.message import DecodeError
 
 from drivers.erob import etherban_pb2 as pb
 from drivers.erob.drives import ErobDrives
-from drivers.server import ServerThread
+from drivers.server import InputFailures, ServerThread
 from firmware_models.erob.cia402 import (
     CONTROLWORD,
     CURRENT_ACTUAL,
@@ -139,6 +142,7 @@ class EtherbanServer(DrivesServerThread):
         self._modes: list[Mode | None] = [None] * len(self.devices)   # last cyclic mode ordered per device
         self._fault_reported: list[int] = []               # devices the last Response reported in fault
         self._logged: set[tuple] = set()
+        self.failures = InputFailures(f"etherban {name}: request")
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
         self._sock = self._context.socket(zmq.REP)
@@ -170,9 +174,21 @@ class EtherbanServer(DrivesServerThread):
             self._sock.send(self.handle(frames))
             self.drives.sync_tick(time.monotonic())   # the cycle's tick, once its answer is out
 
+    @property
+    def errors_isolated(self) -> int:
+        """Requests whose handling raised, answered with an empty Response (module docstring), for `status`."""
+        return self.failures.count
+
     # ------------------------------------------------------------------ one request
     def handle(self, frames: list[bytes]) -> bytes:
-        """The serialized Response to one request's frames (the module docstring says what it does)."""
+        """The serialized Response to one request's frames (the module docstring says what it does); never raises."""
+        try:
+            return self._handle(frames)
+        except Exception as exc:
+            self.failures.record(exc, "request", b"".join(frames), "answered with an empty Response")
+            return pb.Response().SerializeToString()
+
+    def _handle(self, frames: list[bytes]) -> bytes:
         request = pb.Request()
         try:
             if len(frames) != 1:

@@ -77,6 +77,11 @@ class EtherbanMirror(DrivesServerThread):
         self.path = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
         self.summary = self.devices_summary() + f"; mirroring {real}"
 
+    @property
+    def errors_isolated(self) -> int:
+        """Requests whose handling by the twins raised (`EtherbanServer.handle`), for `status`."""
+        return self.twin.errors_isolated
+
     def close(self) -> None:
         started = self.ident is not None
         super().close()

@@ -486,6 +486,17 @@ def bench_erob(
     _print_json(bench(cycles, quick=quick), out)
 
 
+@bench_app.command("soak", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_soak(ctx: typer.Context) -> None:
+    """dynamixel-sdk Sync Read + Sync Write at 1 kHz on 12 XM430 for an hour (`--seconds`), then the same
+    loop against the echo peer: failures by class, overruns, lateness, RSS and steal, as JSON (exit 0 even on a
+    miss; its options: servo-hil bench soak --help)."""
+    from bench.soak import main as bench
+
+    raise typer.Exit(bench(ctx.args))
+
+
 @actuator_app.command("list")
 def actuator_list() -> None:
     """The catalog's actuators and their identified models."""

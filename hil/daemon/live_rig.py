@@ -108,6 +108,7 @@ class LiveRig:
         self.command_errors: Counter[str] = Counter()
         # bus packets whose handling raised, answered as the device would and served on: per bus (status)
         self.bus_errors: dict[str, Callable[[], int]] = {}
+        self.bus_wire: dict[str, Callable[[], dict]] = {}   # a bus's wire counters (DynamixelServer.wire_stats)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -193,7 +194,8 @@ class LiveRig:
         st = self.state()
         return self.stats.status(self.rig.name, self.rig.loop.lockstep) | {"loop_alive": self.running} | {
             "command_errors": {plane: self.command_errors[plane] for plane in ("zmq", "mqtt", "mqtt_dropped")},
-            "bus_errors_isolated": {name: count() for name, count in self.bus_errors.items()}} | {
+            "bus_errors_isolated": {name: count() for name, count in self.bus_errors.items()},
+            "bus_wire": {name: stats() for name, stats in self.bus_wire.items()}} | {
             "actuators": {n: {"temperature": s["temperature"], "faults": s["faults"], "mode": s["mode"],
                               "enable": s["enable"], "position": s["position"]} for n, s in st.items()}}
 

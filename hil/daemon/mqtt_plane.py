@@ -53,7 +53,8 @@ def _json(obj) -> bytes:
             return [clean(v) for v in x]
         return x
 
-    return json.dumps(clean(obj), separators=(",", ":")).encode()
+    # a value JSON has no type for goes out as its text: one event must not end the events task (and the plane)
+    return json.dumps(clean(obj), separators=(",", ":"), default=str).encode()
 
 
 def check_embedded_port(cfg: MqttConfig) -> None:

@@ -115,8 +115,9 @@ class Daemon:
         for cfg in rig.buses:
             bus = open_bus(cfg, self.live, self.ports.get(cfg.name))
             self.buses.append(bus)
-            if hasattr(bus, "errors_isolated"):   # the Dynamixel bus counts the packets it isolated
-                self.live.bus_errors[cfg.name] = lambda bus=bus: bus.errors_isolated
+            self.live.bus_errors[cfg.name] = lambda bus=bus: bus.errors_isolated   # inputs isolated, for `status`
+            if hasattr(bus, "wire_stats"):   # a Dynamixel bus: its parser's and its paced replies' counters
+                self.live.bus_wire[cfg.name] = lambda bus=bus: bus.wire_stats
             bus.start()
             print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} ({bus.summary})", flush=True)
         if self.mqtt_enabled:

@@ -33,12 +33,15 @@ def test_unbuilt_checkout_is_one_line(tmp_path):
 
 
 def test_every_benchmark_is_a_bench_command():
-    """Each benchmark of bench/ that users run is behind `servo-hil bench` (the kernel's passes its options on)."""
+    """Each benchmark of bench/ that users run is behind `servo-hil bench` (the kernel's and the soak's pass their
+    options on)."""
     r = subprocess.run([*SERVO_HIL, "bench", "--help"], capture_output=True, text=True, timeout=60)
-    for name in ("kernel", "loop", "dynamixel", "erob"):
+    for name in ("kernel", "loop", "dynamixel", "erob", "soak"):
         assert f" {name} " in r.stdout, r.stdout
     r = subprocess.run([*SERVO_HIL, "bench", "kernel", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--quick" in r.stdout and "--no-bam" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([*SERVO_HIL, "bench", "soak", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--seconds" in r.stdout and "--out" in r.stdout, r.stdout + r.stderr
 
 
 def test_help_speaks_plainly():

@@ -667,19 +667,51 @@ def test_host_frames_beyond_the_tx_queue_wait_in_the_pty(make_adapter):
         host.close()
 
 
-def test_on_frame_crash_is_kept_in_error(make_adapter):
-    def boom(frame: CanFrame, t: float) -> None:
-        raise RuntimeError("node bug")
+def test_a_frame_that_raises_in_on_frame_is_isolated(make_adapter, caplog):
+    """A frame whose handling raises stays with that frame: counted, logged once at WARNING with the line, and the
+    adapter serves the next frame."""
+    seen: list[CanFrame] = []
 
-    a, _ = make_adapter(on_frame=boom)
+    def fails_on_id_1(frame: CanFrame, t: float) -> None:
+        seen.append(frame)
+        if frame.id == 1:
+            raise RuntimeError("node bug")
+
+    a, _ = make_adapter(on_frame=fails_on_id_1)
     host = RawHost(a.path)
     try:
         host.cmd(b"S8")
         host.cmd(b"O")
-        host.cmd(b"t0010")
+        for line in (b"t0010", b"t0010", b"t0021AB"):
+            assert host.cmd(line) == b"z\r"
+        deadline = time.monotonic() + 2.0
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [f.id for f in seen] == [1, 1, 2] and seen[2].data == b"\xab"
+        assert a.is_alive() and a.error is None and a.errors_isolated == 2
+        assert host.cmd(b"V") == b"V0100\r"
+    finally:
+        host.close()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "node bug" in r.getMessage()]
+    assert len(warned) == 1 and "'t0010\\r'" in warned[0], warned
+
+
+def test_a_timer_crash_ends_the_adapter_and_is_kept_in_error(tmp_path):
+    """What no input causes (the owner's periodic work, run after every wake-up) is not isolated: the thread ends,
+    `error` says why (the daemon stops on it)."""
+    a = SlcanAdapter(PtyPort(tmp_path / "ttyCAN"), lambda frame, t: None)
+
+    def boom(now: float) -> float | None:
+        raise RuntimeError("owner bug")
+
+    a.timer = boom
+    a.start()
+    host = RawHost(a.path)
+    try:
+        host.ser.write(b"V\r")     # a wake-up
         a.join(2.0)
         assert not a.is_alive()
-        assert isinstance(a.error, RuntimeError)
+        assert isinstance(a.error, RuntimeError) and a.errors_isolated == 0
     finally:
         host.close()
         a.stop()

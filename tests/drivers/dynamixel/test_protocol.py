@@ -444,11 +444,33 @@ def test_parser_gap_rule_drops_stale_partial():
     half = len(P1) // 2
     parser = Parser()
     assert parser.feed(P1[:half], 0.0) == []
-    assert parser.feed(P1[half:], 0.002) == []  # 2 ms > 1.5 ms: partial dropped, the rest parsed as new bytes
+    assert parser.feed(P2[half:], 0.002) == []  # 2 ms > 1.5 ms: partial dropped, the rest parsed as new bytes
     assert parser.timeouts == 1
     assert parser.buffered == 0
     # a packet after the gap is parsed from scratch
     assert parser.feed(P3, 0.004) == [EXPECTED[2]]
+
+
+@pytest.mark.parametrize("cut", [2, 5, 9, len(P2) - 1])
+def test_parser_keeps_a_partial_that_the_bytes_after_a_gap_complete(cut):
+    """A packet written at once but read in two parts with the host's scheduling between them (a pty's kernel
+    worker, the reader's late wake-up): its CRC matches across the gap, so it is understood, and what follows
+    it in the same read too."""
+    parser = Parser()
+    assert parser.feed(P2[:cut], 0.0) == []
+    assert parser.feed(P2[cut:] + P3, 0.005) == [EXPECTED[1], EXPECTED[2]]
+    assert parser.timeouts == 0 and parser.buffered == 0
+
+
+def test_parser_drops_a_partial_that_the_bytes_after_a_gap_do_not_complete():
+    """The same cut, but the rest has a byte changed on the way: the partial is stale, and the new bytes are
+    hunted for a header from scratch (the next packet is understood)."""
+    parser = Parser()
+    rest = bytearray(P2[9:])
+    rest[3] ^= 0x01
+    assert parser.feed(P2[:9], 0.0) == []
+    assert parser.feed(bytes(rest) + P3, 0.005) == [EXPECTED[2]]
+    assert parser.timeouts == 1
 
 
 def test_parser_gap_rule_keeps_fresh_partial():
@@ -486,7 +508,7 @@ def test_parser_empty_feed_applies_gap_rule_only():
     assert parser.timeouts == 1
     parser.feed(P1[:5], 2.0)
     parser.feed(b"", 2.008)
-    assert parser.feed(P1[5:], 2.012) == []  # 12 ms since the last real bytes
+    assert parser.feed(P2, 2.012) == [EXPECTED[1]]  # 12 ms since the last real bytes: the partial dropped
     assert parser.timeouts == 2
 
 

@@ -59,3 +59,44 @@ def test_the_bus_thread_runs_at_its_fifo_priority_and_answers(served):
     assert len(reply) == PING_REPLY and reply[4] == 3 and reply[7] == 0x55
     # paced: never sooner than the instruction, the default Return Delay Time (500 µs) and the reply on the wire
     assert elapsed >= wire_time_s(len(ping), BAUD) + 500e-6 + wire_time_s(PING_REPLY, BAUD)
+
+
+def test_a_packet_handed_over_in_two_parts_is_answered(served):
+    """Bytes a controller wrote at once can reach the bus thread in two reads with the host's scheduling between
+    them (the pty's kernel worker, the thread's own late wake-up; under load, longer than the 1.5 ms inter-byte
+    timeout). Here the gap is made by the client: the Ping's CRC matches across it, so it is answered; the same
+    first part followed by another packet's bytes is dropped as stale, and that packet is answered."""
+    server, client, _ = served
+    ping = encode_instruction(3, Instruction.PING, b"")
+    for cut in (3, 7, len(ping) - 1):
+        client.write(ping[:cut])
+        client.flush()
+        time.sleep(0.005)   # builds the input: a gap well over the inter-byte timeout
+        client.write(ping[cut:])
+        reply = client.read(PING_REPLY)
+        assert len(reply) == PING_REPLY and reply[4] == 3 and reply[7] == 0x55, (cut, reply)
+    read = encode_instruction(3, Instruction.READ, (132).to_bytes(2, "little") + (4).to_bytes(2, "little"))
+    client.write(ping[:9])
+    client.flush()
+    time.sleep(0.005)
+    client.write(read)
+    reply = client.read(15)
+    assert len(reply) == 15 and reply[4] == 3 and reply[7] == 0x55 and reply[8] == 0, reply
+    assert server.wire_stats["partial_packets_dropped"] == 1 and server.wire_stats["crc_errors"] == 0
+
+
+def test_a_reply_the_thread_could_not_send_in_time_is_counted_late(served):
+    """`wire_stats` (status `bus_wire`, the soak benchmark's server view): a Ping that arrives while the bus is held
+    (here by the test, taking the servos' lock as a rig `reset` does) is answered late, and counted so."""
+    server, client, _ = served
+    ping = encode_instruction(3, Instruction.PING, b"")
+    client.write(ping)
+    assert len(client.read(PING_REPLY)) == PING_REPLY
+    before = server.wire_stats["late_replies"]
+    with server.lock:
+        client.write(ping)
+        time.sleep(0.1)       # the thread wakes with the Ping and waits for the lock
+    assert len(client.read(PING_REPLY)) == PING_REPLY
+    stats = server.wire_stats
+    assert stats["late_replies"] == before + 1 and stats["max_reply_late_ms"] > 50.0, stats
+    assert stats["replies_dropped"] == 0
