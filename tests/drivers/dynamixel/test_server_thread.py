@@ -98,5 +98,6 @@ def test_a_reply_the_thread_could_not_send_in_time_is_counted_late(served):
         time.sleep(0.1)       # the thread wakes with the Ping and waits for the lock
     assert len(client.read(PING_REPLY)) == PING_REPLY
     stats = server.wire_stats
-    assert stats["late_replies"] == before + 1 and stats["max_reply_late_ms"] > 50.0, stats
+    # ≥: under host load the first Ping may be counted late too, after `before` was read
+    assert stats["late_replies"] >= before + 1 and stats["max_reply_late_ms"] > 50.0, stats
     assert stats["replies_dropped"] == 0
