@@ -209,7 +209,10 @@ class Daemon:
                     raise DaemonFailure(reason)
                 if self.mqtt is not None:
                     if self.mqtt.failed:
-                        raise ConfigError(f"MQTT control plane: {self.mqtt.failed}")
+                        # a setting it cannot use (a busy port, a bad URL) is the rig's: exit 2; anything else a
+                        # failure of the running daemon: exit 1
+                        kind = ConfigError if isinstance(self.mqtt.failed, ConfigError) else DaemonFailure
+                        raise kind(f"MQTT control plane: {self.mqtt.failed}")
                     if warn_at and time.monotonic() > warn_at:
                         warn_at = 0.0
                         if not self.mqtt.connected.is_set():
