@@ -59,7 +59,7 @@ LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCI
         "dxl": LAW_DXL}
 DXL_MODES = {"pwm": DXL_PWM, "current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
              "current_position": DXL_CURRENT_POSITION}
-INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
+INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM, "implicitfast": INTEGRATOR_IMPLICITFAST}
 FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
@@ -168,8 +168,9 @@ cdef class Kernel:
         return self.params[j]
 
     def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None,
-                  clear_latches=False):
-        """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A].
+                  clear_latches=False, gap=None):
+        """Set the joint state [rad, rad/s], winding temperature [°C, absolute], current [A] or the backlash
+        gap, motor side − output [rad] (the motor side then at rest relative to the output).
 
         `clear_latches` resets the open-circuit, overheating and overload latches and the encoder slip.
         """
@@ -190,6 +191,9 @@ cdef class Kernel:
             self.states[j].temp_rise = temperature - self.params[j].ambient
         if current is not None:
             self.states[j].current = current
+        if gap is not None:
+            self.states[j].gap = gap
+            self.states[j].gap_rate = 0.0
 
     def get_state(self, Py_ssize_t j):
         self._check(j)

@@ -24,6 +24,7 @@ cdef enum:
 
     INTEGRATOR_EULER = 0  # MuJoCo's semi-implicit Euler with implicit damping
     INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
+    INTEGRATOR_IMPLICITFAST = 2  # MuJoCo's implicitfast: Euler with the actuator's velocity derivative implicit
 
     FAULT_OPEN_CIRCUIT = 1    # bits of State.fault_flags
     FAULT_SUPPLY = 2          # supply voltage overridden (sag / surge)
@@ -54,6 +55,9 @@ cdef packed struct State:
     int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)
     int64_t latched            # latched fault bits (FAULT_OVERHEAT, FAULT_OVERLOAD)
     double ol_timer            # steps |i| has exceeded overload_current in a row
+    double gap                 # backlash: motor side − output, within ±backlash/2 [rad, output side]
+    double gap_rate            # its rate [rad/s]
+    double dwell               # time at rest (ω = 0 at the step's start) so far [s]
     # -- Dynamixel firmware state (LAW_DXL)
     int64_t traj_valid         # 0: the trajectory restarts from the measured shaft position
     double dxl_goal            # goal the running profile was planned for (NaN: plan on the next step)

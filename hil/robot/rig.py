@@ -97,9 +97,10 @@ def _coupled_params(b: Binding) -> tuple[dict, float, float, bool]:
     # (MuJoCo dcmotor: damping reflected through gear²)
     damping = p["damping_b1"] * g2 + (p["friction_viscous"] if budget else 0.0)
     # the kernel still integrates a load of its own, which the engine overwrites from MuJoCo every step:
-    # keep it finite (unit inertia where the servo has no armature) and passive
+    # keep it finite (unit inertia where the servo has no armature) and passive, one body (no backlash: the
+    # MJCF's hinge is the output) and without the budget's rising static friction
     p.update(load_inertia=0.0 if armature > 0 else 1.0, mass=0.0, length=0.0, arm_mass=0.0, gravity=0.0,
-             budget=0, damping_b1=0.0, integrator=INTEGRATORS["euler"])
+             budget=0, damping_b1=0.0, integrator=INTEGRATORS["euler"], backlash=0.0, stiction_rise=0.0)
     return p, armature, damping, budget
 
 
