@@ -252,7 +252,7 @@ cdef class Kernel:
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
         cdef Py_ssize_t k, j, j0
-        cdef int m, path = math_path(self.n)
+        cdef int m, mech, path = math_path(self.n)
         cdef double lanes_buf[LANE_DOUBLES]
         cdef Block* b = lanes(lanes_buf)
         cdef const double* P
@@ -264,7 +264,8 @@ cdef class Kernel:
             while j0 < self.n:
                 m = <int>min(BLOCK, self.n - j0)
                 P = plan_block(&self.plan, j0)
-                lanes_load(b, &self.states[j0], m)
+                mech = <int>P[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X
+                lanes_load(b, &self.states[j0], m, mech)
                 for k in range(T):
                     for j in range(m):
                         b.cmd[j] = uu[k, j0 + j]
@@ -284,7 +285,7 @@ cdef class Kernel:
                         o_v[k, j0 + j] = b.v_out[j]
                         o_T[k, j0 + j] = b.temperature[j]
                         o_f[k, j0 + j] = b.flags[j]
-                lanes_store(b, &self.states[j0], m)
+                lanes_store(b, &self.states[j0], m, mech)
                 if T > 0:
                     for j in range(m):   # the last step's inputs, as step() leaves them
                         self.inputs[j0 + j].u = b.cmd[j]

@@ -55,9 +55,6 @@ cdef packed struct State:
     int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)
     int64_t latched            # latched fault bits (FAULT_OVERHEAT, FAULT_OVERLOAD)
     double ol_timer            # steps |i| has exceeded overload_current in a row
-    double gap                 # backlash: motor side − output, within ±backlash/2 [rad, output side]
-    double gap_rate            # its rate [rad/s]
-    double dwell               # time at rest (ω = 0 at the step's start) so far [s]
     # -- Dynamixel firmware state (LAW_DXL)
     int64_t traj_valid         # 0: the trajectory restarts from the measured shaft position
     double dxl_goal            # goal the running profile was planned for (NaN: plan on the next step)
@@ -92,6 +89,10 @@ cdef packed struct State:
     double i_out               # armature current that made the torque [A]
     double v_out               # terminal voltage [V]
     double temperature         # absolute winding temperature at the start of the step [°C]
+    # -- extended mechanics, last: a step without them reads and writes none of these
+    double gap                 # backlash: motor side − output, within ±backlash/2 [rad, output side]
+    double gap_rate            # its rate [rad/s]
+    double dwell               # time the friction budget has held the joint so far [s]
 
 
 cdef packed struct Input:

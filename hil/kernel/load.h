@@ -95,10 +95,9 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
             s = hil_sel(C(PL_STRIBECK) != 0, stribeck[j], 0.0);
             bud = hil_budget(P, st, j, tau_act, tau_e, w, s);
             ft = 1.0 + C(PL_FRICTION_TEMPCOEF) * (T[j] + C(PL_AMBIENT) - C(PL_REFTEMP));
-            ft = hil_sel(C(PL_FRICTION_TEMP) != 0, hil_sel(ft > 0.0, ft, 0.0), 1.0);
             /* friction that varies with the winding temperature, which the friction paper leaves out
                (Duclusaud et al. §VII-A): every budget coefficient scaled alike */
-            bud = hil_sel(C(PL_FRICTION_TEMP) != 0, bud * ft, bud);
+            bud = hil_sel(C(PL_FRICTION_TEMP) != 0, bud * hil_sel(ft > 0.0, ft, 0.0), bud);
             if (uses & HIL_USES_MECH_X) {
                 /* rising static friction (Armstrong-Hélouvry, Dupont, Canudas de Wit, Automatica 30(7) 1994,
                    their seven-parameter model): after t held still the breakaway level grows by
@@ -136,7 +135,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
             int64_t held_o = 0;
             if (uses & HIL_USES_BUDGET) {
                 bud_o = hil_budget(P, st, j, 0.0, tau_e, w, s);
-                bud_o = hil_sel(C(PL_FRICTION_TEMP) != 0, bud_o * ft, bud_o) + rise;
+                bud_o = hil_sel(C(PL_FRICTION_TEMP) != 0, bud_o * hil_sel(ft > 0.0, ft, 0.0), bud_o) + rise;
                 f_o = hil_sel(C(PL_BUDGET) != 0, hil_stop(bud_o, stop_o), 0.0);
                 held_o = (C(PL_BUDGET) != 0) & !(bud_o < fabs(stop_o));
             }
@@ -166,7 +165,13 @@ static inline __attribute__((always_inline)) void hil_load_pass(HIL_LOAD_ARGS, i
 #define HIL_LOAD(kinds)                                                                                \
     hil_load_lanes(P, st, m, dt, sin_q, stribeck, zoh_a, zoh_ea, zoh_inv_a, zoh_v, ext, torque, T, dfdw, theta, \
                    omega, bristle, gap, gap_rate, dwell, friction, (kinds))
-    HIL_VERSIONS4(uses, HIL_USES_BUDGET, HIL_USES_BAM, HIL_NEED_ZOH, HIL_USES_MECH_X, HIL_LOAD)
+    /* the extended mechanics in one version with every other feature's code too (their selects keep
+       each lane's bits): the common versions stay as compact as they were */
+    if (uses & HIL_USES_MECH_X) {
+        HIL_LOAD(HIL_USES_BUDGET | HIL_USES_BAM | HIL_NEED_ZOH | HIL_USES_MECH_X);
+    } else {
+        HIL_VERSIONS3(uses, HIL_USES_BUDGET, HIL_USES_BAM, HIL_NEED_ZOH, HIL_LOAD)
+    }
 #undef HIL_LOAD
 }
 

@@ -86,9 +86,6 @@ cdef struct Block:
     double oc_active[BLOCK]
     double oc_timer[BLOCK]
     double ol_timer[BLOCK]
-    double gap[BLOCK]           # backlash: motor side − output [rad], its rate [rad/s]
-    double gap_rate[BLOCK]
-    double dwell[BLOCK]         # time the budget has held the joint [s]
     double shutdown[BLOCK]
     double lat_overheat[BLOCK]  # 1: FAULT_OVERHEAT / FAULT_OVERLOAD latched (State.latched)
     double lat_overload[BLOCK]
@@ -136,6 +133,11 @@ cdef struct Block:
     # … and with backlash the motor side's angle and velocity at the output's scale, θ + gap, ω + gap rate
     double theta_m[BLOCK]
     double omega_m[BLOCK]
+    # State fields of the extended mechanics, last, held only for a block that uses them (lanes_load `mech`;
+    # step_block zeroes their padding lanes)
+    double gap[BLOCK]           # backlash: motor side − output [rad], its rate [rad/s]
+    double gap_rate[BLOCK]
+    double dwell[BLOCK]         # time the budget has held the joint [s]
 
 
 # lanes(): a Block and its alignment fit in LANE_DOUBLES
@@ -174,13 +176,14 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
     cdef double lanes_buf[LANE_DOUBLES]
     cdef Block* b = lanes(lanes_buf)
     cdef Py_ssize_t j0 = 0
-    cdef int m, path = math_path(n)
+    cdef int m, mech, path = math_path(n)
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
-        lanes_load(b, &s[j0], m)
+        mech = <int>plan_block(plan, j0)[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X
+        lanes_load(b, &s[j0], m, mech)
         inputs_load(b, &inp[j0], m)
         hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
-        lanes_store(b, &s[j0], m)
+        lanes_store(b, &s[j0], m, mech)
         j0 += m
 
 
@@ -197,11 +200,12 @@ cdef inline int padded(int m) noexcept nogil:
     return (m + LANE_PAD - 1) & ~(LANE_PAD - 1) if hil_simd >= HIL_SIMD_AVX2 else m
 
 
-cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
+cdef inline void lanes_load(Block* b, const State* s, int m, int mech) noexcept nogil:
     """The State fields step_block's lanes hold, from the records of m actuators; the padding lanes
     [m, padded(m)) of those and of the inputs zeroed (their results are never stored: zeros keep them
     free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
-    arrays before they read them)."""
+    arrays before they read them). The extended mechanics' fields only if `mech` (the block uses them:
+    step_block zeroes their padding lanes), so that a rig without them copies no more than before."""
     cdef const State* st
     cdef int j, row, g = m & ~(LANE_PAD - 1)
     cdef double* rows = <double*>b
@@ -240,9 +244,14 @@ cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
         b.friction[j] = st.friction_torque
         b.i_out[j] = st.i_out
         b.v_out[j] = st.v_out
+    if mech:
+        for j in range(m):
+            b.gap[j] = s[j].gap
+            b.gap_rate[j] = s[j].gap_rate
+            b.dwell[j] = s[j].dwell
 
 
-cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
+cdef inline void lanes_store(const Block* b, State* s, int m, int mech) noexcept nogil:
     """The lanes back to the records of m actuators (lanes_load's fields)."""
     cdef State* st
     cdef int j
@@ -277,6 +286,11 @@ cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
         st.friction_torque = b.friction[j]
         st.i_out = b.i_out[j]
         st.v_out = b.v_out[j]
+    if mech:
+        for j in range(m):
+            s[j].gap = b.gap[j]
+            s[j].gap_rate = b.gap_rate[j]
+            s[j].dwell = b.dwell[j]
 
 
 cdef inline void inputs_load(Block* b, const Input* inp, int m) noexcept nogil:
@@ -318,6 +332,11 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     cdef double* omega_m = b.omega
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
     law.f, law.R, law.G, law.T, law.Ld = &b.f[0], &b.R[0], &b.G[0], &b.T[0], &b.Ld[0]
+    if need & USES_MECH_X:
+        for j in range(m, mv):      # padding lanes: zeros, as lanes_load leaves the other state rows
+            b.gap[j] = 0.0
+            b.gap_rate[j] = 0.0
+            b.dwell[j] = 0.0
     if need & USES_BACKLASH:
         for j in range(mv):     # (a lane without backlash keeps the output's: its gap is not kept)
             b.theta_m[j] = hil_sel(P[PL_GAP * BLOCK + j] != 0, b.theta[j] + b.gap[j], b.theta[j])
