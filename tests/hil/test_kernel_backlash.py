@@ -155,3 +155,24 @@ def test_catalog_entries():
         assert entry(name).actuator().kernel_params()["backlash"] == entry(name).motor.backlash
     # bam's identified models carry no backlash: bam_only strips it (the bam oracle)
     assert entry("mx64").actuator("m6").bam_only().kernel_params()["backlash"] == 0.0
+
+
+def test_mixed_blocks_keep_each_actuators_bits():
+    """The extended mechanics run in a version of the load pass of their own, with every feature's code:
+    an actuator without them gives the same bits next to ones with them as among its own kind, and the
+    other way round (rigs of 8 or more: the same vector math)."""
+    from tests.hil.test_kernel_plan import MOTOR, VARIANTS, goals, rig
+
+    mech = dict(backlash=0.02, armature=3e-6, stiction_rise=0.02, stiction_time=0.05,
+                integrator=2)        # INTEGRATORS["implicitfast"]
+    table = [*VARIANTS, *({**v, **mech} for v in VARIANTS)]
+    every = list(range(len(table)))
+    u = goals(every, 1500, table)
+    together = rig(every, [j + 1 for j in every], table).run(u)
+    for j in every:
+        own = rig([j] * 8, [j + 1] * 8, table).run(np.tile(u[:, j:j + 1], 8))
+        for name, column in own.items():
+            np.testing.assert_array_equal(together[name][:, j], column[:, 0], err_msg=f"{j} {name}")
+    assert MOTOR["budget"] == 1
+    moved = [np.ptp(together["theta"][:, j]) for j in every]
+    assert min(moved) > 1e-3
