@@ -133,7 +133,8 @@ cdef class Kernel:
         self.inputs = <Input*> calloc(n, sizeof(Input))
         # at a cache line: every column of a block starts one (the lane passes load whole vectors of
         # them, which calloc's 16-byte alignment split across two lines in one process in two)
-        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double)
+        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double) \
+            + (n * MECH_STATE * sizeof(double) + 63) // 64 * 64     # and plan_mech's state, zeroed too
         self.plan.col = <double*> aligned_alloc(64, plan_bytes)
         if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
@@ -192,16 +193,22 @@ cdef class Kernel:
         if current is not None:
             self.states[j].current = current
         if gap is not None:
-            self.states[j].gap = gap
-            self.states[j].gap_rate = 0.0
+            plan_mech(&self.plan, self.n)[MECH_STATE * j + MECH_GAP] = gap
+            plan_mech(&self.plan, self.n)[MECH_STATE * j + MECH_GAP_RATE] = 0.0
 
     def get_state(self, Py_ssize_t j):
+        """Actuator j's State (a dict), with the extended mechanics' `gap` [rad], `gap_rate` [rad/s] and
+        `dwell` [s]."""
         self._check(j)
-        return self.states[j]
+        cdef const double* mech = plan_mech(&self.plan, self.n) + MECH_STATE * j
+        cdef dict out = self.states[j]
+        out.update(gap=mech[MECH_GAP], gap_rate=mech[MECH_GAP_RATE], dwell=mech[MECH_DWELL])
+        return out
 
     def reset(self):
         """Back to k = 0 with every state zero (the noise stream restarts from its seed)."""
         cdef Py_ssize_t j
+        memset(plan_mech(&self.plan, self.n), 0, self.n * MECH_STATE * sizeof(double))
         for j in range(self.n):
             memset(&self.states[j], 0, sizeof(State))
             self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
@@ -252,7 +259,8 @@ cdef class Kernel:
         cdef double[:, ::1] o_tq = out["torque"], o_tf = out["friction_torque"], o_i = out["current"]
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
         cdef Py_ssize_t k, j, j0
-        cdef int m, mech, path = math_path(self.n)
+        cdef int m, path = math_path(self.n)
+        cdef double* mech
         cdef double lanes_buf[LANE_DOUBLES]
         cdef Block* b = lanes(lanes_buf)
         cdef const double* P
@@ -264,7 +272,7 @@ cdef class Kernel:
             while j0 < self.n:
                 m = <int>min(BLOCK, self.n - j0)
                 P = plan_block(&self.plan, j0)
-                mech = <int>P[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X
+                mech = plan_mech(&self.plan, self.n) + MECH_STATE * j0 if <int>P[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X else NULL
                 lanes_load(b, &self.states[j0], m, mech)
                 for k in range(T):
                     for j in range(m):

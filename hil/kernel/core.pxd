@@ -89,10 +89,6 @@ cdef packed struct State:
     double i_out               # armature current that made the torque [A]
     double v_out               # terminal voltage [V]
     double temperature         # absolute winding temperature at the start of the step [°C]
-    # -- extended mechanics, last: a step without them reads and writes none of these
-    double gap                 # backlash: motor side − output, within ±backlash/2 [rad, output side]
-    double gap_rate            # its rate [rad/s]
-    double dwell               # time the friction budget has held the joint so far [s]
 
 
 cdef packed struct Input:
@@ -104,7 +100,17 @@ cdef packed struct Input:
 cdef struct Plan:
     # struct-of-arrays copy of the Params fields step_all's lane passes read, derived by prepare(); its
     # layout and columns: plan.h
+    # layout and columns: plan.h. After the last block's columns: the extended mechanics' state, MECH_STATE
+    # doubles an actuator (plan.pxi `plan_mech`), kept there rather than in State so that the records a
+    # step copies to its lanes and back do not grow for it
     double* col
+
+
+cdef enum:
+    MECH_GAP = 0        # backlash: motor side − output, within ±backlash/2 [rad, output side]
+    MECH_GAP_RATE = 1   # its rate [rad/s]
+    MECH_DWELL = 2      # time the friction budget has held the joint so far [s]
+    MECH_STATE = 3
 
 
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,

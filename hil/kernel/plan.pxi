@@ -33,6 +33,12 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     blk[PL_BLOCK_KINDS * BLOCK] = kinds
 
 
+cdef inline double* plan_mech(const Plan* plan, Py_ssize_t n) noexcept nogil:
+    """The extended mechanics' state of a kernel of n actuators (core.pxd `Plan`): MECH_STATE doubles an
+    actuator, after the last block's columns."""
+    return plan.col + (n + BLOCK - 1) // BLOCK * (HIL_PLAN_COLUMNS * BLOCK)
+
+
 cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
     """The plan's columns of the block holding actuator j (plan.h)."""
     return plan.col + (j // BLOCK) * (HIL_PLAN_COLUMNS * BLOCK)

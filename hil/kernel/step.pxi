@@ -133,7 +133,7 @@ cdef struct Block:
     # … and with backlash the motor side's angle and velocity at the output's scale, θ + gap, ω + gap rate
     double theta_m[BLOCK]
     double omega_m[BLOCK]
-    # State fields of the extended mechanics, last, held only for a block that uses them (lanes_load `mech`;
+    # the extended mechanics' state (plan.pxi `plan_mech`), held only for a block that uses them (lanes_load `mech`;
     # step_block zeroes their padding lanes)
     double gap[BLOCK]           # backlash: motor side − output [rad], its rate [rad/s]
     double gap_rate[BLOCK]
@@ -176,10 +176,11 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
     cdef double lanes_buf[LANE_DOUBLES]
     cdef Block* b = lanes(lanes_buf)
     cdef Py_ssize_t j0 = 0
-    cdef int m, mech, path = math_path(n)
+    cdef int m, path = math_path(n)
+    cdef double* mech
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
-        mech = <int>plan_block(plan, j0)[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X
+        mech = plan_mech(plan, n) + MECH_STATE * j0 if <int>plan_block(plan, j0)[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X else NULL
         lanes_load(b, &s[j0], m, mech)
         inputs_load(b, &inp[j0], m)
         hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
@@ -200,12 +201,12 @@ cdef inline int padded(int m) noexcept nogil:
     return (m + LANE_PAD - 1) & ~(LANE_PAD - 1) if hil_simd >= HIL_SIMD_AVX2 else m
 
 
-cdef inline void lanes_load(Block* b, const State* s, int m, int mech) noexcept nogil:
+cdef inline void lanes_load(Block* b, const State* s, int m, const double* mech) noexcept nogil:
     """The State fields step_block's lanes hold, from the records of m actuators; the padding lanes
     [m, padded(m)) of those and of the inputs zeroed (their results are never stored: zeros keep them
     free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
-    arrays before they read them). The extended mechanics' fields only if `mech` (the block uses them:
-    step_block zeroes their padding lanes), so that a rig without them copies no more than before."""
+    arrays before they read them). The extended mechanics' state from `mech` (plan_mech's, at the first
+    of the m actuators; NULL where the block does not use them: step_block zeroes their padding lanes)."""
     cdef const State* st
     cdef int j, row, g = m & ~(LANE_PAD - 1)
     cdef double* rows = <double*>b
@@ -232,9 +233,6 @@ cdef inline void lanes_load(Block* b, const State* s, int m, int mech) noexcept 
         b.oc_active[j] = <double>st.oc_active
         b.oc_timer[j] = st.oc_timer
         b.ol_timer[j] = st.ol_timer
-        b.gap[j] = st.gap
-        b.gap_rate[j] = st.gap_rate
-        b.dwell[j] = st.dwell
         b.shutdown[j] = <double>st.shutdown
         b.lat_overheat[j] = (st.latched & FAULT_OVERHEAT) != 0
         b.lat_overload[j] = (st.latched & FAULT_OVERLOAD) != 0
@@ -244,14 +242,14 @@ cdef inline void lanes_load(Block* b, const State* s, int m, int mech) noexcept 
         b.friction[j] = st.friction_torque
         b.i_out[j] = st.i_out
         b.v_out[j] = st.v_out
-    if mech:
+    if mech != NULL:
         for j in range(m):
-            b.gap[j] = s[j].gap
-            b.gap_rate[j] = s[j].gap_rate
-            b.dwell[j] = s[j].dwell
+            b.gap[j] = mech[MECH_STATE * j + MECH_GAP]
+            b.gap_rate[j] = mech[MECH_STATE * j + MECH_GAP_RATE]
+            b.dwell[j] = mech[MECH_STATE * j + MECH_DWELL]
 
 
-cdef inline void lanes_store(const Block* b, State* s, int m, int mech) noexcept nogil:
+cdef inline void lanes_store(const Block* b, State* s, int m, double* mech) noexcept nogil:
     """The lanes back to the records of m actuators (lanes_load's fields)."""
     cdef State* st
     cdef int j
@@ -275,9 +273,6 @@ cdef inline void lanes_store(const Block* b, State* s, int m, int mech) noexcept
         st.oc_active = <int64_t>b.oc_active[j]
         st.oc_timer = b.oc_timer[j]
         st.ol_timer = b.ol_timer[j]
-        st.gap = b.gap[j]
-        st.gap_rate = b.gap_rate[j]
-        st.dwell = b.dwell[j]
         st.shutdown = <int64_t>b.shutdown[j]
         st.latched = (<int64_t>b.lat_overheat[j]) * FAULT_OVERHEAT | (<int64_t>b.lat_overload[j]) * FAULT_OVERLOAD
         st.fault_flags = <int64_t>b.flags[j]
@@ -286,11 +281,11 @@ cdef inline void lanes_store(const Block* b, State* s, int m, int mech) noexcept
         st.friction_torque = b.friction[j]
         st.i_out = b.i_out[j]
         st.v_out = b.v_out[j]
-    if mech:
+    if mech != NULL:
         for j in range(m):
-            s[j].gap = b.gap[j]
-            s[j].gap_rate = b.gap_rate[j]
-            s[j].dwell = b.dwell[j]
+            mech[MECH_STATE * j + MECH_GAP] = b.gap[j]
+            mech[MECH_STATE * j + MECH_GAP_RATE] = b.gap_rate[j]
+            mech[MECH_STATE * j + MECH_DWELL] = b.dwell[j]
 
 
 cdef inline void inputs_load(Block* b, const Input* inp, int m) noexcept nogil:

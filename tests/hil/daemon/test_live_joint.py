@@ -60,7 +60,7 @@ def test_state_view_reads_what_state_of_returns(live):
     live.loop.request_steps(7)
     _wait(lambda: live.loop.tick >= 12 and not live.loop.commands_pending())
     view, ref = live.loop.state_view(0), live.loop.state_of(0)
-    assert isinstance(view, Mapping) and list(view) == list(ref) and len(view) == len(ref) == 49
+    assert isinstance(view, Mapping) and list(view) == list(ref) and len(view) == len(ref) == 46
     for key, value in ref.items():
         assert type(view[key]) is type(value), key
         assert view[key] == value or (value != value and view[key] != view[key]), key
