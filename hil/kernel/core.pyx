@@ -63,6 +63,7 @@ cdef extern from "plan.h" nogil:
         USES_MOTOR_X "HIL_USES_MOTOR_X"
         USES_BACKLASH "HIL_USES_BACKLASH"
         USES_MECH_X "HIL_USES_MECH_X"
+        USES_IMPLICIT "HIL_USES_IMPLICIT"
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)

@@ -43,7 +43,7 @@ typedef struct {
    in, the actuator torque out) [N·m]. Out: i_out, v_out,
    derated (1: derating limits the current), the bristle hold's zoh_a, zoh_ea = a·dt and zoh_inv_a = 1/a
    (divided here, while the exponential of a·dt is still to come), dfdw = ∂torque/∂ω for implicitfast
-   (written where HIL_USES_MOTOR_X) [N·m·s/rad]. */
+   (written only for a block that uses it, HIL_USES_IMPLICIT) [N·m·s/rad]. */
 #define HIL_MOTOR_ARGS                                                                                 \
     const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
     const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
@@ -146,7 +146,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             fe = hil_sel(C(PL_LUGRE) != 0, fe - (C(PL_LUGRE_S0) * z + C(PL_LUGRE_S1) * z_rate), fe);
             a = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_LUGRE) != 0), a, 0.0);
         }
-        if (uses & HIL_USES_MOTOR_X) {
+        if (uses & HIL_USES_IMPLICIT) {
             /* implicitfast: ∂f/∂L̇ of a dcmotor as MuJoCo 3.11 takes it (engine_derivative.c `mjd_actuator_vel`,
                nameplate R0 and K): back-EMF −K²/R0 and the controller's K·dV/dL̇/R0 (dV/dL̇ = −kd in position,
                −kp in velocity), or K(dV/dL̇ − K)(1 − e^(−dt/te))/R0 through the current state; −σ1 of LuGre; none
@@ -172,7 +172,13 @@ static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS,
     hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, housing,      \
                     temperature, torque, i_out, \
                     v_out, derated, zoh_a, zoh_ea, zoh_inv_a, dfdw, (kinds))
-    HIL_VERSIONS4(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_USES_MOTOR_X, HIL_MOTOR)
+    /* implicitfast's derivative in one version with every other feature's code too (their selects keep
+       each lane's bits), the common versions as compact as without it */
+    if (uses & HIL_USES_IMPLICIT) {
+        HIL_MOTOR(HIL_USES_QS | HIL_USES_DERATE | HIL_USES_LUGRE | HIL_USES_MOTOR_X | HIL_USES_IMPLICIT);
+    } else {
+        HIL_VERSIONS4(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_USES_MOTOR_X, HIL_MOTOR)
+    }
 #undef HIL_MOTOR
 }
 

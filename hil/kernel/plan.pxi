@@ -106,7 +106,8 @@ cdef inline int kinds(const Params* p) noexcept nogil:
             | (USES_QS if voltage_law and not p.te > 0 else 0)
             | (USES_DERATE if p.derate_i_rated > 0 else 0)
             | (USES_MOTOR_X if p.current_limiter != 0 or p.peak_current > 0 or p.iron_loss != 0
-               or p.flux_tempcoef != 0 or p.thermal_r2 > 0 or implicit else 0)
+               or p.flux_tempcoef != 0 or p.thermal_r2 > 0 else 0)
+            | (USES_IMPLICIT if implicit else 0)
             | (USES_BACKLASH if backlash(p) else 0)
             | (USES_MECH_X if backlash(p) or stiction(p) or implicit else 0)
             | (USES_LUGRE if p.lugre_s0 > 0 else 0)
