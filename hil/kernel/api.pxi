@@ -170,8 +170,9 @@ cdef class Kernel:
 
     def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None,
                   clear_latches=False, gap=None):
-        """Set the joint state [rad, rad/s], winding temperature [°C, absolute], current [A] or the backlash
-        gap, motor side − output [rad] (the motor side then at rest relative to the output).
+        """Set the joint state [rad, rad/s] (with backlash the motor side keeps its gap and takes the output's
+        velocity), winding temperature [°C, absolute], current [A] or the backlash gap, motor side − output
+        [rad] (the motor side then at rest relative to the output).
 
         `clear_latches` resets the open-circuit, overheating and overload latches and the encoder slip.
         """
@@ -188,6 +189,7 @@ cdef class Kernel:
             self.states[j].traj_valid = 0
         if omega is not None:
             self.states[j].omega = omega
+            motor_side_at_rest(&self.plan, self.n, j)
         if temperature is not None:
             self.states[j].temp_rise = temperature - self.params[j].ambient
         if current is not None:

@@ -116,6 +116,7 @@ cdef enum:
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
                    double dt) noexcept nogil
 cdef void prepare(Params* p, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
+cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexcept nogil
 
 
 cdef class Kernel:

@@ -33,6 +33,12 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     blk[PL_BLOCK_KINDS * BLOCK] = kinds
 
 
+cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """Actuator j's motor side moving with its output (backlash gap rate 0; the gap kept): what setting
+    the joint's velocity means for both sides, a reset to rest among them (n actuators in the kernel)."""
+    plan_mech(plan, n)[MECH_STATE * j + MECH_GAP_RATE] = 0.0
+
+
 cdef inline double* plan_mech(const Plan* plan, Py_ssize_t n) noexcept nogil:
     """The extended mechanics' state of a kernel of n actuators (core.pxd `Plan`): MECH_STATE doubles an
     actuator, after the last block's columns."""

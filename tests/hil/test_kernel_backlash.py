@@ -176,3 +176,19 @@ def test_mixed_blocks_keep_each_actuators_bits():
     assert MOTOR["budget"] == 1
     moved = [np.ptp(together["theta"][:, j]) for j in every]
     assert min(moved) > 1e-3
+
+
+def test_setting_the_velocity_sets_both_sides():
+    """A reset to rest (set_state θ, ω; the daemon's `reset`) stops the motor side too: mid-crossing, the
+    gap stays where it is and its rate goes to 0, so nothing moves afterwards without a torque."""
+    k = Kernel(1, DT)
+    k.set_params(0, _torque_params())
+    k.set_state(0, gap=-B / 2)
+    k.run(np.full(5, TAU))                       # the motor side is crossing the band
+    s = k.get_state(0)
+    assert s["gap_rate"] > 0 and -B / 2 < s["gap"] < B / 2
+    k.set_state(0, theta=0.0, omega=0.0)
+    r = k.get_state(0)
+    assert r["gap_rate"] == 0.0 and r["gap"] == s["gap"]
+    out = k.run(np.zeros(100))
+    assert np.all(out["theta"] == 0.0) and k.get_state(0)["gap"] == s["gap"]
