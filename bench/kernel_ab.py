@@ -29,6 +29,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import kernel as bench  # noqa: E402  (bench/kernel.py: the actuator, goal and dt)
 
+# this tree's extensions before load_core, bound to this tree's kernel (hil.loop.rt cimports functions an
+# older --base may lack); load_core then adds each tree's kernel as a module of its own
+import firmware_models.dynamixel.servo  # noqa: E402, F401
+
 
 def load_core(tree: Path):
     """hil.kernel.core as built in `tree`, as a module object of its own."""

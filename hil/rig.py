@@ -12,7 +12,7 @@ A rig is spelled in one of two ways. With one actuator and no buses (what `simul
     [faults]     open_circuit_fraction, open_circuit_time_s, open_circuit_current_a,
                  open_circuit_duration_s, supply_v
     [initial]    theta [rad], omega [rad/s], temperature_c
-    [sim]        dt [s], integrator = "euler" | "bam"   (the offline step; default: the loop's)
+    [sim]        dt [s], integrator = "euler" | "bam" | "implicitfast"   (the offline step; default: the loop's)
 
 which is the rig of one `[[actuators]]` entry with joint = "actuator" and those tables. In general
 (`servo-hil run RIG.toml`), N actuators, the loop, ZeroMQ and MQTT settings:
@@ -169,7 +169,7 @@ class InitialConfig(Strict):
 
 class SimConfig(Strict):
     dt: PositiveFloat = 0.001
-    integrator: Literal["euler", "bam"] = "euler"
+    integrator: Literal["euler", "bam", "implicitfast"] = "euler"
 
 
 class JointSetup(Strict):
@@ -263,7 +263,7 @@ class RigActuator(ActuatorConfig, JointSetup):
 class LoopConfig(Strict):
     rate_hz: float = Field(1000.0, ge=1.0, le=10000.0)
     substeps: int = Field(1, ge=1, le=100, description="physics steps per loop tick")
-    integrator: Literal["euler", "bam"] = "euler"
+    integrator: Literal["euler", "bam", "implicitfast"] = "euler"
     fifo_priority: int = Field(50, ge=0, le=99, description="SCHED_FIFO priority; 0 = do not try")
     mlockall: bool = True
     spin_us: NonNegativeFloat = Field(0.0, le=1000.0, description="busy-wait margin before each deadline")
@@ -539,7 +539,7 @@ def load_robot_rig(path: str | Path) -> tuple[Rig, list[ActuatorSpec], Robot]:
 def load_offline_rig(path: str | Path, integrator: str | None = None) -> tuple[Rig, Kernel, ActuatorSpec]:
     """Read a rig of one actuator and build its kernel at the offline step (`Rig.offline`) in its initial state.
 
-    `integrator` ("euler" | "bam") overrides the rig's.
+    `integrator` ("euler" | "bam" | "implicitfast") overrides the rig's.
     """
     path = Path(path)
     rig, single = _parse(path)

@@ -59,7 +59,7 @@ LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCI
         "dxl": LAW_DXL}
 DXL_MODES = {"pwm": DXL_PWM, "current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
              "current_position": DXL_CURRENT_POSITION}
-INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM}
+INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM, "implicitfast": INTEGRATOR_IMPLICITFAST}
 FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,
               "encoder_slip": FAULT_ENCODER_SLIP, "overload": FAULT_OVERLOAD}
@@ -148,7 +148,8 @@ cdef class Kernel:
         self.inputs = <Input*> calloc(n, sizeof(Input))
         # at a cache line: every column of a block starts one (the lane passes load whole vectors of
         # them, which calloc's 16-byte alignment split across two lines in one process in two)
-        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double)
+        cdef size_t plan_bytes = (n + BLOCK - 1) // BLOCK * HIL_PLAN_COLUMNS * BLOCK * sizeof(double) \
+            + (n * MECH_STATE * sizeof(double) + 63) // 64 * 64     # and plan_mech's state, zeroed too
         self.plan.col = <double*> aligned_alloc(64, plan_bytes)
         if not self.params or not self.states or not self.inputs or not self.plan.col:
             raise MemoryError()
@@ -183,8 +184,10 @@ cdef class Kernel:
         return self.params[j]
 
     def set_state(self, Py_ssize_t j, theta=None, omega=None, temperature=None, current=None,
-                  clear_latches=False):
-        """Set the joint state [rad, rad/s], winding temperature [°C, absolute] or current [A].
+                  clear_latches=False, gap=None):
+        """Set the joint state [rad, rad/s] (with backlash the motor side keeps its gap and takes the output's
+        velocity), winding temperature [°C, absolute], current [A] or the backlash gap, motor side − output
+        [rad] (the motor side then at rest relative to the output).
 
         `clear_latches` resets the open-circuit, overheating and overload latches and the encoder slip.
         """
@@ -201,18 +204,28 @@ cdef class Kernel:
             self.states[j].traj_valid = 0
         if omega is not None:
             self.states[j].omega = omega
+            motor_side_at_rest(&self.plan, self.n, j)
         if temperature is not None:
             self.states[j].temp_rise = temperature - self.params[j].ambient
         if current is not None:
             self.states[j].current = current
+        if gap is not None:
+            plan_mech(&self.plan, self.n)[MECH_STATE * j + MECH_GAP] = gap
+            plan_mech(&self.plan, self.n)[MECH_STATE * j + MECH_GAP_RATE] = 0.0
 
     def get_state(self, Py_ssize_t j):
+        """Actuator j's State (a dict), with the extended mechanics' `gap` [rad], `gap_rate` [rad/s] and
+        `dwell` [s]."""
         self._check(j)
-        return self.states[j]
+        cdef const double* mech = plan_mech(&self.plan, self.n) + MECH_STATE * j
+        cdef dict out = self.states[j]
+        out.update(gap=mech[MECH_GAP], gap_rate=mech[MECH_GAP_RATE], dwell=mech[MECH_DWELL])
+        return out
 
     def reset(self):
         """Back to k = 0 with every state zero (the noise stream restarts from its seed)."""
         cdef Py_ssize_t j
+        memset(plan_mech(&self.plan, self.n), 0, self.n * MECH_STATE * sizeof(double))
         for j in range(self.n):
             memset(&self.states[j], 0, sizeof(State))
             self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
@@ -264,6 +277,7 @@ cdef class Kernel:
         cdef double[:, ::1] o_v = out["voltage"], o_T = out["temperature"], o_f = out["fault_flags"]
         cdef Py_ssize_t k, j, j0
         cdef int m, path = math_path(self.n)
+        cdef double* mech
         cdef double lanes_buf[LANE_DOUBLES]
         cdef Block* b = lanes(lanes_buf)
         cdef const double* P
@@ -275,7 +289,8 @@ cdef class Kernel:
             while j0 < self.n:
                 m = <int>min(BLOCK, self.n - j0)
                 P = plan_block(&self.plan, j0)
-                lanes_load(b, &self.states[j0], m)
+                mech = plan_mech(&self.plan, self.n) + MECH_STATE * j0 if <int>P[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X else NULL
+                lanes_load(b, &self.states[j0], m, mech)
                 for k in range(T):
                     for j in range(m):
                         b.cmd[j] = uu[k, j0 + j]
@@ -295,7 +310,7 @@ cdef class Kernel:
                         o_v[k, j0 + j] = b.v_out[j]
                         o_T[k, j0 + j] = b.temperature[j]
                         o_f[k, j0 + j] = b.flags[j]
-                lanes_store(b, &self.states[j0], m)
+                lanes_store(b, &self.states[j0], m, mech)
                 if T > 0:
                     for j in range(m):   # the last step's inputs, as step() leaves them
                         self.inputs[j0 + j].u = b.cmd[j]

@@ -24,6 +24,7 @@ cdef enum:
 
     INTEGRATOR_EULER = 0  # MuJoCo's semi-implicit Euler with implicit damping
     INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
+    INTEGRATOR_IMPLICITFAST = 2  # MuJoCo's implicitfast: Euler with the actuator's velocity derivative implicit
 
     FAULT_OPEN_CIRCUIT = 1    # bits of State.fault_flags
     FAULT_SUPPLY = 2          # supply voltage overridden (sag / surge)
@@ -99,12 +100,23 @@ cdef packed struct Input:
 cdef struct Plan:
     # struct-of-arrays copy of the Params fields step_all's lane passes read, derived by prepare(); its
     # layout and columns: plan.h
+    # layout and columns: plan.h. After the last block's columns: the extended mechanics' state, MECH_STATE
+    # doubles an actuator (plan.pxi `plan_mech`), kept there rather than in State so that the records a
+    # step copies to its lanes and back do not grow for it
     double* col
+
+
+cdef enum:
+    MECH_GAP = 0        # backlash: motor side − output, within ±backlash/2 [rad, output side]
+    MECH_GAP_RATE = 1   # its rate [rad/s]
+    MECH_DWELL = 2      # time the friction budget has held the joint so far [s]
+    MECH_STATE = 3
 
 
 cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp, Py_ssize_t n,
                    double dt) noexcept nogil
 cdef void prepare(Params* p, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
+cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexcept nogil
 
 
 cdef class Kernel:

@@ -61,6 +61,9 @@ cdef extern from "plan.h" nogil:
         USES_PENDULUM "HIL_USES_PENDULUM"
         USES_STRIBECK "HIL_USES_STRIBECK"
         USES_MOTOR_X "HIL_USES_MOTOR_X"
+        USES_BACKLASH "HIL_USES_BACKLASH"
+        USES_MECH_X "HIL_USES_MECH_X"
+        USES_IMPLICIT "HIL_USES_IMPLICIT"
 
 cdef extern from "load.h" nogil:
     double sign "hil_sign"(double x)
@@ -69,12 +72,13 @@ cdef extern from "load.h" nogil:
     void hil_load_pass(const double* P, Py_ssize_t st, int m, double dt, const double* sin_q,
                        const double* stribeck, const double* zoh_a, const double* zoh_ea, const double* zoh_inv_a,
                        const double* zoh_v,
-                       const double* ext, const double* torque, const double* T, double* theta, double* omega,
-                       double* bristle, double* friction, int uses)
+                       const double* ext, const double* torque, const double* T, const double* dfdw, double* theta,
+                       double* omega, double* bristle, double* gap, double* gap_rate, double* dwell,
+                       double* friction, int uses)
 
 cdef enum:
     BLOCK = HIL_BLOCK   # actuators per block of step_all (plan.h): their Params and State stay in L1
-    LANE_DOUBLES = 64 * BLOCK + 8   # room for a Block (up to 64 rows of BLOCK doubles) at a 64-byte boundary
+    LANE_DOUBLES = 72 * BLOCK + 8   # room for a Block (up to 72 rows of BLOCK doubles) at a 64-byte boundary
     LANE_PAD = 4     # lanes per vector of isa.h's AVX2 copy (2 of the baseline's): padded()
 
 

@@ -21,7 +21,8 @@
 #include "select.h"
 
 /* Lanes [0, m); P = the plan's columns at the block's first actuator (stride st).
-   In: u_in (the command), thm (measured θ [rad]), omega (ω [rad/s]), open (the winding is open now),
+   In: u_in (the command), thm (measured θ [rad]), omega (the motor side's ω [rad/s] at the output's scale:
+   the output's, or with backlash ω + gap rate), open (the winding is open now),
    enabled (the law drives).
    In/out: slew_u, integral (the dcmotor states; they advance on every voltage law, as
    mj_nextActivation does).

@@ -42,14 +42,15 @@ typedef struct {
    temperature (the published one: the housing's with two nodes) [°C], torque (the law's output torque
    in, the actuator torque out) [N·m]. Out: i_out, v_out,
    derated (1: derating limits the current), the bristle hold's zoh_a, zoh_ea = a·dt and zoh_inv_a = 1/a
-   (divided here, while the exponential of a·dt is still to come). */
+   (divided here, while the exponential of a·dt is still to come), dfdw = ∂torque/∂ω for implicitfast
+   (written only for a block that uses it, HIL_USES_IMPLICIT) [N·m·s/rad]. */
 #define HIL_MOTOR_ARGS                                                                                 \
     const double* restrict P, ptrdiff_t st, int m, double dt, HilLawOut law,                          \
     const double* restrict cog_sin, const double* restrict lugre_exp, const double* restrict bristle, \
     double* restrict current, double* restrict temp_rise, double* restrict i2t, double* restrict housing,  \
     double* restrict temperature, double* restrict torque,                                             \
     double* restrict i_out, double* restrict v_out, double* restrict derated, double* restrict zoh_a, \
-    double* restrict zoh_ea, double* restrict zoh_inv_a
+    double* restrict zoh_ea, double* restrict zoh_inv_a, double* restrict dfdw
 static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS, const int uses) {
 #define C(col) P[(col) * st + j]
     int j;
@@ -64,7 +65,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         }
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
-        int64_t i2t_spent = 0;
+        int64_t i2t_spent = 0, limited = 0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
         di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
@@ -98,6 +99,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             int64_t lim = C(PL_LIMIT_CURRENT) != 0, flows = vmode & inductive;
             double i_c = hil_clip(i, -il, il), n_c = hil_clip(i_next, -il, il), i_f = hil_sel(flows, n_c, i_c);
             int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c - i_next, i_c - i) != 0);
+            limited = cut;
             v_out[j] = hil_sel(cut, R * i_f + K * Ld, v_out[j]);
             f = hil_sel(cut, K * i_f, f);
             i = hil_sel(lim, i_c, i);
@@ -130,6 +132,7 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         if (uses & HIL_USES_DERATE) {
             imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
             derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
+            limited = limited | ((C(PL_DERATE) != 0) & ((fe < -K * imax_t) | (fe > K * imax_t)));
             fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
         }
         if (uses & HIL_USES_MOTOR_X)    /* a spent peak budget shows as derating */
@@ -143,6 +146,20 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             fe = hil_sel(C(PL_LUGRE) != 0, fe - (C(PL_LUGRE_S0) * z + C(PL_LUGRE_S1) * z_rate), fe);
             a = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_LUGRE) != 0), a, 0.0);
         }
+        if (uses & HIL_USES_IMPLICIT) {
+            /* implicitfast: ∂f/∂L̇ of a dcmotor as MuJoCo 3.11 takes it (engine_derivative.c `mjd_actuator_vel`,
+               nameplate R0 and K): back-EMF −K²/R0 and the controller's K·dV/dL̇/R0 (dV/dL̇ = −kd in position,
+               −kp in velocity), or K(dV/dL̇ − K)(1 − e^(−dt/te))/R0 through the current state; −σ1 of LuGre; none
+               while the force sits at ±τmax. Beyond MuJoCo: × η, and no motor part while the torque is off
+               or the current limiter or derating bind (the force then does not follow ω). */
+            double K0 = C(PL_MOTORCONST), R0 = C(PL_RESISTANCE), dV, bv, tm = C(PL_TAU_MAX);
+            dV = hil_sel(C(PL_LAW_POSITION) != 0, -C(PL_KD), hil_sel(C(PL_LAW_VELOCITY) != 0, -C(PL_KP), 0.0));
+            bv = hil_sel(inductive, K0 * (dV - K0) * C(PL_DECAY) / R0, -K0 * K0 / R0 + K0 * dV / R0);
+            bv = hil_sel((C(PL_DC_LAW) != 0) & !off & !limited, bv * C(PL_EFFICIENCY), 0.0);
+            bv = hil_sel((C(PL_LUGRE) != 0) & (C(PL_ELECTRICAL) != 0), bv - C(PL_LUGRE_S1), bv);
+            int64_t clamped = (C(PL_TAU_LIMITED) != 0) & ((fe <= -tm) | (fe >= tm));
+            dfdw[j] = hil_sel((C(PL_IMPLICIT) != 0) & !clamped, C(PL_GEAR) * bv * C(PL_GEAR), 0.0);
+        }
         torque[j] = hil_sel(C(PL_ELECTRICAL) != 0, C(PL_GEAR) * fe, torque[j]);
         zoh_a[j] = a;
         zoh_ea[j] = a * dt;
@@ -154,8 +171,14 @@ static inline __attribute__((always_inline)) void hil_motor_pass(HIL_MOTOR_ARGS,
 #define HIL_MOTOR(kinds)                                                                               \
     hil_motor_lanes(P, st, m, dt, law, cog_sin, lugre_exp, bristle, current, temp_rise, i2t, housing,      \
                     temperature, torque, i_out, \
-                    v_out, derated, zoh_a, zoh_ea, zoh_inv_a, (kinds))
-    HIL_VERSIONS4(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_USES_MOTOR_X, HIL_MOTOR)
+                    v_out, derated, zoh_a, zoh_ea, zoh_inv_a, dfdw, (kinds))
+    /* implicitfast's derivative in one version with every other feature's code too (their selects keep
+       each lane's bits), the common versions as compact as without it */
+    if (uses & HIL_USES_IMPLICIT) {
+        HIL_MOTOR(HIL_USES_QS | HIL_USES_DERATE | HIL_USES_LUGRE | HIL_USES_MOTOR_X | HIL_USES_IMPLICIT);
+    } else {
+        HIL_VERSIONS4(uses, HIL_USES_QS, HIL_USES_DERATE, HIL_USES_LUGRE, HIL_USES_MOTOR_X, HIL_MOTOR)
+    }
 #undef HIL_MOTOR
 }
 

@@ -11,6 +11,7 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     cdef int kinds = 0, i
     p._inertia = p.load_inertia + p.mass * p.length * p.length + p.arm_mass * p.length * p.length / 3.0 \
         + p.armature * p.gear * p.gear
+    p._motor_inertia = p.armature * p.gear * p.gear
     p._decay = 1.0 - exp(-dt / p.te) if p.te > 0 else 0.0
     # reciprocals of the divisors that do not change from step to step, and the pendulum's m·g·l
     p._inv_dt = 1.0 / dt
@@ -32,6 +33,18 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     blk[PL_BLOCK_KINDS * BLOCK] = kinds
 
 
+cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """Actuator j's motor side moving with its output (backlash gap rate 0; the gap kept): what setting
+    the joint's velocity means for both sides, a reset to rest among them (n actuators in the kernel)."""
+    plan_mech(plan, n)[MECH_STATE * j + MECH_GAP_RATE] = 0.0
+
+
+cdef inline double* plan_mech(const Plan* plan, Py_ssize_t n) noexcept nogil:
+    """The extended mechanics' state of a kernel of n actuators (core.pxd `Plan`): MECH_STATE doubles an
+    actuator, after the last block's columns."""
+    return plan.col + (n + BLOCK - 1) // BLOCK * (HIL_PLAN_COLUMNS * BLOCK)
+
+
 cdef inline double* plan_block(const Plan* plan, Py_ssize_t j) noexcept nogil:
     """The plan's columns of the block holding actuator j (plan.h)."""
     return plan.col + (j // BLOCK) * (HIL_PLAN_COLUMNS * BLOCK)
@@ -41,11 +54,14 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     """The plan's columns of one actuator (plan.h), from its prepared Params; c[k·st] is column k: the
     fields params.def plans as they are (plan_copy), then the columns derived from them."""
     plan_copy(p, c, st)
-    c[PL_EULER * st] = p.integrator == INTEGRATOR_EULER
-    c[PL_BUDGET * st] = p.budget != 0
+    c[PL_EULER * st] = p.integrator != INTEGRATOR_BAM
+    c[PL_IMPLICIT * st] = p.integrator == INTEGRATOR_IMPLICITFAST
+    c[PL_GAP * st] = backlash(p)
+    c[PL_BUDGET * st] = p.budget != 0 or stiction(p)   # the rising static friction is a budget of its own
     c[PL_STRIBECK * st] = p.dtheta_stribeck > 0
     c[PL_QUADRATIC * st] = p.budget_quadratic != 0
     c[PL_FRICTION_TEMP * st] = p.friction_tempcoef != 0
+    c[PL_STICTION * st] = stiction(p)
     c[PL_BRISTLE * st] = p.lugre_s0 > 0 and p.law != LAW_TORQUE
     c[PL_INDUCTIVE * st] = p.te > 0
     c[PL_DIDT_LIMITED * st] = p.didt_max > 0
@@ -86,7 +102,8 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
 cdef inline int kinds(const Params* p) noexcept nogil:
     """What actuator p's step computes (plan.h HIL_* kinds; from its prepared Params, as the plan's flags)."""
     cdef bint voltage_law = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
-    cdef bint stribeck = p.budget != 0 and p.dtheta_stribeck > 0
+    cdef bint stribeck = (p.budget != 0 or stiction(p)) and p.dtheta_stribeck > 0
+    cdef bint implicit = p.integrator == INTEGRATOR_IMPLICITFAST
     return ((NEED_POW if stribeck and p.alpha != 1.0 and p.alpha != 2.0 else 0)
             | (NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0)
             | (LAWS_DXL if p.law == LAW_DXL else 0) | (LAWS_DXL_PWM if p.law == LAW_DXL_PWM else 0)
@@ -96,12 +113,25 @@ cdef inline int kinds(const Params* p) noexcept nogil:
             | (USES_DERATE if p.derate_i_rated > 0 else 0)
             | (USES_MOTOR_X if p.current_limiter != 0 or p.peak_current > 0 or p.iron_loss != 0
                or p.flux_tempcoef != 0 or p.thermal_r2 > 0 else 0)
+            | (USES_IMPLICIT if implicit else 0)
+            | (USES_BACKLASH if backlash(p) else 0)
+            | (USES_MECH_X if backlash(p) or stiction(p) or implicit else 0)
             | (USES_LUGRE if p.lugre_s0 > 0 else 0)
             | (USES_NOISE if p.encoder_noise > 0 else 0)
             | (USES_OC if p.oc_fraction > 0 else 0)
             | (USES_OVERLOAD if p.overload_current > 0 else 0)
-            | (USES_BUDGET if p.budget != 0 else 0)
-            | (USES_BAM if p.integrator != INTEGRATOR_EULER else 0)
+            | (USES_BUDGET if p.budget != 0 or stiction(p) else 0)
+            | (USES_BAM if p.integrator == INTEGRATOR_BAM else 0)
             | (USES_COG if p.cog_amplitude != 0 else 0)
             | (USES_PENDULUM if p._gravity_torque != 0 else 0)
             | (USES_STRIBECK if stribeck else 0))
+
+
+cdef inline bint backlash(const Params* p) noexcept nogil:
+    """Gear backlash on: a band to cross and a motor side with inertia of its own to cross it."""
+    return p.backlash > 0 and p.armature > 0
+
+
+cdef inline bint stiction(const Params* p) noexcept nogil:
+    """Rising static friction on (both of its parameters given)."""
+    return p.stiction_rise > 0 and p.stiction_time > 0

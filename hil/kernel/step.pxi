@@ -6,7 +6,8 @@ cdef extern from "select.h" nogil:
 
 cdef extern from "args.h" nogil:
     void hil_args_pass(const double* P, Py_ssize_t st, int m, const double* theta, const double* omega,
-                       double* sin_x, double* exp_x, double* pow_x, double* pow_a, int64_t* use_pow)
+                       const double* theta_m, const double* omega_m, double* sin_x, double* exp_x, double* pow_x,
+                       double* pow_a, int64_t* use_pow)
 
 cdef extern from "noise.h" nogil:
     enum:
@@ -58,7 +59,7 @@ cdef extern from "motor.h" nogil:
     void hil_motor_pass(const double* P, Py_ssize_t st, int m, double dt, HilLawOut law, const double* cog_sin,
                         const double* lugre_exp, const double* bristle, double* current, double* temp_rise,
                         double* i2t, double* housing, double* temperature, double* torque, double* i_out, double* v_out, double* derated, double* zoh_a,
-                        double* zoh_ea, double* zoh_inv_a, int uses)
+                        double* zoh_ea, double* zoh_inv_a, double* dfdw, int uses)
 
 
 
@@ -128,6 +129,15 @@ cdef struct Block:
     double T[BLOCK]
     double Ld[BLOCK]            # g·ω [rad/s], also the bristle hold's velocity
     double derated[BLOCK]
+    double dfdw[BLOCK]          # the actuator torque's derivative in ω (implicitfast: motor.h → load.h)
+    # … and with backlash the motor side's angle and velocity at the output's scale, θ + gap, ω + gap rate
+    double theta_m[BLOCK]
+    double omega_m[BLOCK]
+    # the extended mechanics' state (plan.pxi `plan_mech`), held only for a block that uses them (lanes_load `mech`;
+    # step_block zeroes their padding lanes)
+    double gap[BLOCK]           # backlash: motor side − output [rad], its rate [rad/s]
+    double gap_rate[BLOCK]
+    double dwell[BLOCK]         # time the budget has held the joint [s]
 
 
 # lanes(): a Block and its alignment fit in LANE_DOUBLES
@@ -167,12 +177,14 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
     cdef Block* b = lanes(lanes_buf)
     cdef Py_ssize_t j0 = 0
     cdef int m, path = math_path(n)
+    cdef double* mech
     while j0 < n:
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
-        lanes_load(b, &s[j0], m)
+        mech = plan_mech(plan, n) + MECH_STATE * j0 if <int>plan_block(plan, j0)[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X else NULL
+        lanes_load(b, &s[j0], m, mech)
         inputs_load(b, &inp[j0], m)
         hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
-        lanes_store(b, &s[j0], m)
+        lanes_store(b, &s[j0], m, mech)
         j0 += m
 
 
@@ -189,11 +201,12 @@ cdef inline int padded(int m) noexcept nogil:
     return (m + LANE_PAD - 1) & ~(LANE_PAD - 1) if hil_simd >= HIL_SIMD_AVX2 else m
 
 
-cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
+cdef inline void lanes_load(Block* b, const State* s, int m, const double* mech) noexcept nogil:
     """The State fields step_block's lanes hold, from the records of m actuators; the padding lanes
     [m, padded(m)) of those and of the inputs zeroed (their results are never stored: zeros keep them
     free of denormals, which would slow the vector arithmetic; the passes write the rest of the block's
-    arrays before they read them)."""
+    arrays before they read them). The extended mechanics' state from `mech` (plan_mech's, at the first
+    of the m actuators; NULL where the block does not use them: step_block zeroes their padding lanes)."""
     cdef const State* st
     cdef int j, row, g = m & ~(LANE_PAD - 1)
     cdef double* rows = <double*>b
@@ -229,9 +242,14 @@ cdef inline void lanes_load(Block* b, const State* s, int m) noexcept nogil:
         b.friction[j] = st.friction_torque
         b.i_out[j] = st.i_out
         b.v_out[j] = st.v_out
+    if mech != NULL:
+        for j in range(m):
+            b.gap[j] = mech[MECH_STATE * j + MECH_GAP]
+            b.gap_rate[j] = mech[MECH_STATE * j + MECH_GAP_RATE]
+            b.dwell[j] = mech[MECH_STATE * j + MECH_DWELL]
 
 
-cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
+cdef inline void lanes_store(const Block* b, State* s, int m, double* mech) noexcept nogil:
     """The lanes back to the records of m actuators (lanes_load's fields)."""
     cdef State* st
     cdef int j
@@ -263,6 +281,11 @@ cdef inline void lanes_store(const Block* b, State* s, int m) noexcept nogil:
         st.friction_torque = b.friction[j]
         st.i_out = b.i_out[j]
         st.v_out = b.v_out[j]
+    if mech != NULL:
+        for j in range(m):
+            mech[MECH_STATE * j + MECH_GAP] = b.gap[j]
+            mech[MECH_STATE * j + MECH_GAP_RATE] = b.gap_rate[j]
+            mech[MECH_STATE * j + MECH_DWELL] = b.dwell[j]
 
 
 cdef inline void inputs_load(Block* b, const Input* inp, int m) noexcept nogil:
@@ -300,9 +323,22 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
     cdef HilLawOut law
     cdef int j, g, noise, need = <int>P[PL_BLOCK_KINDS * BLOCK]
     cdef double vs
+    cdef double* theta_m = b.theta      # the motor side (cogging, back-EMF, LuGre): the output's but with backlash
+    cdef double* omega_m = b.omega
     law.vmode, law.off, law.V, law.i = &b.vmode[0], &b.off[0], &b.V[0], &b.i[0]
     law.f, law.R, law.G, law.T, law.Ld = &b.f[0], &b.R[0], &b.G[0], &b.T[0], &b.Ld[0]
-    hil_args_pass(P, BLOCK, mv, b.theta, b.omega, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
+    if need & USES_MECH_X:
+        for j in range(m, mv):      # padding lanes: zeros, as lanes_load leaves the other state rows
+            b.gap[j] = 0.0
+            b.gap_rate[j] = 0.0
+            b.dwell[j] = 0.0
+    if need & USES_BACKLASH:
+        for j in range(mv):     # (a lane without backlash keeps the output's: its gap is not kept)
+            b.theta_m[j] = hil_sel(P[PL_GAP * BLOCK + j] != 0, b.theta[j] + b.gap[j], b.theta[j])
+            b.omega_m[j] = hil_sel(P[PL_GAP * BLOCK + j] != 0, b.omega[j] + b.gap_rate[j], b.omega[j])
+        theta_m = b.theta_m
+        omega_m = b.omega_m
+    hil_args_pass(P, BLOCK, mv, b.theta, b.omega, theta_m, omega_m, b.sin_x, b.exp_x, b.pow_x, b.pow_a, b.use_pow)
     if need & USES_NOISE:
         # the first pairs of whole vectors in one vectorized pass; a partial vector's lanes per actuator
         # (a lone actuator's step would wait on four lanes of emulated 64-bit multiplies)
@@ -345,7 +381,7 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                    b.temp_rise, b.lat_overheat, b.lat_overload, b.enable, b.theta_meas, b.enc_offset,
                    b.has_spare, b.gauss_spare, b.oc_active, b.shutdown, b.flags, b.overheat, b.open,
                    b.R, b.G, b.T, b.temperature, b.enabled, need)
-    hil_law_pass(P, BLOCK, mv, dt, b.cmd, b.theta_meas, b.omega, b.open, b.enabled, b.slew_u, b.integral,
+    hil_law_pass(P, BLOCK, mv, dt, b.cmd, b.theta_meas, omega_m, b.open, b.enabled, b.slew_u, b.integral,
                  b.u, b.Ld, b.vmode, b.off, b.V, b.i, b.f, b.torque, need)
     if need & LAWS_DXL_PWM:
         hil_dxl_pwm_pass(P, BLOCK, mv, b.u, b.theta_meas, b.Ld, b.R, b.V)
@@ -359,12 +395,13 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
                                            P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
-                   b.temp_rise, b.i2t, b.housing_rise, b.temperature, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, need)
+                   b.temp_rise, b.i2t, b.housing_rise, b.temperature, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, b.dfdw, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,
                          b.lat_overheat, b.lat_overload, b.flags, need)
     if need & NEED_ZOH:
         hil_vexp(b.zoh_ea, m, path)
     hil_load_pass(P, BLOCK, mv, dt, b.sin_x + BLOCK, b.exp_x + BLOCK, b.zoh_a, b.zoh_ea, b.zoh_inv_a,
-                  b.Ld, b.ext, b.torque, b.T, b.theta, b.omega, b.bristle, b.friction, need)
+                  b.Ld, b.ext, b.torque, b.T, b.dfdw, b.theta, b.omega, b.bristle, b.gap, b.gap_rate, b.dwell,
+                  b.friction, need)
     for j in range(mv):
         b.k[j] += 1.0

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hil.kernel.core cimport Kernel, Params, Plan, State, Input, prepare, step_all
+from hil.kernel.core cimport Kernel, Params, Plan, State, Input, motor_side_at_rest, prepare, step_all
 from hil.loop.primitives cimport (hil_add, hil_fence, hil_load, hil_now_ns, hil_sleep_until, hil_store,
                                   hil_wait_readable)
 from hil.loop.publisher cimport Sample, SampleRing, publish_ring
@@ -274,6 +274,7 @@ cdef class RealtimeLoop:
                         self.S[c.index].traj_valid = 0
                     if not isnan(c.b):
                         self.S[c.index].omega = c.b
+                        motor_side_at_rest(self.plan, self.n, c.index)   # with backlash: both sides
                 elif c.kind == CMD_CLEAR_LATCHES:
                     self.S[c.index].oc_active = 0
                     self.S[c.index].oc_timer = 0.0

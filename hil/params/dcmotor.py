@@ -79,6 +79,12 @@ class DCMotor(Strict):
     current_limiter: bool = Field(
         False, description="saturation and derating limit the current (a servo's limiter), not only the "
                            "torque (MuJoCo's clamp)")
+    backlash: NonNegativeFloat = Field(
+        0.0, description="gear backlash [rad, output side]: the dead band the motor side crosses on a reversal "
+                         "before it drives the output; needs armature (the motor side's inertia)")
+    dwell_stiction: Annotated[list[PositiveFloat], Len(2, 2)] | None = Field(
+        None, description="rising static friction: Fs∞ − Fs0 [N·m] at the output, γ [s]; after t held still the "
+                          "breakaway friction grows by (Fs∞ − Fs0)·t/(t + γ)")
 
     @model_validator(mode="after")
     def _consistent(self) -> DCMotor:
@@ -108,6 +114,8 @@ class DCMotor(Strict):
                 raise ValueError("peak needs saturation's continuous current imax > 0")
             if ipk <= cont or tpk <= 0:
                 raise ValueError("peak: the peak current must exceed saturation's imax and its time be > 0 s")
+        if self.backlash > 0 and self.armature <= 0:
+            raise ValueError("backlash needs armature > 0: the motor side crosses the band with its own inertia")
         if self.ctrlrange is not None and self.ctrlrange[0] >= self.ctrlrange[1]:
             raise ValueError("ctrlrange needs lower < upper")
         return self
@@ -200,6 +208,7 @@ class DCMotor(Strict):
             iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
             thermal2=tuple(self.thermal2) if self.thermal2 else (0.0, 0.0),
             current_limiter=self.current_limiter, peak=tuple(self.peak) if self.peak else (0.0, 0.0),
+            backlash=self.backlash, dwell_stiction=tuple(self.dwell_stiction) if self.dwell_stiction else (0.0, 0.0),
             thermal_r=rt, thermal_c=cth, tempcoef=alpha, reftemp=t0, ambient=ta,
             derating=tuple(self.derating) if self.derating else None,
             damping=(b[0], b[1], b[2]), cogging=tuple(_pad(self.cogging, 3)),
@@ -228,6 +237,8 @@ class MotorConstants:
     flux_tempcoef: float = 0.0  # α_m [1/K]
     current_limiter: bool = False  # the limits bound the current, not only the torque
     peak: tuple[float, float] = (0.0, 0.0)  # peak current [A] and its time [s]; 0 = none
+    backlash: float = 0.0  # gear backlash [rad, output side]; 0 = none
+    dwell_stiction: tuple[float, float] = (0.0, 0.0)  # rising static friction Fs∞ − Fs0 [N·m], γ [s]; 0 = none
     thermal_r: float = 0.0
     thermal_c: float = 0.0
     tempcoef: float = 0.0
@@ -253,6 +264,7 @@ class MotorConstants:
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
             tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
             peak_current=self.peak[0], peak_time=self.peak[1], iron_loss=self.iron_loss,
+            backlash=self.backlash, stiction_rise=self.dwell_stiction[0], stiction_time=self.dwell_stiction[1],
             flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
             thermal_r2=self.thermal2[0], thermal_c2=self.thermal2[1],
             thermal_r=self.thermal_r, thermal_c=self.thermal_c,

@@ -91,15 +91,17 @@ def pendulum_inertial(mass: float, length: float, arm_mass: float = 0.0) -> tupl
 
 
 def pendulum_mjcf(mass: float, com: float, inertia: float, timestep: float, gravity: float, *,
-                  axis: str = "0 1 0", actuator: str = "", model: str = "pendulum", body: str = "arm") -> str:
-    """A one-hinge pendulum as MJCF, integrated with Euler at `timestep` [s]: joint `hinge` about `axis`
+                  axis: str = "0 1 0", actuator: str = "", model: str = "pendulum", body: str = "arm",
+                  integrator: str = "Euler") -> str:
+    """A one-hinge pendulum as MJCF, integrated with `integrator` (MuJoCo's `<option integrator>`: Euler,
+    implicitfast, …) at `timestep` [s]: joint `hinge` about `axis`
     on a body of `mass` [kg] whose centre of mass sits `com` [m] below the pivot, with diagonal inertia
     `inertia` [kg·m²] about it, under `gravity` [m/s²] along −z; `actuator` is the `<actuator>` body
     (e.g. a `<dcmotor joint="hinge" .../>`), none when empty."""
     actuators = f"\n  <actuator>\n    {actuator}\n  </actuator>" if actuator else ""
     return f"""<mujoco model="{model}">
   <compiler inertiafromgeom="false"/>
-  <option timestep="{timestep!r}" integrator="Euler" gravity="0 0 {-gravity!r}"/>
+  <option timestep="{timestep!r}" integrator="{integrator}" gravity="0 0 {-gravity!r}"/>
   <worldbody>
     <body name="{body}">
       <joint name="hinge" type="hinge" axis="{axis}"/>

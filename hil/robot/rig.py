@@ -97,8 +97,10 @@ def _coupled_params(b: Binding) -> tuple[dict, bool]:
                           "(dof_damping is linear): give damping = [B1] only")
     budget = bool(p["budget"])
     # the kernel still integrates a load of its own, which the engine overwrites from MuJoCo every step: a
-    # passive unit inertia, finite whatever armature the servo is given, with no budget of its own
-    p.update(dict.fromkeys(PENDULUM_KEYS, 0.0), load_inertia=1.0, budget=0, integrator=INTEGRATORS["euler"])
+    # passive unit inertia, finite whatever armature the servo is given, with no budget of its own, one body
+    # (no backlash: the MJCF's hinge is the output) and without the budget's rising static friction
+    p.update(dict.fromkeys(PENDULUM_KEYS, 0.0), load_inertia=1.0, budget=0, integrator=INTEGRATORS["euler"],
+             backlash=0.0, stiction_rise=0.0)
     return p, budget
 
 

@@ -33,10 +33,10 @@ class Load:
     length: float = 0.0
 
 
-def mjcf(dcmotor_attrs: str, load: Load) -> str:
-    """A complete MJCF model: Euler at DT, one hinge, one `<dcmotor name="motor" ...>`."""
+def mjcf(dcmotor_attrs: str, load: Load, integrator: str = "Euler") -> str:
+    """A complete MJCF model: `integrator` (Euler, implicitfast) at DT, one hinge, one `<dcmotor name="motor" ...>`."""
     return pendulum_mjcf(load.mass, load.length, load.inertia, DT, GRAVITY, model="dcmotor_oracle", body="link",
-                         actuator=f'<dcmotor name="motor" joint="hinge" {dcmotor_attrs}/>')
+                         actuator=f'<dcmotor name="motor" joint="hinge" {dcmotor_attrs}/>', integrator=integrator)
 
 
 def import_motor(xml: str, directory: Path) -> MotorConstants:
@@ -54,13 +54,13 @@ def slots(mc: MotorConstants) -> list[str]:
     return [s for s in SLOTS if on[s]]
 
 
-def kernel_params(mc: MotorConstants, load: Load) -> dict:
-    """Complete kernel parameter dict: resolved motor + controller + the pendulum load, Euler."""
+def kernel_params(mc: MotorConstants, load: Load, integrator: str = "euler") -> dict:
+    """Complete kernel parameter dict: resolved motor + controller + the pendulum load, `integrator`."""
     p = default_params()
     p.update(mc.kernel_params())
     p.update(mc.controller_params())
     p.update(load_inertia=load.inertia, mass=load.mass, length=load.length, gravity=GRAVITY,
-             integrator=INTEGRATORS["euler"])
+             integrator=INTEGRATORS[integrator])
     return p
 
 

@@ -120,6 +120,10 @@ def test_negative_resistance(tmp_path):
     ("armature = 0.0001", "armature = 0.0001\nsaturation = [0.0, 2.0]\npeak = [1.0, 0.1]", "peak: the peak current"),
     ("armature = 0.0001", "armature = 0.0001\npeak = [4.0, 0.1]", "peak needs saturation"),
     ("armature = 0.0001", "armature = 0.0001\ncurrent_limiter = 3", "actuator.current_limiter"),
+    ("armature = 0.0001", "armature = 0.0001\nbacklash = -0.001", "actuator.backlash"),
+    ("armature = 0.0001", "backlash = 0.001", "backlash needs armature"),
+    ("armature = 0.0001", "armature = 0.0001\ndwell_stiction = [0.3, 0.0]", "actuator.dwell_stiction"),
+    ("dt = 0.001", 'dt = 0.001\nintegrator = "rk4"', "sim.integrator"),
 ])
 def test_bad_values_name_the_key(tmp_path, old, new, key):
     assert_one_line_error(tmp_path, key, rig=GOOD_RIG.replace(old, new))
