@@ -44,6 +44,8 @@ _BEYOND_BOTH = (
     ("derate_i_rated", "thermal current derating (MuJoCo DC motor model §1.3.5)"),
     ("encoder_counts", "the encoder's resolution (the law sees the quantized position)"),
     ("temp_limit", "the overheating shutdown above the temperature limit"),
+    ("backlash", "gear backlash, the dead band between motor side and output (MuJoCo DC motor model §1.2)"),
+    ("stiction_rise", "static friction rising with the time at rest (Armstrong-Hélouvry 1994)"),
 )
 _LOAD_FRICTION = ("load_friction_base", "load_friction_stribeck", "load_friction_motor", "load_friction_external",
                   "load_friction_motor_stribeck", "load_friction_external_stribeck")

@@ -76,7 +76,7 @@ def same_terms(name: str, model: str | None, mass: float, length: float, inertia
     if p["budget"]:
         p["damping_b1"] += p["friction_viscous"] / g2
     p.update(budget=0, friction_base=0.0, friction_viscous=0.0, encoder_counts=0.0, temp_limit=0.0, q_offset=0.0,
-             max_current=0.0,
+             max_current=0.0, backlash=0.0,
              integrator=INTEGRATORS["euler"], load_inertia=inertia, mass=mass, length=length, gravity=GRAVITY)
     if catalog.entry(name).firmware["law"] == "erob_pd":   # a current law: R(T) moves the exported gains
         p["tempcoef"] = 0.0
@@ -98,6 +98,8 @@ def test_mujoco_rollout_of_the_export_matches_the_kernel(tmp_path, name, model, 
     lost = export(name, model, out, None)["mjcf"]
     if name == "xl330_m288":      # what same_terms switches off beyond the friction budget is listed
         assert any("current limiter" in line for line in lost) and any("q_offset" in line for line in lost)
+    if catalog.entry(name).motor.backlash:
+        assert any("backlash" in line for line in lost)
     m = pendulum_model(out.read_text(), mass, length, inertia)
     m.dof_frictionloss[:] = 0.0
     p = same_terms(name, model, mass, length, inertia)
