@@ -84,7 +84,7 @@ def run(rig: Path, seconds: float = 2.0, repeats: int = 3, with_peer: bool = Tru
         "tick_share_of_period": cfg.loop.rate_hz * robot.substeps / steps,
         "mj_step_share": statistics.median(shares), "samples_steps_per_s": rates,
         "mujoco": mujoco.__version__, "machine": machine(),
-        "realtime_loop": "not measured: the real-time loop does not tick a robot yet (docs/robots.md)",
+        "realtime_loop": f"servo-hil bench loop --rig {rig} (docs/robots.md)",
     }
     if with_peer:
         p = peer(robot.mjcf, robot.joints, g, repeats)

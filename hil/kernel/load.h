@@ -36,6 +36,17 @@ static inline double hil_budget(const double* restrict P, ptrdiff_t st, ptrdiff_
 #undef C
 }
 
+/* friction that varies with the winding temperature, which the friction paper leaves out (Duclusaud et al.
+   §VII-A): the budget `bud` of lane j, every coefficient scaled alike by max(0, 1 + α_f·(T − T0)), with the
+   winding `t_rise` [K] above ambient; `bud` itself where α_f is not given */
+static inline double hil_budget_heated(const double* restrict P, ptrdiff_t st, ptrdiff_t j, double bud,
+                                       double t_rise) {
+#define C(col) P[(col) * st + j]
+    double ft = 1.0 + C(PL_FRICTION_TEMPCOEF) * (t_rise + C(PL_AMBIENT) - C(PL_REFTEMP));
+    return hil_sel(C(PL_FRICTION_TEMP) != 0, bud * hil_sel(ft > 0.0, ft, 0.0), bud);
+#undef C
+}
+
 /* Lanes [0, m) of a block; P = the plan's columns at the block's first actuator (stride st); `uses` the
    block's kinds (plan.h: the budget, bam's step, the bristle hold and the extended mechanics only for a
    block that uses them).
@@ -68,7 +79,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
     for (j = 0; j < m; j++) {
         double g = C(PL_GEAR), w = omega[j], tau_act = torque[j], M = C(PL_INERTIA);
         double tau_e, tau_net, Meff, tau_stop, tau_f = 0.0, acc, wabs, w_euler, th_euler;
-        double wd = w, w0 = w, bud = 0.0, rise = 0.0, ft = 1.0, s = 0.0, drag, ddrag, imp = 0.0, Mm = 1.0;
+        double wd = w, w0 = w, bud = 0.0, rise = 0.0, s = 0.0, drag, ddrag, imp = 0.0, Mm = 1.0;
         int64_t euler = C(PL_EULER) != 0, held = 0, gapped = 0;
         tau_e = C(PL_GRAVITY_TORQUE) * sin_q[j] + ext[j];
         if (uses & HIL_USES_MECH_X) {
@@ -93,11 +104,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
         /* bam/simulate.py `Simulator.step`: the friction torque is the stopping torque clipped to the budget */
         if (uses & HIL_USES_BUDGET) {
             s = hil_sel(C(PL_STRIBECK) != 0, stribeck[j], 0.0);
-            bud = hil_budget(P, st, j, tau_act, tau_e, w, s);
-            ft = 1.0 + C(PL_FRICTION_TEMPCOEF) * (T[j] + C(PL_AMBIENT) - C(PL_REFTEMP));
-            /* friction that varies with the winding temperature, which the friction paper leaves out
-               (Duclusaud et al. §VII-A): every budget coefficient scaled alike */
-            bud = hil_sel(C(PL_FRICTION_TEMP) != 0, bud * hil_sel(ft > 0.0, ft, 0.0), bud);
+            bud = hil_budget_heated(P, st, j, hil_budget(P, st, j, tau_act, tau_e, w, s), T[j]);
             if (uses & HIL_USES_MECH_X) {
                 /* rising static friction (Armstrong-Hélouvry, Dupont, Canudas de Wit, Automatica 30(7) 1994,
                    their seven-parameter model): after t held still the breakaway level grows by
@@ -135,7 +142,7 @@ static inline __attribute__((always_inline)) void hil_load_lanes(HIL_LOAD_ARGS, 
             int64_t held_o = 0;
             if (uses & HIL_USES_BUDGET) {
                 bud_o = hil_budget(P, st, j, 0.0, tau_e, w, s);
-                bud_o = hil_sel(C(PL_FRICTION_TEMP) != 0, bud_o * hil_sel(ft > 0.0, ft, 0.0), bud_o) + rise;
+                bud_o = hil_budget_heated(P, st, j, bud_o, T[j]) + rise;
                 f_o = hil_sel(C(PL_BUDGET) != 0, hil_stop(bud_o, stop_o), 0.0);
                 held_o = (C(PL_BUDGET) != 0) & !(bud_o < fabs(stop_o));
             }

@@ -87,6 +87,7 @@ cdef extern from "plan.h" nogil:
 cdef extern from "load.h" nogil:
     double hil_budget(const double* P, Py_ssize_t st, Py_ssize_t j, double tau_m, double tau_e, double w,
                       double s)
+    double hil_budget_heated(const double* P, Py_ssize_t st, Py_ssize_t j, double bud, double t_rise)
 
 
 cdef struct Coupling:
@@ -164,6 +165,7 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     cdef Py_ssize_t j, i, a
     cdef int dof
     cdef double tau_e
+    cdef const double* col
     cdef int64_t t0 = hil_robot_now_ns(), t1
     cdef bint moved = sync_hinges(c)
     # a θ / ω someone else wrote into the kernel's state (a state command, a reset) moves the hinge
@@ -189,9 +191,13 @@ cdef void physics_step(Coupling* c) noexcept nogil:
             dof = c.dof_adr[j]
             tau_e = -d.qfrc_bias[dof] + d.qfrc_constraint[dof] - c.friction[j]
             # w = 0: the viscous term is the joint's dof_damping, not part of the friction loss
-            m.dof_frictionloss[dof] = hil_budget(c.plan.col + (j // HIL_BLOCK) * HIL_PLAN_COLUMNS * HIL_BLOCK,
-                                                 HIL_BLOCK, j % HIL_BLOCK, d.qfrc_actuator[dof], tau_e, 0.0,
-                                                 stribeck(&c.params[j], d.qvel[dof]))
+            col = c.plan.col + (j // HIL_BLOCK) * HIL_PLAN_COLUMNS * HIL_BLOCK
+            # scaled by the winding temperature as the kernel's own load scales it (friction_tempcoef)
+            m.dof_frictionloss[dof] = hil_budget_heated(
+                col, HIL_BLOCK, j % HIL_BLOCK,
+                hil_budget(col, HIL_BLOCK, j % HIL_BLOCK, d.qfrc_actuator[dof], tau_e, 0.0,
+                           stribeck(&c.params[j], d.qvel[dof])),
+                c.states[j].temp_rise)
     t1 = hil_robot_now_ns()
     mj_step(m, d)
     c.mj_ns += hil_robot_now_ns() - t1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+import pytest
 
 from hil.params import catalog
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
@@ -100,3 +101,26 @@ def test_tick_hook_is_a_named_capsule() -> None:
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     assert name(hook) == b"hil.loop.TickHook"
     assert mujoco.__version__ == "3.11.0"
+
+
+def test_a_hot_winding_scales_the_hinges_friction_loss() -> None:
+    """`friction_tempcoef` on a robot: the budget the engine makes the hinge's friction loss is scaled by
+    1 + α_f·(T − T0) of the winding, as the kernel's own load scales it; without α_f the temperature does not
+    change it. One step from the same state: the forces the budget reads are the same in every arm."""
+    alpha, hot_c = 0.01, 65.0
+    cold, hot = arm(0.3, friction_tempcoef=alpha), arm(0.3, friction_tempcoef=alpha)
+    plain, plain_hot = arm(0.3), arm(0.3)
+    for robot in (hot, plain_hot):
+        robot.kernel.set_state(1, temperature=hot_c)
+    for robot in (cold, hot, plain, plain_hot):
+        robot.engine.step([0.0, 0.0])
+    dof = cold.model.jnt_dofadr[cold.model.joint("elbow").id]
+    p = cold.kernel.get_params(1)
+    loss = {name: r.model.dof_frictionloss[dof] for name, r in
+            (("cold", cold), ("hot", hot), ("plain", plain), ("plain_hot", plain_hot))}
+    assert loss["cold"] > 0.0
+    scale = (1.0 + alpha * (hot_c - p["reftemp"])) / (1.0 + alpha * (p["ambient"] - p["reftemp"]))
+    # the winding warms by mK within the step: the factor is read at its temperature then
+    assert loss["hot"] / loss["cold"] == pytest.approx(scale, rel=1e-4) and scale > 1.3
+    assert loss["plain_hot"] == pytest.approx(loss["plain"], rel=1e-12)
+    assert loss["plain"] == pytest.approx(loss["cold"] / (1.0 + alpha * (p["ambient"] - p["reftemp"])), rel=1e-4)
