@@ -20,7 +20,14 @@ import cmaes
 import numpy as np
 
 from hil.offline.identify.logs import NamedLog, check_temperature
-from hil.offline.identify.space import bam_params, bounds_table, published_set, space, thermal_space
+from hil.offline.identify.space import (
+    STICTION_KEYS,
+    bam_params,
+    bounds_table,
+    published_set,
+    space,
+    thermal_space,
+)
 from hil.offline.replay import LogArrays, batch_params, replay_log, rollout_batch
 from hil.params import catalog
 
@@ -118,8 +125,12 @@ class Objective:
 
     def spec(self, params: dict):
         """The actuator of a fit's parameters: the one `replay --params` builds from their bam set, plus the
-        catalog's thermal model (its constants replaced by those in `params`) with `temperature`."""
+        rising static friction when `params` has `STICTION_KEYS` (which `bam_only` drops), plus the catalog's
+        thermal model (its constants replaced by those in `params`) with `temperature`."""
         spec = self.base.with_bam(bam_params(params)).bam_only()
+        if STICTION_KEYS[0] in params:
+            dwell = tuple(float(params[k]) for k in STICTION_KEYS)
+            spec = replace(spec, motor=replace(spec.motor, dwell_stiction=dwell))
         if not self.temperature:
             return spec
         m = self.base.motor

@@ -15,7 +15,7 @@ import tomli_w
 
 from hil.offline.identify.fit import FitResult, FitTask, Objective, delay_bounds
 from hil.offline.identify.logs import NamedLog
-from hil.offline.identify.space import TEMPERATURE_KEYS, bam_dict
+from hil.offline.identify.space import STICTION_KEYS, TEMPERATURE_KEYS, bam_dict
 from hil.params import catalog
 from hil.params.config_file import read_toml
 
@@ -100,13 +100,17 @@ def catalog_doc(actuator: str, ranked: list[Ranked], logs: list[NamedLog], date:
                   f"{r.evaluations} evaluations, seed {r.seed}")
         doc["models"][r.model] = {"source": source, **{k: v for k, v in bam_dict(r.params).items()
                                                        if k != "actuator"}}
-    # the winner's temperature constants, which are the motor's, not a friction model's
+    # the winner's temperature and dwell constants, which are the motor's, not a friction model's
     best, motor = ranked[0].fit, doc["motor"]
     sources = motor.setdefault("sources", {})
     for k in TEMPERATURE_KEYS:
         if k in best.params:
             motor[k] = best.params[k]
             sources[k] = f"servo-hil identify {date}: fitted with {best.model} on {len(best.train_mae)} logs"
+    if STICTION_KEYS[0] in best.params:
+        motor["dwell_stiction"] = [best.params[k] for k in STICTION_KEYS]
+        sources["dwell_stiction"] = (f"servo-hil identify {date}: fitted with {best.model} on "
+                                     f"{len(best.train_mae)} logs")
     if best.thermal:
         t = best.thermal["params"]
         _, _, _, alpha, t0, ta = (list(motor.get("thermal") or []) + [0.0] * 6)[:6]

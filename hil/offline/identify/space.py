@@ -4,7 +4,8 @@ By default it is exactly bam 1.0.2's `bam.fit` space for the actuator and model
 (config/identify/bounds.toml); `fix` pins parameters to a value; `free` frees only the parameters
 it names, the others held at the catalog's published set of that model (bam's start value without
 one). Beyond bam, `free` and `fix` also take the friction budget's temperature coefficient
-(`TEMPERATURE_KEYS`, the catalog motor's `friction_tempcoef`). The thermal constants fitted to logged
+(`TEMPERATURE_KEYS`, the catalog motor's `friction_tempcoef`) and the rising static friction
+(`STICTION_KEYS`, the catalog motor's `dwell_stiction`). The thermal constants fitted to logged
 temperature after the position fit have their own space (`thermal_space`). CMA-ES works on the unit
 cube: x = (value − low) / (high − low), or of the logarithms for a logarithmic parameter.
 """
@@ -24,6 +25,8 @@ from hil.params.config_file import ConfigError, read_toml
 MODELS = ("m1", "m2", "m3", "m4", "m5", "m6")
 MOTOR_KEYS = ("kt", "R", "armature")
 TEMPERATURE_KEYS = ("friction_tempcoef",)            # catalog motor constants the position fit can free
+STICTION_KEYS = ("stiction_rise", "stiction_time")   # the motor's dwell_stiction = [ΔFs, γ]
+EXTRA_KEYS = TEMPERATURE_KEYS + STICTION_KEYS        # beyond bam: in the space only when named
 THERMAL_KEYS = ("thermal_r", "thermal_c", "thermal_r2", "thermal_c2")   # one node: the first two
 
 
@@ -78,7 +81,7 @@ class Space:
 
     def params_dict(self, values: np.ndarray) -> dict:
         """A bam parameter file's content (model, actuator, fixed and free values) plus the free or fixed
-        `TEMPERATURE_KEYS`, which are not bam's."""
+        `EXTRA_KEYS`, which are not bam's."""
         out: dict = {"model": self.model, "actuator": bam_actuator(self.actuator)}
         out.update(self.fixed)
         out.update({n: float(v) for n, v in zip(self.names, values, strict=True)})
@@ -94,8 +97,8 @@ class Space:
 
 
 def bam_dict(params: dict) -> dict:
-    """A fit's parameters without `TEMPERATURE_KEYS` and `THERMAL_KEYS`: a bam parameter file's content."""
-    return {k: v for k, v in params.items() if k not in TEMPERATURE_KEYS + THERMAL_KEYS}
+    """A fit's parameters without `EXTRA_KEYS` and `THERMAL_KEYS`: a bam parameter file's content."""
+    return {k: v for k, v in params.items() if k not in EXTRA_KEYS + THERMAL_KEYS}
 
 
 def bam_params(params: dict) -> BamParams:
@@ -123,17 +126,20 @@ def space(actuator: str, model: str, fix: dict[str, float] | None = None, free: 
         raise ConfigError(f"model: unknown {model!r} (known: {', '.join(MODELS)}, all)")
     table = bounds_table()
     act = _actuator_bounds(actuator)
-    model_keys = list(MOTOR_KEYS) + list(table["models"][model])
-    bounds = {k: table["friction"][k] for k in table["models"][model]}
-    bounds.update({k: v for k, v in act.items() if k in model_keys})
     fix = dict(fix or {})
-    extra = [k for k in TEMPERATURE_KEYS if k in fix or k in (free or [])]   # beyond bam: only when named
-    model_keys += extra
-    bounds.update({k: table["temperature"][k] for k in extra})
+    named = set(fix) | set(free or [])
+    # beyond bam, only when named; ΔFs and γ only act together (the kernel's rise needs both > 0)
+    extra = [k for k in TEMPERATURE_KEYS if k in named]
+    extra += list(STICTION_KEYS) if named & set(STICTION_KEYS) else []
+    model_keys = list(MOTOR_KEYS) + list(table["models"][model]) + extra
+    bounds = {k: table["friction"][k] for k in table["models"][model]}
+    bounds.update({k: table["temperature"][k] for k in extra if k in TEMPERATURE_KEYS})
+    bounds.update({k: table["stiction"][k] for k in extra if k in STICTION_KEYS})
+    bounds.update({k: v for k, v in act.items() if k in model_keys})
     for name in list(fix) + list(free or []):
         if name not in bounds:
             raise ConfigError(f"parameter {name!r}: not a parameter of {model} "
-                              f"(has: {', '.join(model_keys + [k for k in TEMPERATURE_KEYS if k not in extra])})")
+                              f"(has: {', '.join(model_keys + [k for k in EXTRA_KEYS if k not in extra])})")
     for name, value in fix.items():
         lo, hi, _ = bounds[name]
         if not lo <= value <= hi:
@@ -149,10 +155,13 @@ def space(actuator: str, model: str, fix: dict[str, float] | None = None, free: 
 
 
 def published_set(actuator: str, model: str) -> dict:
-    """The catalog's published set of `model` (empty without one) and its motor's friction_tempcoef."""
+    """The catalog's published set of `model` (empty without one), its motor's friction_tempcoef and, when it has
+    one, its dwell_stiction (as `STICTION_KEYS`)."""
     entry = catalog.entry(actuator)
+    motor = entry.actuator().motor
     out = entry.models[model].model_dump() if model in entry.models else {}
-    return out | {"friction_tempcoef": entry.actuator().motor.friction_tempcoef}
+    stiction = dict(zip(STICTION_KEYS, motor.dwell_stiction, strict=True)) if all(motor.dwell_stiction) else {}
+    return out | {"friction_tempcoef": motor.friction_tempcoef} | stiction
 
 
 def parse_assignments(items: list[str], option: str = "--fix") -> dict[str, float]:

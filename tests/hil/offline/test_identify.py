@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from hil.cli.main import app
 from hil.kernel import Kernel
 from hil.logs.mcap import SideBySideRecorder
+from hil.offline.identify import outputs
 from hil.offline.identify.fit import FitTask, Search, minimize, run_fit
 from hil.offline.identify.logs import NamedLog, read_logs
 from hil.offline.identify.space import space
@@ -67,18 +69,26 @@ def synthesize(logdir: Path, params_of: str, steps: int = 600, noise_rad: float 
     for i, name in enumerate(SYNTH_FROM):
         log = load_log(logdir / name)
         entries = log.entries[:steps]
-        p = log_params(spec, log, "bam") | {"encoder_counts": 4096, "encoder_noise": noise_rad, "seed": i + 1}
-        k = Kernel(1, log.dt)
-        k.set_params(0, p)
-        k.set_state(0, theta=entries[0].position, omega=entries[0].speed)
         goal = np.array([e.goal_position for e in entries])
         enable = np.array([float(e.torque_enable) for e in entries])
-        r = k.run(goal, enable)
-        doc = log.model_dump() | {"entries": [
-            {"position": float(r["theta_meas"][j, 0]), "speed": float(r["omega"][j, 0]),
-             "goal_position": float(goal[j]), "torque_enable": bool(enable[j])} for j in range(len(goal))]}
-        out.append(NamedLog(f"synthetic_{i}.json", name, ProcessedLog.model_validate(doc)))
+        out.append(NamedLog(f"synthetic_{i}.json", name, _record(spec, log, goal, enable, entries[0].speed,
+                                                                 noise_rad, i + 1)))
     return out
+
+
+def _record(spec, log: ProcessedLog, goal: np.ndarray, enable: np.ndarray, omega0: float, noise_rad: float,
+            seed: int) -> ProcessedLog:
+    """`log`'s header with the kernel's rollout of `spec` following `goal` from `log`'s first position, positions
+    through a 4096-count encoder with Gaussian noise [rad]."""
+    p = log_params(spec, log, "bam") | {"encoder_counts": 4096, "encoder_noise": noise_rad, "seed": seed}
+    k = Kernel(1, log.dt)
+    k.set_params(0, p)
+    k.set_state(0, theta=log.entries[0].position, omega=omega0)
+    r = k.run(goal, enable)
+    doc = log.model_dump() | {"entries": [
+        {"position": float(r["theta_meas"][j, 0]), "speed": float(r["omega"][j, 0]),
+         "goal_position": float(goal[j]), "torque_enable": bool(enable[j])} for j in range(len(goal))]}
+    return ProcessedLog.model_validate(doc)
 
 
 # --- the objective is replay's path ------------------------------------------------------------------------
@@ -190,6 +200,59 @@ def test_delay_is_recovered(xl330_logs):
                           search=Search(start="bam", sigma0=0.25)))
     assert fit.params["delay_steps"] == 4
     assert fit.train < 1e-3
+
+
+# --- rising static friction --------------------------------------------------------------------------------
+
+def synthesize_dwell(logdir: Path, dwell_stiction: tuple[float, float], holds_s=(0.05, 0.3, 1.0, 2.5),
+                     ramp_rad: float = 0.3, ramp_s: float = 0.6) -> list[NamedLog]:
+    """Logs written by the kernel with the published m1 set and the rising static friction `dwell_stiction` (ΔFs
+    [N·m], γ [s]) on the pendulums of the real logs `SYNTH_FROM`: the goal held for each of `holds_s` [s], then a
+    slow ramp of `ramp_rad` over `ramp_s` [s], alternating in direction, so that the breakaway after each hold
+    depends on how long the joint was held; 1 mrad encoder noise."""
+    spec = catalog.entry(ACTUATOR).actuator("m1").bam_only()
+    spec = replace(spec, motor=replace(spec.motor, dwell_stiction=dwell_stiction))
+    out = []
+    for i, name in enumerate(SYNTH_FROM):
+        log = load_log(logdir / name)
+        q, goal = log.entries[0].position, []
+        for j, hold in enumerate(holds_s):
+            goal += [q] * round(hold / log.dt)
+            ramp = q + (-1) ** j * ramp_rad * np.linspace(0.0, 1.0, round(ramp_s / log.dt) + 1)[1:]
+            goal += list(ramp)
+            q = float(ramp[-1])
+        goal += [q] * round(0.3 / log.dt)
+        goal = np.array(goal)
+        out.append(NamedLog(f"dwell_{i}.json", name, _record(spec, log, goal, np.ones_like(goal), 0.0, 1e-3, i + 1)))
+    return out
+
+
+def test_dwell_stiction_is_recovered_with_free(xl330_logs, tmp_path):
+    """`--free stiction_rise --free stiction_time`: logs of a servo whose breakaway friction rises by ΔFs = 0.05 N·m
+    with γ = 0.4 s, with holds at rest of 0.05 to 2.5 s before slow ramps, are fitted back to ΔFs within 10 % and
+    γ within 25 %, the other parameters held at the published set; report.json lists them, catalog.toml's
+    [motor] carries them as dwell_stiction and params.json (bam's format) does not."""
+    truth = (0.05, 0.4)
+    logs = synthesize_dwell(xl330_logs, truth)
+    fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 150, seed=4, free=["stiction_rise", "stiction_time"]))
+    assert fit.params["stiction_rise"] == pytest.approx(truth[0], rel=0.1)
+    assert fit.params["stiction_time"] == pytest.approx(truth[1], rel=0.25)
+    assert fit.params["kt"] == catalog.entry(ACTUATOR).models["m1"].kt and fit.train < 1.5e-3
+    # without the dwell, the published set cannot follow the breakaways
+    spec = catalog.entry(ACTUATOR).actuator("m1").bam_only()
+    plain = np.mean([replay_log(x.log, spec, "bam", x.name).mae for x in logs])
+    assert plain > 3 * fit.train, (plain, fit.train)
+    task = FitTask(ACTUATOR, "m1", logs, [], 150, seed=4, free=["stiction_rise", "stiction_time"])
+    doc, _ = outputs.write(tmp_path, [task], [fit], 4, fit.seconds, logs, [], ["identify"])
+    assert doc["fits"][0]["params"]["stiction_rise"] == fit.params["stiction_rise"]
+    assert "stiction_rise" in doc["fits"][0]["free"] and "stiction_time" in doc["fits"][0]["free"]
+    motor = read_toml(tmp_path / "catalog.toml")["motor"]
+    validate(CatalogEntry, read_toml(tmp_path / "catalog.toml"), "catalog.toml")
+    assert motor["dwell_stiction"] == [fit.params["stiction_rise"], fit.params["stiction_time"]]
+    assert "dwell_stiction" in motor["sources"]
+    bam = json.loads((tmp_path / "params.json").read_text())
+    assert not {"stiction_rise", "stiction_time"} & bam.keys()
+    load_bam_params(tmp_path / "params.json")
 
 
 # --- temperature -------------------------------------------------------------------------------------------
@@ -522,6 +585,10 @@ def test_bad_input_is_one_line_and_exit_2(xl330_logs, tmp_path):
     _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kq=1", "--out", out], "kq")
     _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kt=9", "--out", out], "kt=9", "bounds")
     _one_line_exit_2([log, "--actuator", ACTUATOR, "--fix", "kt", "--out", out], "NAME=VALUE")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--free", "stiction_ris", "--out", out], "stiction_ris",
+                     "stiction_rise")
+    _one_line_exit_2([log, "--actuator", ACTUATOR, "--free", "stiction_rise", "--fix", "stiction_time=20", "--out",
+                      out], "stiction_time=20", "bounds")
     (tmp_path / "afile").write_text("")
     _one_line_exit_2([log, "--actuator", ACTUATOR, "--out", str(tmp_path / "afile" / "sub")], "afile")
     _one_line_exit_2([str(tmp_path / "rec.mcap"), "--actuator", ACTUATOR, "--out", out], "rec.mcap")
