@@ -81,6 +81,20 @@ class ProcessControl:
         self.proc.wait(5.0)
 
 
+def start_cli(args: list[str], expect: str) -> subprocess.Popen:
+    """`servo-hil ARGS` with piped output, returned once its first stdout line holds `expect`."""
+    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
+def stop_cli(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM a process of `start_cli`; it must exit 0."""
+    proc.terminate()
+    assert proc.wait(timeout) == 0, proc.stderr.read()
+
+
 @dataclass
 class BusDaemon(ProcessControl):
     """A daemon serving a bus; `rig` has `path`, `port` (the pty link) and `cmd` (ZeroMQ command endpoint)."""

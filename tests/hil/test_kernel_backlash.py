@@ -16,6 +16,8 @@ from hil.kernel import LAWS, Kernel, default_params
 from hil.params.catalog import entry
 from hil.params.dcmotor import DCMotor
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.firmware_models.dynamixel.registers import read as _read
+from tests.firmware_models.dynamixel.registers import write_ok as _write
 from tests.hil.kernel_helpers import params
 
 DT, TAU, JM, JL, B = 1e-3, 0.02, 1e-4, 4e-4, 0.01   # s, N·m, kg·m², kg·m², rad
@@ -128,16 +130,8 @@ def test_present_position_lags_a_pwm_reversal():
     assert max(with_b) > max(without) and with_b[299] <= without[299] + 1
 
 
-def _write(servo: DynamixelServo, name: str, value: int) -> None:
-    item = servo.spec.item(name)
-    assert servo.write(item.address, value.to_bytes(item.size, "little", signed=item.signed)).error == 0
 
 
-def _read(servo: DynamixelServo, name: str) -> int:
-    item = servo.spec.item(name)
-    reply = servo.read(item.address, item.size)
-    assert reply.error == 0
-    return int.from_bytes(reply.params, "little", signed=item.signed)
 
 
 @pytest.mark.parametrize(("kw", "needle"), [(dict(backlash=-0.001, armature=1e-4), "backlash"),

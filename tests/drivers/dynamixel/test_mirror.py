@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import select
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from hil.offline.report import report
 from hil.params.catalog import entry
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
-from tests.daemon_process import SERVO_HIL
+from tests.daemon_process import start_cli, stop_cli
 from tests.hil.daemon import free_port, rig_head
 
 from .conftest import DEFAULT_SLACK_MS, SlackPortHandler
@@ -214,26 +213,14 @@ id = 1
     return path, cmd
 
 
-def _start(args: list[str], expect: str) -> subprocess.Popen:
-    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    assert proc.wait(5) == 0, proc.stderr.read()
-
-
 def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
     from dynamixel_sdk import GroupSyncRead, PacketHandler
 
     real_rig, real_cmd = _rig(tmp_path, "real", "m6")        # the "real" servo: bam m6
     twin_rig, twin_cmd = _rig(tmp_path, "twin", "m1")        # its twin: bam m1
-    real = _start(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    real = start_cli(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
-        mirror = _start(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
+        mirror = start_cli(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
                          "--record", str(tmp_path / "logs")], "mirroring")
         try:
             # two daemons and the SDK on 2 cores: a stall past the SDK's 34 ms timeout is the host's, not a lost reply
@@ -256,9 +243,9 @@ def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
             assert abs(twin_state["position"] - goal) < 0.05                 # and so did its twin
             port.closePort()
         finally:
-            _stop(mirror)
+            stop_cli(mirror)
     finally:
-        _stop(real)
+        stop_cli(real)
     # both sides logged at the same instants: the real reply and the twin's registers read with it
     log = read_side_by_side(tmp_path / "logs")
     real_log, sim_log = log["/real/mx64/state"], log["/sim/mx64/state"]

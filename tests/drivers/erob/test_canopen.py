@@ -189,6 +189,21 @@ def expect_emcy(node, code: int, trigger, timeout: float = WAIT_S):
     return emcy
 
 
+def fault_reset_by_sdo(node) -> None:
+    """Controlword 0 then fault reset (bit 7; CiA 402 transition 15): EMCY 0x0000 with an empty error register,
+    the drive back in Switch On Disabled with no fault bit, 0x603F and 0x1001 cleared."""
+    node.sdo[0x6040].raw = 0x00
+
+    def fault_reset():
+        node.sdo[0x6040].raw = 0x80
+
+    emcy = expect_emcy(node, 0x0000, fault_reset)
+    assert emcy.register == 0
+    sw, _ = wait_status(node, lambda sw: state_of(sw) == "SWITCH ON DISABLED")
+    assert not sw & SW_FAULT_BIT
+    assert node.sdo[0x603F].raw == 0 and node.sdo[0x1001].raw == 0
+
+
 def enable_by_sdo(node, mode: int) -> int:
     """Mode, the actual position as target, then shutdown → switch on → enable operation; the position."""
     sdo = node.sdo
@@ -691,16 +706,7 @@ def test_emcy_on_undervoltage_and_fault_reset(daemon, network, nodes):
         assert all(e.code != 0 for e in node.emcy.log[mark:])
     finally:
         daemon.clear(2, "supply_sag")
-    node.sdo[0x6040].raw = 0x00
-
-    def fault_reset():
-        node.sdo[0x6040].raw = 0x80
-
-    emcy = expect_emcy(node, 0x0000, fault_reset)
-    assert emcy.register == 0
-    sw, _ = wait_status(node, lambda sw: state_of(sw) == "SWITCH ON DISABLED")
-    assert not sw & SW_FAULT_BIT
-    assert node.sdo[0x603F].raw == 0 and node.sdo[0x1001].raw == 0
+    fault_reset_by_sdo(node)
     reset_nodes(network)
 
 

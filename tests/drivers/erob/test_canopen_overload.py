@@ -20,7 +20,7 @@ import canopen
 import pytest
 
 from .conftest import ROOT, CanLauncher, connect, patient, write_can_rig
-from .test_canopen import enable_by_sdo, expect_emcy, reset_nodes, state_of, statusword, wait_status
+from .test_canopen import enable_by_sdo, expect_emcy, fault_reset_by_sdo, reset_nodes, state_of, wait_status
 
 LOCKED = "{ inertia = 1000.0 }"
 ACTUATORS = (("erob100", "erob80_100", 2, LOCKED), ("erob50", "erob80_50", 3, LOCKED))
@@ -99,13 +99,4 @@ def test_spent_budget_sends_emcy_2310_and_faults(daemon, nodes):
     assert node.sdo[0x6078].raw == 0, "Fault: torque off, no current"
     assert daemon.ok("state")["state"]["erob100"]["enable"] is False
     node.sdo[0x6071].raw = 0
-    node.sdo[0x6040].raw = 0x00
-
-    def fault_reset():
-        node.sdo[0x6040].raw = 0x80
-
-    emcy = expect_emcy(node, 0x0000, fault_reset)
-    assert emcy.register == 0
-    sw, _ = wait_status(node, lambda sw: state_of(sw) == "SWITCH ON DISABLED")
-    assert statusword(node) & SW_FAULT_BIT == 0
-    assert node.sdo[0x603F].raw == 0 and node.sdo[0x1001].raw == 0
+    fault_reset_by_sdo(node)

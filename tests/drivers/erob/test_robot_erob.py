@@ -26,7 +26,7 @@ from drivers.erob import etherban_pb2 as pb
 from hil.logs.mcap import read_side_by_side
 from tests.hil.daemon import free_port
 
-from .conftest import COUNTS_PER_REV, EDS, CanLauncher, CanRig, connect, patient
+from .conftest import COUNTS_PER_REV, EDS, CanRig, connect, patient
 from .test_canopen import enable_by_sdo, reset_nodes, statusword
 from .test_etherban import Master
 from .test_mirror_etherban import _start, _stop
@@ -67,16 +67,9 @@ def etherban_of(rig: CanRig) -> str:
 
 
 @pytest.fixture(scope="module")
-def launcher(tmp_path_factory):
-    launcher = CanLauncher(tmp_path_factory.mktemp("erob-arm"))
-    yield launcher
-    launcher.finish()
-
-
-@pytest.fixture(scope="module")
-def arm(launcher):
+def arm(module_launcher):
     """The module's daemon of config/rigs/erob_arm.toml (both buses)."""
-    return launcher.start(erob_arm(launcher.dir, "erob_arm"))
+    return module_launcher.start(erob_arm(module_launcher.dir, "erob_arm"))
 
 
 def angle_about_x(wxyz) -> float:

@@ -12,6 +12,8 @@ from hil.joint import KernelJoint
 from hil.kernel import DXL_MODES, Kernel
 from hil.params.catalog import entry
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.firmware_models.dynamixel.registers import read
+from tests.firmware_models.dynamixel.registers import write_ok as write
 
 
 def servo_of(model: str) -> DynamixelServo:
@@ -21,16 +23,8 @@ def servo_of(model: str) -> DynamixelServo:
     return DynamixelServo(load_model(model), KernelJoint(kernel), {"ID": 1})
 
 
-def write(servo: DynamixelServo, name: str, value: int) -> None:
-    item = servo.spec.item(name)
-    assert servo.write(item.address, value.to_bytes(item.size, "little", signed=item.signed)).error == 0
 
 
-def read(servo: DynamixelServo, name: str) -> int:
-    item = servo.spec.item(name)
-    reply = servo.read(item.address, item.size)
-    assert reply.error == 0
-    return int.from_bytes(reply.params, "little", signed=item.signed)
 
 
 @pytest.mark.parametrize("model", model_names())

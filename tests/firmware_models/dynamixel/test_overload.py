@@ -18,6 +18,7 @@ from hil.joint import KernelJoint
 from hil.kernel import Kernel, peak_spent
 from hil.params.catalog import entry
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.firmware_models.dynamixel.registers import read, write
 
 DT = 1e-3
 I_CONT, I_PEAK, T_PEAK = 1.0, 2.0, 0.5       # [A], [A], [s]: spent after 0.5 s at the peak
@@ -33,16 +34,8 @@ def servo_locked(registers: dict[str, int] | None = None) -> DynamixelServo:
     return DynamixelServo(load_model("mx64"), KernelJoint(kernel), {"ID": 1, **(registers or {})})
 
 
-def write(servo: DynamixelServo, name: str, value: int) -> int:
-    item = servo.spec.item(name)
-    return servo.write(item.address, value.to_bytes(item.size, "little", signed=item.signed)).error
 
 
-def read(servo: DynamixelServo, name: str) -> int:
-    item = servo.spec.item(name)
-    reply = servo.read(item.address, item.size)
-    assert reply.error == 0
-    return int.from_bytes(reply.params, "little", signed=item.signed)
 
 
 def drive_full_pwm(servo: DynamixelServo) -> None:

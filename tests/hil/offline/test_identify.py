@@ -37,7 +37,7 @@ from hil.params.bam import load_bam_params
 from hil.params.catalog import CatalogEntry
 from hil.params.config_file import read_toml, validate
 from hil.rig import load_offline_rig
-from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
+from tests.daemon_process import start_cli, stop_cli
 from tests.hil.daemon import rig_head
 
 ACTUATOR = "xl330_m288"
@@ -431,18 +431,6 @@ id = 1
     return path
 
 
-def _daemon(args: list[str], expect: str) -> subprocess.Popen:
-    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    assert proc.wait(STOP_TIMEOUT_S) == 0, proc.stderr.read()
-
-
 def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_path):
     """The MCAP path end to end, as the mirror tests run it: a second `servo-hil run` daemon plays the "real" XL330
     (the published m1 with kt 30 % higher and twice the Coulomb friction, from a bam parameter file), `servo-hil
@@ -460,9 +448,9 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
     real_rig = _xl330_rig(tmp_path, "real", f'params = "{tmp_path / "real.json"}"')
     twin_rig = _xl330_rig(tmp_path, "twin", 'model = "m1"')
     goals = [e.goal_position for e in load_log(xl330_logs / SYNTH_FROM[0]).entries[::4]]   # sin_sin, 6 s at 50 Hz
-    real = _daemon(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    real = start_cli(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
-        mirror = _daemon(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
+        mirror = start_cli(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
                           "--record", str(tmp_path / "rec")], "mirroring")
         try:
             port = SlackPortHandler(str(tmp_path / "ctl"), DEFAULT_SLACK_MS)
@@ -480,9 +468,9 @@ def test_mcap_mirror_of_a_second_daemon_is_identified_toward_it(xl330_logs, tmp_
             assert reads.txRxPacket() == COMM_SUCCESS
             port.closePort()
         finally:
-            _stop(mirror)
+            stop_cli(mirror)
     finally:
-        _stop(real)
+        stop_cli(real)
     out = tmp_path / "fit"
     res = _invoke([str(tmp_path / "rec"), "--actuator", ACTUATOR, "--model", "m1", "--trials", "400",
                    "--free", "kt", "--free", "friction_base", "--out", str(out),
