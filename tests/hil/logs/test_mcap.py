@@ -498,17 +498,18 @@ def test_a_killed_mirror_daemon_recovers_its_log_on_the_next_start(tmp_path):
     reader after the next start of the mirror on the same folder, with every message the torn scan finds."""
     from dynamixel_sdk import GroupSyncRead, PacketHandler
 
+    from tests.daemon_process import start_cli, stop_cli
     from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler
-    from tests.drivers.dynamixel.test_mirror import _rig, _start, _stop
+    from tests.drivers.dynamixel.test_mirror import _rig
 
     real_rig, _ = _rig(tmp_path, "real", "m1")
     twin_rig, _ = _rig(tmp_path, "twin", "m1")
     logs = tmp_path / "logs"
     args = ["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
             "--record", str(logs), "--record-segment-s", "1.5"]
-    real = _start(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
+    real = start_cli(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
-        mirror = _start(args, "mirroring")
+        mirror = start_cli(args, "mirroring")
         try:
             port = SlackPortHandler(str(tmp_path / "ctl"), DEFAULT_SLACK_MS)
             assert port.openPort() and port.setBaudRate(1_000_000)
@@ -530,11 +531,11 @@ def test_a_killed_mirror_daemon_recovers_its_log_on_the_next_start(tmp_path):
             _raw(files[-1])
         expected = {file: _ours(file) for file in files}
         assert len(expected[files[-1]]) >= 2  # the cut segment holds a real and a sim state at least
-        again = _start(args, "mirroring")  # the recorder recovers the folder before the bus serves
-        _stop(again)
+        again = start_cli(args, "mirroring")  # the recorder recovers the folder before the bus serves
+        stop_cli(again)
         assert f"{files[-1]}: recovered {len(expected[files[-1]])} messages" in again.stderr.read()
     finally:
-        _stop(real)
+        stop_cli(real)
     assert recording_files(logs) == files  # no traffic on the second run: no new segment
     for file in files:
         assert sorted((topic, t) for topic, t, _ in _raw(file)) == expected[file]
