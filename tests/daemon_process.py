@@ -81,18 +81,41 @@ class ProcessControl:
         self.proc.wait(5.0)
 
 
+# A daemon's environment in the tests: Python's faulthandler is on, so a daemon that does not stop can be made to
+# print every thread's stack (SIGABRT, `hang_report`) before the test fails.
+DAEMON_ENV = os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+
+
+def hang_report(proc: subprocess.Popen) -> None:
+    """Abort a process that did not stop: with `DAEMON_ENV`'s faulthandler it writes each thread's stack to its
+    stderr first; wait until it is gone."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def start_cli(args: list[str], expect: str) -> subprocess.Popen:
     """`servo-hil ARGS` with piped output, returned once its first stdout line holds `expect`."""
-    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=DAEMON_ENV)
     line = proc.stdout.readline()
     assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc
 
 
 def stop_cli(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM a process of `start_cli`; it must exit 0."""
+    """SIGTERM a process of `start_cli`; it must exit 0 within `timeout` [s] (else its threads' stacks are shown)."""
     proc.terminate()
-    assert proc.wait(timeout) == 0, proc.stderr.read()
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        hang_report(proc)
+        pytest.fail(f"still running {timeout:g} s after SIGTERM:\n{proc.stderr.read()[-6000:]}")
+    assert rc == 0, proc.stderr.read()
 
 
 @dataclass
@@ -145,7 +168,7 @@ class BusLauncher:
         out_path, err_path = self.dir / f"daemon{n}.stdout", self.dir / f"daemon{n}.stderr"
         with out_path.open("w") as out, err_path.open("w") as err:
             proc = subprocess.Popen(self.argv(rig), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    cwd=self.dir, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                    cwd=self.dir, env=DAEMON_ENV)
         d = self.daemon_type(rig, proc, out_path, err_path)
         self.started.append(d)
         deadline = time.monotonic() + timeout
@@ -170,9 +193,9 @@ class BusLauncher:
             if d.alive:
                 rc = d.terminate()
                 if rc is None:
-                    d.kill()
-                    problems.append(f"{d.rig.path.name}: still running {STOP_TIMEOUT_S:g} s after SIGTERM (killed)\n"
-                                    f"{d.stderr()[-3000:]}")
+                    hang_report(d.proc)
+                    problems.append(f"{d.rig.path.name}: still running {STOP_TIMEOUT_S:g} s after SIGTERM (aborted)\n"
+                                    f"{d.stderr()[-6000:]}")
                 elif rc != 0:
                     problems.append(f"{d.rig.path.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
                 elif problem := self.after_exit(d):

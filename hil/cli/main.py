@@ -373,14 +373,25 @@ def bench_kernel(ctx: typer.Context) -> None:
     raise typer.Exit(bench(ctx.args))
 
 
-@bench_app.command("identify", add_help_option=False,
-                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_identify(ctx: typer.Context) -> None:
-    """`servo-hil identify` against bam's fit on the 12 XL330 logs at equal evaluations, wall time and
-    validation MAE, as JSON (its options: servo-hil bench identify --help)."""
-    from bench.identify import main as bench
+@bench_app.command("identify")
+@one_line_errors
+def bench_identify(
+    trials: Annotated[int, typer.Option(min=1, help="evaluations per fit, both tools (bam's --trials)")] = 2000,
+    models: Annotated[str, typer.Option(help="models to fit, comma-separated")] = "m4,m6",
+    seeds: Annotated[str, typer.Option(help="identify's seeds, comma-separated: one run of it per seed")] = "0",
+    bam_runs: Annotated[int, typer.Option(min=1, help="runs of bam's fit per model (it has no seed option)")] = 1,
+    bam: Annotated[bool, typer.Option("--bam/--no-bam", help="also run bam's fit (minutes per run)")] = True,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """`servo-hil identify` against bam's fit on the 12 XL330 logs at equal evaluations: wall and CPU time,
+    training and validation MAE per run and their medians, as JSON."""
+    from bench.identify import run as bench
 
-    raise typer.Exit(bench(ctx.args))
+    try:
+        seed_list = [int(x) for x in seeds.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds {seeds!r}: expected integers separated by commas") from None
+    _print_json(bench(trials, models.split(","), seed_list, bam_runs, bam), out)
 
 
 @bench_app.command("first-run")

@@ -398,6 +398,7 @@ class LiveRig:
         for j in range(len(self.names)):
             self.params[j] = dict(self.configured[j])
             self._push("set_params", j, params=self.params[j])
+            self._push("reset_state", j)   # integrals, trajectory, current, heat, backlash gap: as at start
             theta, omega, temp = self.initial[j]
             self._push("set_state", j, theta, omega)
             self._push("clear_latches", j)

@@ -225,10 +225,9 @@ cdef class Kernel:
     def reset(self):
         """Back to k = 0 with every state zero (the noise stream restarts from its seed)."""
         cdef Py_ssize_t j
-        memset(plan_mech(&self.plan, self.n), 0, self.n * MECH_STATE * sizeof(double))
         for j in range(self.n):
-            memset(&self.states[j], 0, sizeof(State))
-            self.states[j].rng = self.params[j].seed if self.params[j].seed else 1
+            actuator_at_start(self.params, &self.plan, self.states, self.n, j)
+            self.states[j].k = 0
 
     @property
     def time(self):

@@ -117,6 +117,7 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
                    double dt) noexcept nogil
 cdef void prepare(Params* p, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
 cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexcept nogil
+cdef void actuator_at_start(const Params* p, const Plan* plan, State* s, Py_ssize_t n, Py_ssize_t j) noexcept nogil
 
 
 cdef class Kernel:

@@ -39,6 +39,17 @@ cdef void motor_side_at_rest(const Plan* plan, Py_ssize_t n, Py_ssize_t j) noexc
     plan_mech(plan, n)[MECH_STATE * j + MECH_GAP_RATE] = 0.0
 
 
+cdef void actuator_at_start(const Params* p, const Plan* plan, State* s, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """Actuator j's state as a new kernel starts it: every state zero (controller integrals, trajectory, current,
+    thermal nodes, bristle, i²t budget, backlash gap, dwell) and the noise stream back at its seed; its step count
+    kept. What a rig `reset` starts from, before it sets the initial angle and temperature."""
+    cdef int64_t k = s[j].k
+    memset(&s[j], 0, sizeof(State))
+    s[j].k = k
+    s[j].rng = p[j].seed if p[j].seed else 1
+    memset(plan_mech(plan, n) + MECH_STATE * j, 0, MECH_STATE * sizeof(double))
+
+
 cdef inline double* plan_mech(const Plan* plan, Py_ssize_t n) noexcept nogil:
     """The extended mechanics' state of a kernel of n actuators (core.pxd `Plan`): MECH_STATE doubles an
     actuator, after the last block's columns."""

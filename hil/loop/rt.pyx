@@ -29,7 +29,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hil.kernel.core cimport Kernel, Params, Plan, State, Input, motor_side_at_rest, prepare, step_all
+from hil.kernel.core cimport (Kernel, Params, Plan, State, Input, actuator_at_start, motor_side_at_rest, prepare,
+                              step_all)
 from hil.loop.primitives cimport (hil_add, hil_fence, hil_load, hil_now_ns, hil_sleep_until, hil_store,
                                   hil_wait_readable)
 from hil.loop.publisher cimport Sample, SampleRing, publish_ring
@@ -51,6 +52,7 @@ cdef enum:
     CMD_SET_TEMPERATURE = 7    # a = absolute winding temperature [°C]
     CMD_PAUSE = 8
     CMD_RESUME = 9
+    CMD_RESET_STATE = 10       # the actuator's state as a new kernel starts it (`actuator_at_start`)
 
 cdef uint64_t _ONE = 1
 
@@ -284,6 +286,8 @@ cdef class RealtimeLoop:
                     self.S[c.index].enc_offset = 0.0
                 elif c.kind == CMD_SET_TEMPERATURE:
                     self.S[c.index].temp_rise = c.a - self.P[c.index].ambient
+                elif c.kind == CMD_RESET_STATE:
+                    actuator_at_start(self.P, self.plan, self.S, self.n, c.index)
             tail += 1
         if tail != self.sh.cmd_tail:
             self._snapshot()   # readers see commands applied even while paused / between steps
@@ -558,5 +562,6 @@ cdef int push_command(object loop, int kind, int64_t index, double a, double b, 
 
 COMMANDS = {"set_u": CMD_SET_U, "set_enable": CMD_SET_ENABLE, "set_external": CMD_SET_EXTERNAL,
             "set_params": CMD_SET_PARAMS, "set_state": CMD_SET_STATE, "clear_latches": CMD_CLEAR_LATCHES,
-            "set_temperature": CMD_SET_TEMPERATURE, "pause": CMD_PAUSE, "resume": CMD_RESUME}
+            "set_temperature": CMD_SET_TEMPERATURE, "reset_state": CMD_RESET_STATE, "pause": CMD_PAUSE,
+            "resume": CMD_RESUME}
 

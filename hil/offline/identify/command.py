@@ -93,10 +93,14 @@ def identify(
 
             saved = [-math.inf, math.inf]   # when, and the MAE of the set params.json holds
 
-            def on_generation(t, evaluations, best, params):
+            def on_generation(t, stage, evaluations, best, params):
                 bar = progress.tasks[bars[id(t)]]
-                progress.update(bar.id, completed=evaluations, best=f"{1e3 * best:.2f} mrad",
-                                generation=bar.fields["generation"] + 1)
+                generation = bar.fields["generation"] + 1
+                if stage == "thermal" and not bar.description.endswith("thermal"):   # the second stage starts
+                    progress.update(bar.id, description=f"{t.model} split {t.split} thermal")
+                    generation = 1
+                best_text = f"{best:.3f} K" if stage == "thermal" else f"{1e3 * best:.2f} mrad"
+                progress.update(bar.id, completed=evaluations, best=best_text, generation=generation)
                 # the best set so far on disk (at most once a second), as bam's fit keeps its output file
                 if params is not None and best < saved[1] and time.monotonic() - saved[0] > 1.0:
                     outputs.write_json(out / "params.json", bam_dict(params))

@@ -264,11 +264,12 @@ def minimize(f: Callable[[list[np.ndarray]], np.ndarray], first: np.ndarray, sea
     return out
 
 
-def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] | None = None) -> FitResult:
+def run_fit(task: FitTask, progress: Callable[[str, int, float, dict | None], None] | None = None) -> FitResult:
     """Fit `task.model` on `task.train`; Ctrl-C ends it early with the best parameters found so far.
 
-    `progress(evaluations, best MAE [rad], best parameters when they improved else None)` follows
-    every generation.
+    `progress(stage, evaluations, best, best parameters when they improved else None)` follows every generation:
+    stage "position" (best: the MAE [rad]), then, with `task.thermal_nodes`, "thermal" (best: the temperature
+    MAE [K]; no parameters).
     """
     t0 = time.perf_counter()
     sp = space(task.actuator, task.model, task.fix, task.free)
@@ -297,14 +298,15 @@ def run_fit(task: FitTask, progress: Callable[[int, float, dict | None], None] |
         decoded = [decode(x) for x in points]
         return objective([sp.params_dict(v) for v, _ in decoded], [d for _, d in decoded])
 
-    tell = (lambda e, b, x: progress(e, b, None if x is None else params_of(x))) if progress else None
+    tell = (lambda e, b, x: progress("position", e, b, None if x is None else params_of(x))) if progress else None
     out = minimize(f, first, search, task.trials, rng, task.delay, tell)
     params = params_of(out.best_x)
     delay = params.get("delay_steps", 0)
     train, validation = _maes(task, params, delay, temperature)
     thermal = None
     if task.thermal_nodes and not out.interrupted:
-        thermal = fit_thermal(task, params, delay, rng)
+        thermal = fit_thermal(task, params, delay, rng,
+                              (lambda e, b, _x: progress("thermal", e, b, None)) if progress else None)
     return FitResult(task.model, task.split, task.seed, params, train, validation, out.evaluations,
                      out.generations, len(out.runs) - 1, time.perf_counter() - t0,
                      out.interrupted or bool(thermal and thermal["interrupted"]), out.history,
@@ -330,10 +332,12 @@ def _maes(task: FitTask, params: dict, delay: int, temperature: bool, thermal: b
     return out[0], out[1]
 
 
-def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generator) -> dict:
+def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generator,
+                progress: Callable[[int, float, np.ndarray | None], None] | None = None) -> dict:
     """The thermal constants (`thermal_space`) fitted to the logged temperature of the training logs, the
     position parameters held at `params`: the same CMA-ES and budget, minimizing the mean over logs of the
-    mean |T_sim − T_log| [K] of the closed-loop rollouts (`Objective` with temperature)."""
+    mean |T_sim − T_log| [K] of the closed-loop rollouts (`Objective` with temperature). `progress` as
+    `minimize`'s."""
     t0 = time.perf_counter()
     tsp = thermal_space(task.actuator, task.thermal_nodes)
     objective = Objective(task.actuator, task.train, task.integrator, True, "--thermal-nodes")
@@ -345,7 +349,7 @@ def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generato
         cands = [candidate(x) for x in points]
         return objective.per_log(objective.rollouts(cands, [delay] * len(cands)), thermal=True).mean(axis=1)
 
-    out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng)
+    out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng, progress=progress)
     best = candidate(out.best_x)
     train, validation = _maes(task, best, delay, True, thermal=True)
     return {"nodes": task.thermal_nodes, "params": {n: best[n] for n in tsp.names}, "train_mae": train,

@@ -55,13 +55,12 @@ def plan(actuator: str, models: list[str], pairs: list[tuple[list[NamedLog], lis
 
 
 def execute(tasks: list[FitTask], workers: int = 1, scheduler: str | None = None,
-            on_generation: Callable[[FitTask, int, float, dict | None], None] | None = None,
+            on_generation: Callable[[FitTask, str, int, float, dict | None], None] | None = None,
             on_fit: Callable[[FitResult], None] | None = None) -> list[FitResult]:
     """Run every task; results in task order. Ctrl-C keeps what the fits found so far.
 
-    In this process each generation is reported (`on_generation(task, evaluations, best MAE, best
-    parameters if improved)`); with
-    workers or a scheduler, each finished fit (`on_fit`).
+    In this process each generation is reported (`on_generation(task, stage, evaluations, best, best parameters if
+    improved)`, as `run_fit`'s progress); with workers or a scheduler, each finished fit (`on_fit`).
     """
     if scheduler:
         return _dask(tasks, scheduler, on_fit)
@@ -69,7 +68,7 @@ def execute(tasks: list[FitTask], workers: int = 1, scheduler: str | None = None
         return _pool(tasks, workers, on_fit)
     results = []
     for task in tasks:
-        r = run_fit(task, (lambda e, b, p, t=task: on_generation(t, e, b, p)) if on_generation else None)
+        r = run_fit(task, (lambda *a, t=task: on_generation(t, *a)) if on_generation else None)
         results.append(r)
         if on_fit:
             on_fit(r)

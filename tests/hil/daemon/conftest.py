@@ -27,7 +27,7 @@ import pytest
 import zmq
 
 from bench.host import stop_process
-from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, ProcessControl
+from tests.daemon_process import DAEMON_ENV, SERVO_HIL, STOP_TIMEOUT_S, ProcessControl, hang_report
 
 from . import MqttClient, Stream, free_port, ok, wait_port
 
@@ -271,7 +271,7 @@ class Launcher:
         with err_path.open("w") as err:
             proc = subprocess.Popen([*SERVO_HIL, "run", str(rig.path), *args], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, cwd=self.dir,
-                                    env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                    env=DAEMON_ENV)
         d = DaemonProcess(rig, proc, err_path, strict)
         self.started.append(d)
         wait_ready(d)
@@ -284,10 +284,10 @@ class Launcher:
                 continue
             rc = d.terminate()
             if rc is None:
-                d.kill()
+                hang_report(d.proc)
                 if d.strict:
-                    problems.append(f"{d.rig.name}: still running {STOP_TIMEOUT_S:g} s after SIGTERM (killed)\n"
-                                    f"{d.stderr()[-3000:]}")
+                    problems.append(f"{d.rig.name}: still running {STOP_TIMEOUT_S:g} s after SIGTERM (aborted)\n"
+                                    f"{d.stderr()[-6000:]}")
             elif rc != 0 and d.strict:
                 problems.append(f"{d.rig.name}: exit status {rc} after SIGTERM\n{d.stderr()[-3000:]}")
         if problems:

@@ -191,6 +191,32 @@ def test_reset_restores_initial_theta(make_rig, start_daemon):
     assert all(abs(p["position"] - 0.3) < 0.01 for p in held), [p["position"] for p in held[:3]]
 
 
+def test_a_reset_replays_the_start_bit_for_bit(make_rig, start_daemon):
+    """Lock-step: the same commands from the daemon's start and after a `reset` give the same states, bit for bit,
+    though the first run left the arm's PID integral, the MX-64's Dynamixel profile and integrals, current, heat
+    and backlash gap behind (the reset starts each actuator as a new kernel does)."""
+    rig = make_rig(lockstep=True)
+    start_daemon(rig)
+    ep = rig.cmd
+
+    def run() -> dict:
+        ok(ep, "set_param", actuator="arm", name="ki", value=5.0)
+        ok(ep, "set_goal", actuator="arm", value=0.6 * ARM_GEAR)
+        ok(ep, "set_goal", actuator="mx", value=1.0)
+        ok(ep, "set_external_torque", actuator="mx", value=-0.3)
+        ok(ep, "step", n=700)
+        ok(ep, "set_goal", actuator="mx", value=-0.5)   # a reversal: the gap crosses the backlash
+        return ok(ep, "step", n=800)["state"]
+
+    first = run()
+    ok(ep, "reset")
+    again = run()
+    for joint in ("arm", "mx"):
+        del first[joint]["t"], again[joint]["t"]   # the clock runs on
+        assert again[joint] == first[joint], joint
+    assert first["mx"]["temperature"] > 25.0 and abs(first["mx"]["position"] + 0.5) < 0.2
+
+
 # ---------------------------------------------------------------------------------------------- refusals
 ERRORS = [
     pytest.param({"cmd": "launch"}, ("unknown command", "launch"), id="unknown-command"),
@@ -295,3 +321,25 @@ def test_unhashable_parameter_name_is_refused(shared_daemon):
     reply = command(ep, "set_param", timeout_s=2.0, actuator="arm", name=["kp"], value=1.0)
     assert reply["ok"] is False and "unknown parameter" in reply["error"], reply
     assert ok(ep, "status")["ok"]
+
+
+def test_set_param_iron_loss_heats_a_spinning_motor(make_rig, start_daemon):
+    """set_param of a term beyond the oracles, iron loss K_fe (MuJoCo DC motor model §1.3.2): the same lock-step run,
+    torque off and the joint spun by an external torque, ends hotter by the heat K_fe·(g·ω)² and moves alike."""
+    d = start_daemon(make_rig(joints=("mx",), lockstep=True))
+    ep = d.rig.cmd
+
+    def spin() -> dict:
+        ok(ep, "set_param", actuator="mx", name="gravity", value=0.0)
+        ok(ep, "set_enable", actuator="mx", value=False)
+        ok(ep, "set_external_torque", actuator="mx", value=0.5)
+        return ok(ep, "step", n=2000)["state"]["mx"]
+
+    cold = spin()   # from the daemon's start
+    ok(ep, "reset")
+    ok(ep, "set_param", actuator="mx", name="iron_loss", value=1e-3)
+    hot = spin()
+    # a reset starts from the daemon's start (the mx64's backlash gap too): the same motion, bit for bit
+    assert hot["position"] == cold["position"] and hot["velocity"] > 10.0
+    # the catalog's motor is an output-side equivalent (g = 1): about K_fe·ω²·t/C ≈ 1e-3·(18 rad/s)²·1 s/27 J/K
+    assert cold["temperature"] == 25.0 and 0.01 < hot["temperature"] - 25.0 < 0.05

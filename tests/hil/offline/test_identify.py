@@ -315,10 +315,16 @@ def test_thermal_constants_are_recovered_from_logged_temperature(xl330_logs, nod
     logs = synthesize_hot(xl330_logs, "m1", truth, [25.0, 30.0], 120.0, sources=(SYNTH_FROM[0], SYNTH_FROM[3]))
     rise = [x.log.entries[-1].temp - x.log.entries[0].temp for x in logs]
     assert min(rise) >= 15 and max(rise) <= 50, rise
-    fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 300, seed=4, free=["kt", "friction_base"], thermal_nodes=nodes))
+    seen = []   # the progress of both stages: (stage, evaluations, best)
+    fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 300, seed=4, free=["kt", "friction_base"], thermal_nodes=nodes),
+                  lambda stage, evaluations, best, _params: seen.append((stage, evaluations, best)))
     th = fit.thermal
     assert th["nodes"] == nodes and 0 < th["evaluations"] <= 300 and not th["interrupted"]
     assert np.mean(list(th["train_mae"].values())) < 0.35
+    stages = [s for s, _, _ in seen]
+    assert stages == sorted(stages, key=["position", "thermal"].index) and stages[-1] == "thermal"
+    thermal = [(e, b) for s, e, b in seen if s == "thermal"]
+    assert thermal[-1] == (th["evaluations"], pytest.approx(np.mean(list(th["train_mae"].values())), abs=1e-9))
     p = th["params"]
     if nodes == 1:
         assert p["thermal_r"] == pytest.approx(truth["thermal_r"], rel=0.1)
