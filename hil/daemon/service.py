@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import signal
@@ -30,6 +31,10 @@ from hil.params.config_file import ConfigError, validate
 from hil.rig import BusConfig, FoxgloveConfig, RecordConfig, Rig, load_rig, load_robot_rig, read_rig
 
 log = logging.getLogger("servo-hil")
+
+# How long `servo-hil run` may take to stop and exit before it dumps its threads' stacks and exits 1 [s]: it
+# stops within a second; docker and podman send SIGKILL 10 s after SIGTERM (`docker stop`'s default grace period).
+STOP_WATCHDOG_S = 8.0
 
 
 class DaemonFailure(RuntimeError):
@@ -193,7 +198,10 @@ class Daemon:
                 return f"the {what} thread ended: {part.error or 'no reason given'}"
         return None
 
-    def run_until_signal(self) -> None:
+    def run_until_signal(self, stop_watchdog_s: float | None = None) -> None:
+        """Start, serve until SIGTERM/SIGINT or a failure, stop. With `stop_watchdog_s`, a stop (and the process's
+        exit after it) that takes longer writes every thread's stack to stderr and ends the process with status 1
+        (`faulthandler.dump_traceback_later`): a hung daemon says where it hangs instead of waiting for SIGKILL."""
         stop = threading.Event()
 
         def handler(signum, _frame):
@@ -219,6 +227,8 @@ class Daemon:
                             log.warning("MQTT broker %s:%d not reachable yet; will keep retrying",
                                         self.mqtt.host, self.mqtt.port)
         finally:
+            if stop_watchdog_s:
+                faulthandler.dump_traceback_later(stop_watchdog_s, exit=True)
             self.stop()
             for s, h in old.items():
                 signal.signal(s, h)
@@ -251,7 +261,7 @@ def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: 
     logging.getLogger("transitions").setLevel(logging.WARNING)
     daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record, record_segment_s=record_segment_s)
     try:
-        daemon.run_until_signal()
+        daemon.run_until_signal(STOP_WATCHDOG_S)
     except zmq.ZMQError as exc:
         raise ConfigError(f"{rig}: cannot open a ZeroMQ endpoint: {exc}") from None
     except DaemonFailure as exc:

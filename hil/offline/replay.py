@@ -105,9 +105,17 @@ def log_spec(spec: ActuatorSpec, log: ProcessedLog) -> ActuatorSpec:
 
 
 def log_params(spec: ActuatorSpec, log: ProcessedLog, integrator: str) -> dict:
-    """The kernel parameter dict of `spec` on the pendulum and firmware settings of `log`."""
+    """The kernel parameter dict of `spec` on the pendulum and firmware settings of `log`. With a thermal model
+    (an identified set's `thermal_r`), the winding starts at the log's first logged temperature, taken as the
+    ambient (the servo at rest when the log starts)."""
     load = LoadConfig(mass=log.mass, length=log.length, arm_mass=log.arm_mass, gravity=STANDARD_GRAVITY)
-    return kernel_params(log_spec(spec, log), load, EncoderConfig(), FaultConfig(), integrator)
+    p = kernel_params(log_spec(spec, log), load, EncoderConfig(), FaultConfig(), integrator)
+    if p["thermal_r"] > 0:
+        if not log.entries or log.entries[0].temp is None:
+            raise ConfigError("the parameters carry a thermal model (thermal_r), which needs logs with a logged "
+                              "temperature (a `temp` in every entry)")
+        p["ambient"] = log.entries[0].temp
+    return p
 
 
 def batch_params(specs: list[ActuatorSpec], logs: list[ProcessedLog], integrator: str) -> list[dict]:
@@ -212,7 +220,13 @@ def replay(path: str | Path, actuator: str, model: str | None = None, params: Ba
     spec = entry.actuator(model) if model else entry.actuator().with_bam(params)
     spec = spec.bam_only()
     delay = spec.friction.delay_steps if spec.friction else 0
-    return [replay_log(load_log(f), spec, integrator, f.name, delay) for f in log_files(path)]
+    out = []
+    for f in log_files(path):
+        try:
+            out.append(replay_log(load_log(f), spec, integrator, f.name, delay))
+        except ConfigError as exc:
+            raise ConfigError(f"{f}: {exc}") from None
+    return out
 
 
 def write_report(results: list[ReplayResult], out: str | Path) -> dict:

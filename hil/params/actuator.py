@@ -25,21 +25,39 @@ class ActuatorSpec:
         """The same actuator with bam's identified constants and friction budget.
 
         bam models the servo at its output shaft with a quasi-static motor: K = kt, R, armature,
-        gear 1, and its friction budget replaces every other friction description (damping, LuGre).
+        gear 1, and its friction budget replaces every other friction description (damping, LuGre). What
+        the set holds beyond bam (`BamParams`: friction temperature coefficient, rising static friction,
+        thermal constants) replaces the motor's where given.
         """
+        extra: dict = {}
+        if "friction_tempcoef" in bam.model_fields_set:
+            extra["friction_tempcoef"] = bam.friction_tempcoef
+        if bam.stiction_rise > 0:
+            extra["dwell_stiction"] = (bam.stiction_rise, bam.stiction_time)
+        if bam.thermal_r > 0:
+            extra |= {"thermal_r": bam.thermal_r, "thermal_c": bam.thermal_c,
+                      "thermal2": (bam.thermal_r2, bam.thermal_c2)}
         motor = replace(self.motor, motorconst=bam.kt, resistance=bam.R, armature=bam.armature, gear=1.0,
-                        efficiency=1.0, damping=(0.0, 0.0, 0.0), lugre=(0.0,) * 5)
+                        efficiency=1.0, damping=(0.0, 0.0, 0.0), lugre=(0.0,) * 5, **extra)
         return replace(self, motor=motor, friction=bam)
 
     def bam_only(self) -> ActuatorSpec:
         """Exactly bam's simulator: no inductance, thermal state, saturation, cogging or quantization.
 
-        `replay` uses this so that its MAE is comparable with bam's own `bam.mae`.
+        `replay` uses this so that its MAE is comparable with bam's own `bam.mae`. A bam set of `servo-hil
+        identify` that fitted beyond bam keeps what it fitted with: the rising static friction, and with its
+        `thermal_r` the winding's thermal model (R(T), the friction temperature coefficient).
         """
-        m = self.motor
+        m, f = self.motor, self.friction
+        extra: dict = {}
+        if f is not None and f.stiction_rise > 0:
+            extra["dwell_stiction"] = (f.stiction_rise, f.stiction_time)
+        if f is not None and f.thermal_r > 0:
+            extra |= {"thermal_r": f.thermal_r, "thermal_c": f.thermal_c, "thermal2": (f.thermal_r2, f.thermal_c2),
+                      "tempcoef": m.tempcoef, "reftemp": m.reftemp, "friction_tempcoef": f.friction_tempcoef}
         motor = MotorConstants(resistance=m.resistance, motorconst=m.motorconst, gear=m.gear,
                                armature=m.armature, efficiency=m.efficiency, damping=m.damping,
-                               lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange)
+                               lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange, **extra)
         return replace(self, motor=motor, encoder_counts=0.0, temp_limit_c=0.0)
 
     def kernel_params(self) -> dict:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, model_validator
 
 from hil.params.config_file import ConfigError, Strict, validate
 
@@ -49,6 +49,25 @@ class BamParams(Strict):
     q_offset: float = 0.0
     delay_steps: NonNegativeInt = Field(0, description="not bam's (bam ignores it): the goal reaches the law "
                                         "this many log steps late in offline replays [steps]")
+    # Not bam's either: what `servo-hil identify` fits beyond bam, so that a replay of the file is the fit's rollout
+    friction_tempcoef: float = Field(0.0, description="α_f [1/K]: the budget × (1 + α_f·(T − T0)), T the winding "
+                                                      "temperature of the thermal model below")
+    stiction_rise: NonNegativeFloat = Field(0.0, description="rising static friction Fs∞ − Fs0 [N·m]; 0 = none")
+    stiction_time: NonNegativeFloat = Field(0.0, description="its time constant γ [s]")
+    thermal_r: NonNegativeFloat = Field(0.0, description="the winding's thermal model in the rollouts, from each log's "
+                                                         "first logged temperature: R_T [K/W]; 0 = none, as bam")
+    thermal_c: NonNegativeFloat = Field(0.0, description="winding heat capacity [J/K]")
+    thermal_r2: NonNegativeFloat = Field(0.0, description="housing→ambient R_th2 [K/W]; 0 = one node")
+    thermal_c2: NonNegativeFloat = Field(0.0, description="housing heat capacity [J/K]")
+
+    @model_validator(mode="after")
+    def _pairs(self) -> BamParams:
+        for a, b in (("stiction_rise", "stiction_time"), ("thermal_r", "thermal_c"), ("thermal_r2", "thermal_c2")):
+            if (getattr(self, a) > 0) != (getattr(self, b) > 0):
+                raise ValueError(f"{a} and {b}: give both (> 0) or neither")
+        if self.thermal_r2 > 0 and not self.thermal_r > 0:
+            raise ValueError("thermal_r2 needs thermal_r (the winding→housing R_th1)")
+        return self
 
     def friction_params(self) -> dict[str, float]:
         """Kernel parameters of the friction budget (quadratic term only for M6, as bam does)."""

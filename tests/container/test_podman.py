@@ -10,7 +10,7 @@ reaches Debian's archive and PyPI but no container registry.
   drops HEALTHCHECK), the host's CA bundle and pip settings mounted read-only (PyPI may sit behind a
   TLS-intercepting proxy).
 * The daemon started as docker/compose.yaml starts it (the rig mounted read-only, SYS_NICE, an init as
-  PID 1, SIGTERM with a 5 s grace), next to the broker in one pod (`mosquitto` resolves to the pod's
+  PID 1, SIGTERM with a 10 s grace), next to the broker in one pod (`mosquitto` resolves to the pod's
   loopback); healthy by the image's own HEALTHCHECK; joint state received over ZeroMQ from the host,
   `status` answered, the broker's retained `online` read from the host; `podman stop` → exit status 0
   and the retained `offline`.
@@ -234,7 +234,7 @@ def test_daemon_runs_healthy_answers_the_host_and_stops(podman, image):
         init = ["--init"] if CATATONIT.exists() else []
         t0 = time.monotonic()
         _run([*podman, "run", "-d", "--pod", pod, "--name", daemon, *init, "--cap-add", "SYS_NICE",
-              "--stop-signal", "SIGTERM", "--stop-timeout", "5", "-v", f"{RIG}:/config/rig.toml:ro", image],
+              "--stop-signal", "SIGTERM", "--stop-timeout", "10", "-v", f"{RIG}:/config/rig.toml:ro", image],
              "daemon")
         try:
             # the image's HEALTHCHECK, run on demand (podman schedules it with systemd timers, absent here)

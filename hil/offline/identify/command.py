@@ -50,7 +50,7 @@ def identify(
     from hil.offline.identify import outputs
     from hil.offline.identify.logs import MCAP_HEADER_KEYS, check_temperature, read_logs
     from hil.offline.identify.run import execute, plan, splits
-    from hil.offline.identify.space import MODELS, bam_dict, parse_assignments, space, thermal_space
+    from hil.offline.identify.space import MODELS, parse_assignments, space, thermal_space
 
     models = list(MODELS) if model == "all" else [model]
     fixed = parse_assignments(fix or [])
@@ -103,7 +103,7 @@ def identify(
                 progress.update(bar.id, completed=evaluations, best=best_text, generation=generation)
                 # the best set so far on disk (at most once a second), as bam's fit keeps its output file
                 if params is not None and best < saved[1] and time.monotonic() - saved[0] > 1.0:
-                    outputs.write_json(out / "params.json", bam_dict(params))
+                    outputs.write_json(out / "params.json", params)
                     saved[:] = time.monotonic(), best
 
             results = execute(tasks, on_generation=on_generation)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import cmaes
@@ -21,7 +21,6 @@ import numpy as np
 
 from hil.offline.identify.logs import NamedLog, check_temperature
 from hil.offline.identify.space import (
-    STICTION_KEYS,
     bam_params,
     bounds_table,
     published_set,
@@ -123,31 +122,25 @@ class Objective:
         if temperature:
             check_temperature(logs, why)
 
-    def spec(self, params: dict):
-        """The actuator of a fit's parameters: the one `replay --params` builds from their bam set, plus the
-        rising static friction when `params` has `STICTION_KEYS` (which `bam_only` drops), plus the catalog's
-        thermal model (its constants replaced by those in `params`) with `temperature`."""
-        spec = self.base.with_bam(bam_params(params)).bam_only()
-        if STICTION_KEYS[0] in params:
-            dwell = tuple(float(params[k]) for k in STICTION_KEYS)
-            spec = replace(spec, motor=replace(spec.motor, dwell_stiction=dwell))
+    def with_thermal(self, params: dict) -> dict:
+        """With `temperature`, `params` plus the catalog's thermal constants and friction temperature coefficient
+        where it has none of its own: the set the rollouts run, and the one params.json holds so that `replay
+        --params` runs it too (`BamParams` beyond bam)."""
         if not self.temperature:
-            return spec
+            return params
         m = self.base.motor
-        t = {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
-             "thermal_c2": m.thermal2[1], "friction_tempcoef": m.friction_tempcoef} | params
-        motor = replace(spec.motor, thermal_r=t["thermal_r"], thermal_c=t["thermal_c"], tempcoef=m.tempcoef,
-                        reftemp=m.reftemp, thermal2=(t["thermal_r2"], t["thermal_c2"]),
-                        friction_tempcoef=t["friction_tempcoef"])
-        return replace(spec, motor=motor)
+        return {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
+                "thermal_c2": m.thermal2[1], "friction_tempcoef": m.friction_tempcoef} | params
+
+    def spec(self, params: dict):
+        """The actuator of a fit's parameters: the one `replay --params` builds from their bam set (with what the
+        set holds beyond bam: rising static friction, thermal model)."""
+        return self.base.with_bam(bam_params(self.with_thermal(params))).bam_only()
 
     def rollouts(self, candidates: list[dict], delays: list[int]) -> list[tuple[np.ndarray, ...]]:
         """Every candidate (a fit's parameters) on every log, candidate-major."""
         params = batch_params([self.spec(c) for c in candidates], self.logs, self.integrator)
         n = len(self.logs)
-        if self.temperature:
-            for i, p in enumerate(params):
-                p["ambient"] = float(self.arrays[i % n].temp[0])
         cases = [(self.arrays[i % n], p) for i, p in enumerate(params)]
         return rollout_batch(cases, [d for d in delays for _ in self.logs], temperature=self.temperature)
 
@@ -300,30 +293,30 @@ def run_fit(task: FitTask, progress: Callable[[str, int, float, dict | None], No
 
     tell = (lambda e, b, x: progress("position", e, b, None if x is None else params_of(x))) if progress else None
     out = minimize(f, first, search, task.trials, rng, task.delay, tell)
-    params = params_of(out.best_x)
+    params = objective.with_thermal(params_of(out.best_x))
     delay = params.get("delay_steps", 0)
-    train, validation = _maes(task, params, delay, temperature)
     thermal = None
     if task.thermal_nodes and not out.interrupted:
         thermal = fit_thermal(task, params, delay, rng,
                               (lambda e, b, _x: progress("thermal", e, b, None)) if progress else None)
+        if not thermal["interrupted"]:   # the set then runs (and params.json holds) the fitted thermal constants
+            params = params | thermal["params"]
+    train, validation = _maes(task, params, delay)
     return FitResult(task.model, task.split, task.seed, params, train, validation, out.evaluations,
                      out.generations, len(out.runs) - 1, time.perf_counter() - t0,
                      out.interrupted or bool(thermal and thermal["interrupted"]), out.history,
                      list(sp.names) + (["delay_steps"] if task.delay else []), thermal, out.runs)
 
 
-def _maes(task: FitTask, params: dict, delay: int, temperature: bool, thermal: bool = False
-          ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-log MAE [rad] (or of the temperature [K] with `thermal`) of `params` on the training and the
-    validation logs. Without temperature it is replay's, as `servo-hil replay --params` computes it;
-    with it, the same rollout with the thermal model (which bam's simulator and replay do not have)."""
+def _maes(task: FitTask, params: dict, delay: int, thermal: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-log MAE [rad] of `params` on the training and the validation logs, as `servo-hil replay --params`
+    computes it from their params.json; with `thermal`, of the published temperature [K] instead."""
     out = []
     for logs in (task.train, task.validation):
         if not logs:
             out.append({})
-        elif temperature:
-            o = Objective(task.actuator, logs, task.integrator, True, "a temperature-dependent fit")
+        elif thermal:
+            o = Objective(task.actuator, logs, task.integrator, True, "--thermal-nodes")
             per = o.per_log(o.rollouts([params], [delay]), thermal)[0]
             out.append({x.name: float(v) for x, v in zip(logs, per, strict=True)})
         else:
@@ -351,7 +344,7 @@ def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generato
 
     out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng, progress=progress)
     best = candidate(out.best_x)
-    train, validation = _maes(task, best, delay, True, thermal=True)
+    train, validation = _maes(task, best, delay, thermal=True)
     return {"nodes": task.thermal_nodes, "params": {n: best[n] for n in tsp.names}, "train_mae": train,
             "validation_mae": validation, "evaluations": out.evaluations, "generations": out.generations,
             "restarts": len(out.runs) - 1, "runs": out.runs, "history": out.history, "interrupted": out.interrupted,

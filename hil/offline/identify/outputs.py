@@ -104,10 +104,10 @@ def catalog_doc(actuator: str, ranked: list[Ranked], logs: list[NamedLog], date:
     best, motor = ranked[0].fit, doc["motor"]
     sources = motor.setdefault("sources", {})
     for k in TEMPERATURE_KEYS:
-        if k in best.params:
+        if k in best.free:
             motor[k] = best.params[k]
             sources[k] = f"servo-hil identify {date}: fitted with {best.model} on {len(best.train_mae)} logs"
-    if STICTION_KEYS[0] in best.params:
+    if STICTION_KEYS[0] in best.free:
         motor["dwell_stiction"] = [best.params[k] for k in STICTION_KEYS]
         sources["dwell_stiction"] = (f"servo-hil identify {date}: fitted with {best.model} on "
                                      f"{len(best.train_mae)} logs")
@@ -187,11 +187,11 @@ def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, 
     ranked = rank(results)
     doc = report_doc(tasks, results, ranked, seed, seconds, list(argv if argv is not None else sys.argv))
     winner = ranked[0].fit
-    write_json(out / "params.json", bam_dict(winner.params))
+    write_json(out / "params.json", winner.params)   # bam's keys and what the fit ran beyond bam (BamParams)
     if len(ranked) > 1:
         (out / "models").mkdir(exist_ok=True)
         for x in ranked:
-            (out / "models" / f"{x.model}.json").write_text(json.dumps(bam_dict(x.fit.params), indent=2) + "\n")
+            (out / "models" / f"{x.model}.json").write_text(json.dumps(x.fit.params, indent=2) + "\n")
     cat = catalog_doc(tasks[0].actuator, ranked, logs, doc["date"])
     header = (f"# {cat['title']}: servo-hil identify, {doc['date']}, seed {seed}.\n"
               f"# Logs: {', '.join(x.name for x in logs + validation)}\n")

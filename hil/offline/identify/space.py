@@ -97,13 +97,13 @@ class Space:
 
 
 def bam_dict(params: dict) -> dict:
-    """A fit's parameters without `EXTRA_KEYS` and `THERMAL_KEYS`: a bam parameter file's content."""
+    """A fit's parameters without `EXTRA_KEYS` and `THERMAL_KEYS`: bam's own keys (a catalog model's set)."""
     return {k: v for k, v in params.items() if k not in EXTRA_KEYS + THERMAL_KEYS}
 
 
 def bam_params(params: dict) -> BamParams:
-    """The bam parameter set of a fit's parameters."""
-    return BamParams.model_validate(bam_dict(params))
+    """The bam parameter set of a fit's parameters, with what it holds beyond bam (params.json's content)."""
+    return BamParams.model_validate(params)
 
 
 def thermal_space(actuator: str, nodes: int) -> Space:

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hil.daemon.telemetry import StealMeter
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, assert_one_cli_line
 from tests.realtime_verdict import check, disturbance
 
-from . import MqttClient, Stream, free_port, ok
+from . import MqttClient, Stream, command, free_port, ok
 
 
 def run_cli(*args: str, timeout: float = 20.0, cwd=None) -> subprocess.CompletedProcess:
@@ -155,3 +156,25 @@ def test_publisher_idles_once_the_loop_is_told_to_stop(make_rig):
     finally:
         d.stop()
     assert not pub.is_alive()
+
+
+def test_a_stop_that_hangs_shows_where_and_exits_1(make_rig):
+    """The stop watchdog: a daemon whose stop never returns (here its state publisher's stop is made to block, as a
+    bug would) writes every thread's stack to stderr and exits 1 once STOP_WATCHDOG_S has passed after SIGTERM."""
+    rig = make_rig()
+    planted = ("import sys, threading\n"
+               "import hil.daemon.service as service, hil.daemon.zmq_io as zmq_io\n"
+               "service.STOP_WATCHDOG_S = 1.0\n"
+               "zmq_io.StatePublisher.stop = lambda self: threading.Event().wait()\n"
+               f"sys.argv = ['servo-hil', 'run', {str(rig.path)!r}, '--no-mqtt']\n"
+               "from hil.cli import servo_hil\n"
+               "servo_hil()\n")
+    proc = subprocess.Popen([sys.executable, "-c", planted], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert command(rig.cmd, "status", timeout_s=20.0)["ok"]   # the REQ waits for the daemon to bind
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=STOP_TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    assert "Timeout (0:00:01)!" in stderr and "in <lambda>" in stderr and "in stop" in stderr, stderr[-3000:]

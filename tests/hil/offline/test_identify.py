@@ -231,7 +231,8 @@ def test_dwell_stiction_is_recovered_with_free(xl330_logs, tmp_path):
     """`--free stiction_rise --free stiction_time`: logs of a servo whose breakaway friction rises by ΔFs = 0.05 N·m
     with γ = 0.4 s, with holds at rest of 0.05 to 2.5 s before slow ramps, are fitted back to ΔFs within 10 % and
     γ within 25 %, the other parameters held at the published set; report.json lists them, catalog.toml's
-    [motor] carries them as dwell_stiction and params.json (bam's format) does not."""
+    [motor] carries them as dwell_stiction, and params.json too (beyond bam's keys, which bam ignores), so that
+    `replay --params` reproduces the fit's MAE."""
     truth = (0.05, 0.4)
     logs = synthesize_dwell(xl330_logs, truth)
     fit = run_fit(FitTask(ACTUATOR, "m1", logs, [], 150, seed=4, free=["stiction_rise", "stiction_time"]))
@@ -250,9 +251,17 @@ def test_dwell_stiction_is_recovered_with_free(xl330_logs, tmp_path):
     validate(CatalogEntry, read_toml(tmp_path / "catalog.toml"), "catalog.toml")
     assert motor["dwell_stiction"] == [fit.params["stiction_rise"], fit.params["stiction_time"]]
     assert "dwell_stiction" in motor["sources"]
-    bam = json.loads((tmp_path / "params.json").read_text())
-    assert not {"stiction_rise", "stiction_time"} & bam.keys()
-    load_bam_params(tmp_path / "params.json")
+    assert_replay_reproduces(tmp_path / "params.json", fit, logs, tmp_path / "logs")
+
+
+def assert_replay_reproduces(params_file: Path, fit, logs: list[NamedLog], logdir: Path) -> None:
+    """`servo-hil replay LOGS --params params.json` (`hil.offline.replay.replay`) gives the fit's training MAE of
+    each log to round-off."""
+    logdir.mkdir()
+    for x in logs:
+        (logdir / x.name).write_text(x.log.model_dump_json())
+    replayed = {r.file: r.mae for r in replay(logdir, ACTUATOR, params=load_bam_params(params_file))}
+    assert replayed == pytest.approx(fit.train_mae, rel=1e-12, abs=1e-15)
 
 
 # --- temperature -------------------------------------------------------------------------------------------
@@ -287,10 +296,11 @@ def synthesize_hot(logdir: Path, model: str, kernel: dict, ambients: list[float]
     return out
 
 
-def test_friction_tempcoef_is_recovered_with_free(xl330_logs):
+def test_friction_tempcoef_is_recovered_with_free(xl330_logs, tmp_path):
     """`--free friction_tempcoef`: logs of a servo whose friction budget falls 1 %/K (α_f = −0.01 /K), recorded
     at 25, 45 and 65 °C, are fitted back to α_f within 0.002 /K, with Coulomb friction within 10 %; the other
-    parameters held at the published set."""
+    parameters held at the published set. params.json carries α_f and the thermal constants its rollouts ran,
+    and `replay --params` reproduces the fit's MAE."""
     truth = catalog.entry(ACTUATOR).models["m1"]
     logs = synthesize_hot(xl330_logs, "m1", {"friction_tempcoef": -0.01}, [25.0, 45.0, 65.0], 3.0,
                           edit={"friction_base": 3 * truth.friction_base})
@@ -298,6 +308,16 @@ def test_friction_tempcoef_is_recovered_with_free(xl330_logs):
     assert fit.params["friction_tempcoef"] == pytest.approx(-0.01, abs=0.002)
     assert fit.params["friction_base"] == pytest.approx(3 * truth.friction_base, rel=0.1)
     assert fit.params["kt"] == truth.kt and fit.train < 1.5e-3
+    motor = catalog.entry(ACTUATOR).actuator().motor
+    assert (fit.params["thermal_r"], fit.params["thermal_c"]) == (motor.thermal_r, motor.thermal_c)
+    task = FitTask(ACTUATOR, "m1", logs, [], 600, seed=2, free=["friction_tempcoef", "friction_base"])
+    outputs.write(tmp_path, [task], [fit], 2, fit.seconds, logs, [], ["identify"])
+    assert_replay_reproduces(tmp_path / "params.json", fit, logs, tmp_path / "logs")
+    # a rig's `params = "…"` runs α_f (and the thermal constants) too
+    (tmp_path / "rig.toml").write_text('[actuator]\ncatalog = "xl330_m288"\nparams = "params.json"\n'
+                                       '[load]\nmass = 0.49\nlength = 0.1\n')
+    _, _, spec = load_offline_rig(tmp_path / "rig.toml")
+    assert spec.motor.friction_tempcoef == fit.params["friction_tempcoef"] and spec.motor.thermal_r == motor.thermal_r
     # without α_f, the best Coulomb friction cannot follow the three temperatures
     flat = run_fit(FitTask(ACTUATOR, "m1", logs, [], 300, seed=2, free=["friction_base"]))
     assert flat.train > 1.5 * fit.train
@@ -326,6 +346,7 @@ def test_thermal_constants_are_recovered_from_logged_temperature(xl330_logs, nod
     thermal = [(e, b) for s, e, b in seen if s == "thermal"]
     assert thermal[-1] == (th["evaluations"], pytest.approx(np.mean(list(th["train_mae"].values())), abs=1e-9))
     p = th["params"]
+    assert {k: fit.params[k] for k in p} == p   # the set (params.json) runs the fitted thermal constants
     if nodes == 1:
         assert p["thermal_r"] == pytest.approx(truth["thermal_r"], rel=0.1)
         assert p["thermal_c"] == pytest.approx(truth["thermal_c"], rel=0.1)

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from hil.cli.main import app
 from hil.offline.replay import replay
+from hil.params.bam import load_bam_params
 
 BAM_MAE = json.loads((Path(__file__).parents[2] / "data" / "bam_1.0.2_xl330_mae.json").read_text())["mae_rad"]
 
@@ -66,3 +67,28 @@ def test_replay_needs_one_parameter_source(logdir, tmp_path):
                                    str(tmp_path / "o.json")])
     assert res.exit_code == 2
     assert "--model or --params" in res.output
+
+
+def test_a_set_with_a_thermal_model_needs_logged_temperature(logdir, bam_data, tmp_path):
+    """An identified set that ran the winding's thermal model (params.json's thermal_r, beyond bam's keys) replays
+    from each log's first logged temperature: a log without one is refused in one line naming it; half a pair of
+    thermal constants is refused naming both."""
+    params = json.loads((bam_data / "params" / "xl330" / "m1.json").read_text())
+    hot = tmp_path / "hot.json"
+    hot.write_text(json.dumps(params | {"thermal_r": 142.5, "thermal_c": 2.8, "friction_tempcoef": -0.01}))
+    log = json.loads((logdir / "2026-01-15_10h29m14.json").read_text())
+    for e in log["entries"]:
+        del e["temp"]
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "cold.json").write_text(json.dumps(log))
+    res = CliRunner().invoke(app, ["replay", str(tmp_path / "logs"), "--actuator", "xl330_m288", "--params", str(hot),
+                                   "--out", str(tmp_path / "o.json")])
+    assert res.exit_code == 2 and "cold.json" in res.output and "logged temperature" in res.output, res.output
+    (hot_only_r := tmp_path / "r.json").write_text(json.dumps(params | {"thermal_r": 142.5}))
+    res = CliRunner().invoke(app, ["replay", str(logdir), "--actuator", "xl330_m288", "--params", str(hot_only_r),
+                                   "--out", str(tmp_path / "o.json")])
+    assert res.exit_code == 2 and "thermal_r and thermal_c" in res.output, res.output
+    # with temperature, the set heats from 28 °C and its friction falls with it: another MAE than without
+    cold = {r.file: r.mae for r in replay(logdir, "xl330_m288", model="m1")}
+    warm = {r.file: r.mae for r in replay(logdir, "xl330_m288", params=load_bam_params(hot))}
+    assert warm.keys() == cold.keys() and all(warm[k] != cold[k] for k in cold)
