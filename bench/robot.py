@@ -55,7 +55,7 @@ def peer(mjcf: Path, joints: list[str], g: np.ndarray, repeats: int) -> dict:
                        check=False)
     if r.returncode != 0:
         return {"skipped": f"peer failed: {r.stderr.strip()[-400:]}"}
-    out = json.loads(r.stdout)
+    out = {k: v for k, v in json.loads(r.stdout).items() if k not in ("q", "dq")}   # the timing, not the trajectory
     out["params"] = f"bam {PEER_SET[0]} {PEER_SET[1]} for every joint"
     return out
 

@@ -1,11 +1,14 @@
-"""Peer benchmark: bam's `MujocoController.update()` + `mj_step` stepping a robot MJCF from Python.
+"""bam's `MujocoController.update()` + `mj_step` stepping a robot MJCF from Python: the peer of the robot
+benchmark (bench/robot.py: how fast bam's users step it) and of the 2R-arm oracle
+(tests/hil/robot/test_robot_oracles.py: where bam's own update takes the arm).
 
-Runs inside bench/.venv-bam (Python 3.12, better-actuator-models 1.0.2, MuJoCo of the checkout);
-bench/robot.py starts it. One controller per hinge (bam/mujoco.py `MujocoController`, the way bam's
-`load_config` builds them), each with the bam parameter file given for it, on a motor actuator added
-to every hinge (MjSpec); goals from the job; times the plain Python loop bam's users run. Job (stdin):
-{"mjcf", "joints": [{"name", "params", "kp", "vin", "error_gain", "max_pwm"}], "goals": [[...] per step],
-"repeats"}. Prints one JSON object on stdout.
+Runs inside bench/.venv-bam (Python 3.12, better-actuator-models 1.0.2, the checkout's MuJoCo). One
+controller per hinge (bam/mujoco.py `MujocoController`, the way bam's `load_config` builds them), each with
+the bam parameter file given for it, on a motor actuator that MjSpec adds to a hinge without one. Job (stdin):
+{"mjcf", "joints": [{"name", "params", "kp", "vin", "error_gain", "max_pwm", "q0" (optional, rad)}],
+"goals": [[goal per joint] per step], "repeats" (optional)}. Prints one JSON object on stdout: the joints'
+"q" and "dq" [rad, rad/s] before each step of the first run, from q0; with "repeats", that many more runs
+timed ("steps_per_s", their median, and "samples").
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ from bam.model import load_model
 from bam.mujoco import MujocoController
 
 
-def main() -> int:
-    job = json.load(sys.stdin)
+def build(job: dict) -> tuple[mujoco.MjModel, mujoco.MjData, list[tuple[str, MujocoController]]]:
     spec = mujoco.MjSpec.from_file(job["mjcf"])
     for j in job["joints"]:
         if spec.actuator(j["name"]) is None:
@@ -35,20 +37,48 @@ def main() -> int:
         act = bam_model.actuator
         act.kp, act.vin, act.error_gain, act.max_pwm = j["kp"], j["vin"], j["error_gain"], j["max_pwm"]
         controllers.append((j["name"], MujocoController(bam_model, j["name"], model, data)))
+    return model, data, controllers
+
+
+def start(job: dict, model, data, controllers) -> None:
+    """The joints at their q0, after every controller is made: each one's mj_setConst works on the data at qpos0
+    (bam's Simulator.reset order)."""
+    for j, (_, ctrl) in zip(job["joints"], controllers, strict=True):
+        if "q0" in j:
+            data.qpos[ctrl.qpos_indexes] = j["q0"]
+    mujoco.mj_forward(model, data)
+
+
+def roll(goals: np.ndarray, model, data, controllers, record: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    q, dq = (np.empty_like(goals), np.empty_like(goals)) if record else (None, None)
+    for k in range(len(goals)):
+        for i, (name, ctrl) in enumerate(controllers):
+            if record:
+                q[k, i] = data.qpos[ctrl.qpos_indexes][0]
+                dq[k, i] = data.qvel[ctrl.dof_indexes][0]
+            ctrl.set_q_target(name, goals[k, i])
+            ctrl.update()
+        mujoco.mj_step(model, data)
+    return (q, dq) if record else None
+
+
+def main() -> int:
+    job = json.load(sys.stdin)
+    model, data, controllers = build(job)
     goals = np.asarray(job["goals"], dtype=float)
+    start(job, model, data, controllers)
+    q, dq = roll(goals, model, data, controllers, record=True)
+    out = {"q": q.tolist(), "dq": dq.tolist(), "mujoco": mujoco.__version__, "bam": version("better-actuator-models")}
     rates = []
-    for _ in range(job["repeats"]):
+    for _ in range(job.get("repeats", 0)):
         mujoco.mj_resetData(model, data)
-        mujoco.mj_forward(model, data)
+        start(job, model, data, controllers)
         t0 = time.perf_counter()
-        for k in range(len(goals)):
-            for i, (name, ctrl) in enumerate(controllers):
-                ctrl.set_q_target(name, goals[k, i])
-                ctrl.update()
-            mujoco.mj_step(model, data)
+        roll(goals, model, data, controllers, record=False)
         rates.append(len(goals) / (time.perf_counter() - t0))
-    json.dump({"steps_per_s": sorted(rates)[len(rates) // 2], "samples": rates, "mujoco": mujoco.__version__,
-               "bam": version("better-actuator-models")}, sys.stdout)
+    if rates:
+        out |= {"steps_per_s": sorted(rates)[len(rates) // 2], "samples": rates}
+    json.dump(out, sys.stdout)
     return 0
 
 

@@ -182,8 +182,8 @@ def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path) -> None:
     assert err < Q_TOL, f"replica: max |Δq| = {err:.3e} rad"
 
     py = bam_python()
-    job = {"mjcf": str(ARM_2R), "actuators": peers, "goals": g.tolist()}
-    r = subprocess.run([str(py), str(Path(__file__).with_name("bam_arm.py"))], input=json.dumps(job),
+    job = {"mjcf": str(ARM_2R), "joints": peers, "goals": g.tolist()}
+    r = subprocess.run([str(py), str(ROOT / "bench" / "peers" / "bam_mujoco.py")], input=json.dumps(job),
                        capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     peer = json.loads(r.stdout)
