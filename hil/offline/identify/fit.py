@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 import cmaes
@@ -36,18 +36,33 @@ class Search:
     """How the CMA-ES of one fit searches the unit cube of the bounds.
 
     It starts at the catalog's published set of the model (bam's start values for what it lacks; `start`
-    "bam" or "centre" for those or the cube's centre) with a step of `sigma0` of every range: on bam's XL330
-    logs a start at the centre with optuna's range/6, as bam.fit's sampler starts, spends about half of a
-    2000-evaluation budget walking to the region the published set is already in. A run that converges
-    (`cmaes.CMA.should_stop`) restarts at a uniform random point (as optuna's former restart strategies
-    did): with a doubled population (IPOP-CMA-ES, Auger & Hansen, CEC 2005), or alternating that with
-    small populations and step sizes (BIPOP-CMA-ES, Hansen, GECCO BBOB 2009).
+    "bam" or "centre" for those or the cube's centre): on bam's XL330 logs a start at the centre with optuna's
+    range/6, as bam.fit's sampler starts, spends about half of a 2000-evaluation budget walking to the region
+    the published set is already in. From a published set each coordinate's first step is `rel_step` of its
+    distance from its lower bound, within [`min_step`, `sigma0`] of its range (an initial covariance,
+    Hansen's CMA-ES tutorial, "initial values"): bam's bounds span 10 to 1000 times the values a servo has
+    (viscous friction 0–1 N·m·s/rad for the XL330's 0.004), so one step of 0.05 of every range is several
+    times a small coefficient itself, and a 2000-evaluation run spends its budget learning the scales
+    instead of the fit. A run that converges (`cmaes.CMA.should_stop`) restarts at a uniform random point with `sigma0`
+    (as optuna's former restart strategies did): with a doubled population (IPOP-CMA-ES, Auger & Hansen,
+    CEC 2005), or alternating that with small populations and step sizes (BIPOP-CMA-ES, Hansen, GECCO BBOB
+    2009).
     """
 
     start: Literal["published", "bam", "centre"] = "published"
-    sigma0: float = 0.05            # initial step size on the unit cube
+    sigma0: float = 0.05            # step size on the unit cube: the first run's largest, every restart's
+    rel_step: float = 0.3           # the first run's step: this share of a coordinate's distance from its low bound
+    min_step: float = 0.001         # … at least this much of the unit cube
     restarts: Literal["bipop", "ipop", "none"] = "bipop"
     inc_popsize: int = 2            # population factor of a large restart
+
+    def first_steps(self, first: np.ndarray) -> np.ndarray:
+        """The first run's step per coordinate of the unit cube, from its start `first`: scaled to a published
+        set's values, `sigma0` everywhere from bam's start values or the centre (far from the servo's scale)."""
+        first = np.asarray(first, dtype=float)
+        if self.start != "published":
+            return np.full(len(first), self.sigma0)
+        return np.clip(self.rel_step * first, self.min_step, self.sigma0)
 
     def doc(self) -> dict:
         return asdict(self)
@@ -163,19 +178,23 @@ class _Run:
         self.large = 0                  # BIPOP: restarts in the large-population regime so far
         self.budget = {"small": 0, "large": 0}
         self.regime = "large"           # BIPOP counts the first run with the large regime
-        self.opt = self._new(mean, search.sigma0, None)
+        steps = search.first_steps(mean)
+        if delay:
+            steps[-1] = search.sigma0   # the latency [steps] is an integer coordinate: its full first step
+        self.opt = self._new(mean, float(steps.max()), None, np.diag((steps / steps.max()) ** 2))
         self.popsize0 = self.opt.population_size
         self.runs = [("large", self.popsize0)]   # (regime, population) of the first run and every restart
 
-    def _new(self, mean: np.ndarray, sigma: float, popsize: int | None):
+    def _new(self, mean: np.ndarray, sigma: float, popsize: int | None, cov: np.ndarray | None = None):
         bounds = np.tile([0.0, 1.0], (self.dim, 1))
         seed = int(self.rng.integers(2**31))
         if not self.delay:
-            return cmaes.CMA(mean=mean, sigma=sigma, bounds=bounds, seed=seed, population_size=popsize)
+            return cmaes.CMA(mean=mean, sigma=sigma, bounds=bounds, seed=seed, population_size=popsize, cov=cov)
         lo, hi = delay_bounds()
         steps = np.zeros(self.dim)
         steps[-1] = 1.0 / (hi - lo)   # the delay [steps] is the last coordinate, an integer on the unit cube
-        return cmaes.CMAwM(mean=mean, sigma=sigma, bounds=bounds, steps=steps, seed=seed, population_size=popsize)
+        return cmaes.CMAwM(mean=mean, sigma=sigma, bounds=bounds, steps=steps, seed=seed, population_size=popsize,
+                           cov=cov)
 
     @property
     def population(self) -> int:
@@ -342,7 +361,9 @@ def fit_thermal(task: FitTask, params: dict, delay: int, rng: np.random.Generato
         cands = [candidate(x) for x in points]
         return objective.per_log(objective.rollouts(cands, [delay] * len(cands)), thermal=True).mean(axis=1)
 
-    out = minimize(f, tsp.to_unit(tsp.start), task.search, task.trials, rng, progress=progress)
+    # on logarithmic axes a step is already relative to the value: the same first step for every constant
+    search = replace(task.search, min_step=task.search.sigma0)
+    out = minimize(f, tsp.to_unit(tsp.start), search, task.trials, rng, progress=progress)
     best = candidate(out.best_x)
     train, validation = _maes(task, best, delay, thermal=True)
     return {"nodes": task.thermal_nodes, "params": {n: best[n] for n in tsp.names}, "train_mae": train,
