@@ -288,6 +288,18 @@ class DynamixelServo(ServoCore):
         self._units.vin = p["supply_override"] if p["supply_override"] == p["supply_override"] else p["supply_v"]
         self._units.ambient = p["ambient"]
 
+    def supply_outside_limits(self) -> str | None:
+        """Why this servo's supply raises an Input Voltage Error at once (outside its Min/Max Voltage Limit,
+        e-manual §Max/Min Voltage Limit(32, 34)) and what that does, or None within its limits."""
+        self._sense()
+        t, vin = self.table, self._units.vin
+        lo, hi = t.get("Min Voltage Limit"), t.get("Max Voltage Limit")
+        if lo <= round(vin * 10) <= hi:
+            return None
+        off = " and switches torque off (its Shutdown has the bit)" if t.get("Shutdown") & HW_INPUT_VOLTAGE else ""
+        return (f"supply {vin:g} V is outside Min/Max Voltage Limit {lo / 10:.1f}–{hi / 10:.1f} V: it reports an Input "
+                f"Voltage Error{off}")
+
     def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
         t = self.table
         hw = 0

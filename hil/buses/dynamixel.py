@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from drivers.dynamixel.bus import DynamixelBus
@@ -16,6 +17,8 @@ from hil.params.config_file import ConfigError
 if TYPE_CHECKING:
     from hil.daemon.live_rig import LiveRig
     from hil.rig import BusConfig
+
+log = logging.getLogger("servo-hil")
 
 
 def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> DynamixelServer | MirrorServer:
@@ -38,7 +41,10 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
             registers[name] = _power_up_value(spec, a.catalog, where, name, value)
-        servos.append(DynamixelServo(spec, LiveJoint(live, j), registers))
+        servo = DynamixelServo(spec, LiveJoint(live, j), registers)
+        if problem := servo.supply_outside_limits():   # as the real servo on that supply: said once, not refused
+            log.warning("%s: %s; give firmware = { supply_v = ... } or the limits in registers", where, problem)
+        servos.append(servo)
         faults.append(live.bus_faults[j])
     if not servos:
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")

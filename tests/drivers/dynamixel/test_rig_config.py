@@ -59,3 +59,31 @@ def test_run_stops_with_one_line(tmp_path, bus, actuator, catalog, extra, messag
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not port.exists(), "a refused rig leaves no port behind"
+
+
+@pytest.mark.parametrize("firmware, registers, warned", [
+    ("", "", True),                                   # bam's 7.5 V over the XL330's 7.0 V Max Voltage Limit
+    ("firmware = { supply_v = 5.0 }\n", "", False),   # the e-manual's recommended supply
+    ("", 'registers = { "Max Voltage Limit" = 70, "Shutdown" = 52 }\n', True),   # warned, torque kept
+])
+def test_a_supply_outside_the_voltage_limits_is_said_at_start(tmp_path, caplog, firmware, registers, warned):
+    """An XL330 whose supply is outside its Min/Max Voltage Limit reports an Input Voltage Error at once, as the real
+    servo would, and switches torque off where its Shutdown has the bit (the XL330's default 53 has it): the daemon
+    says so once at start, naming the actuator and what to set, rather than leaving a silent torque-off."""
+    import logging
+
+    from hil.buses import open_bus
+    from tests.hil.daemon import running_rig
+
+    text = rig_text('port = "' + str(tmp_path / "tty") + '"',
+                    f'bus = "dxl"\nid = 1\nmodel = "m6"\n{firmware}{registers}', "xl330_m288")
+    with caplog.at_level(logging.WARNING, logger="servo-hil"), running_rig(tmp_path / "rig.toml", text) as live:
+        server = open_bus(live.rig.buses[0], live)
+        server.close()
+    lines = [r.getMessage() for r in caplog.records if "Voltage Limit" in r.getMessage()]
+    if not warned:
+        assert lines == []
+        return
+    (line,) = lines
+    assert line.startswith("actuators[0] (j1): supply 7.5 V is outside Min/Max Voltage Limit 3.5–7.0 V")
+    assert ("switches torque off" in line) == (not registers) and "supply_v" in line
