@@ -82,6 +82,33 @@ EVENT_SCHEMA: dict = {
 """The JSON schema of a `/<rig>/events` message (the other keys depend on the type)."""
 
 
+def body_frames(model) -> list[str]:
+    """The Foxglove frame id of each body of a MuJoCo model: its name; `body<i>` for an unnamed body i, with "_"
+    added while another body has that name."""
+    names = [model.body(i).name for i in range(model.nbody)]
+    taken = set(names)
+    for i, name in enumerate(names):
+        if not name:
+            name = f"body{i}"
+            while name in taken:
+                name += "_"
+            names[i] = name
+            taken.add(name)
+    return names
+
+
+def frame_transforms(stamp_ns: int, poses: dict, frames: list[str]) -> FrameTransforms:
+    """One poses message of the state stream (zmq_io: world positions, quaternions w, x, y, z) stamped `stamp_ns`
+    [ns] as foxglove.FrameTransforms from `world` to each body of `frames` (body 0, the world itself, left out)."""
+    xyz, wxyz = poses["position"], poses["quaternion"]
+    stamp = Timestamp(stamp_ns // 10**9, stamp_ns % 10**9)
+    return FrameTransforms(transforms=[
+        FrameTransform(timestamp=stamp, parent_frame_id=WORLD_FRAME, child_frame_id=frames[i],
+                       translation=Vector3(x=xyz[3 * i], y=xyz[3 * i + 1], z=xyz[3 * i + 2]),
+                       rotation=Quaternion(x=wxyz[4 * i + 1], y=wxyz[4 * i + 2], z=wxyz[4 * i + 3], w=wxyz[4 * i]))
+        for i in range(1, len(frames))])
+
+
 class FoxgloveBridge:
     """A foxglove-sdk WebSocket server on `cfg.bind`:`cfg.port` with a channel per joint and one of events.
     `state` is a state-stream sink (zmq_io.StateSubscriber); events arrive through LiveRig's listeners.
@@ -103,8 +130,7 @@ class FoxgloveBridge:
                                        message_encoding="json")
         self.transforms: FrameTransformsChannel | None = None
         if live.robot is not None:
-            model = live.robot.model
-            self.frames = [model.body(i).name or f"body{i}" for i in range(model.nbody)]
+            self.frames = body_frames(live.robot.model)
             self.transforms = FrameTransformsChannel(f"/{rig}/poses", context=self.context)
         try:
             self.server = foxglove.start_server(name=f"servo-hil {rig}", host=cfg.bind, port=cfg.port,
@@ -121,13 +147,7 @@ class FoxgloveBridge:
     def poses(self, stamp_ns: int, poses: dict) -> None:
         """Send one poses message of the state stream (zmq_io: world positions, quaternions w, x, y, z) stamped
         `stamp_ns` [ns] as the transforms from `world` to each body (body 0, the world itself, left out)."""
-        xyz, wxyz = poses["position"], poses["quaternion"]
-        stamp = Timestamp(stamp_ns // 10**9, stamp_ns % 10**9)
-        self.transforms.log(FrameTransforms(transforms=[
-            FrameTransform(timestamp=stamp, parent_frame_id=WORLD_FRAME, child_frame_id=self.frames[i],
-                           translation=Vector3(x=xyz[3 * i], y=xyz[3 * i + 1], z=xyz[3 * i + 2]),
-                           rotation=Quaternion(x=wxyz[4 * i + 1], y=wxyz[4 * i + 2], z=wxyz[4 * i + 3], w=wxyz[4 * i]))
-            for i in range(1, len(self.frames))]), log_time=stamp_ns)
+        self.transforms.log(frame_transforms(stamp_ns, poses, self.frames), log_time=stamp_ns)
 
     def event(self, event: dict) -> None:
         """Send one daemon event (a LiveRig listener)."""

@@ -147,10 +147,11 @@ class Daemon:
             sinks.append((self._every(rig.foxglove), self.foxglove.state))
             log.info("Foxglove WebSocket server: ws://%s:%d", rig.foxglove.bind, self.foxglove.port)
         if rig.record is not None:
-            self.recording = StateRecording(self.rig_dir / rig.record.dir, rig.record.segment_s, rig.name)
+            self.recording = StateRecording(self.rig_dir / rig.record.dir, rig.record.segment_s, rig.name,
+                                            self.robot.model if self.robot is not None else None)
             sinks.append((self._every(rig.record), self.recording))
             log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
-        poses = [self.foxglove.poses] if self.foxglove is not None and self.robot is not None else []
+        poses = [v.poses for v in (self.foxglove, self.recording) if v is not None] if self.robot is not None else []
         self.tap = StateSubscriber(self.context, sinks, rig.name, poses)
         self.tap.start()
 

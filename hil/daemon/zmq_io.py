@@ -333,15 +333,27 @@ def decimation(rig_rate_hz: float, publish_every: int, rate_hz: float) -> int:
 
 class StateRecording:
     """The sink of `[record]`: each joint's state on `/sim/<joint>/state` of rotating MCAP files, as a
-    mirror writes its simulated side (hil.logs.mcap)."""
+    mirror writes its simulated side (hil.logs.mcap); with a robot's MuJoCo `model`, its bodies' poses too
+    (`poses`, on `/sim/poses`)."""
 
-    def __init__(self, directory: Path, segment_s: float, rig: str):
+    def __init__(self, directory: Path, segment_s: float, rig: str, model=None):
         from hil.logs.mcap import SideBySideRecorder
 
         self.recorder = SideBySideRecorder(directory, prefix=rig, rotate_s=segment_s, metadata={"rig": rig})
+        self.frames: list[str] = []
+        if model is not None:
+            from hil.daemon.foxglove import body_frames
+
+            self.frames = body_frames(model)
 
     def __call__(self, joint: str, stamp_ns: int, state: dict) -> None:
         self.recorder.state("sim", joint, stamp_ns, {k: state.get(k) for k in RECORDED_KEYS})
+
+    def poses(self, stamp_ns: int, poses: dict) -> None:
+        """One poses message of the state stream, as foxglove.FrameTransforms (hil.daemon.foxglove)."""
+        from hil.daemon.foxglove import frame_transforms
+
+        self.recorder.poses(stamp_ns, frame_transforms(stamp_ns, poses, self.frames))
 
     def close(self) -> None:
         self.recorder.close()

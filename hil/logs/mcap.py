@@ -214,6 +214,13 @@ class SideBySideRecorder:
         self._add(f"/bus/{joint}/events", joint, "servo_hil.MirrorEvent",
                   COMMAND_SCHEMA | {"title": "servo-hil mirror event"}, {"joint": joint}, t_ns, message)
 
+    def poses(self, t_ns: int, transforms) -> None:
+        """Record one foxglove.FrameTransforms message (a foxglove-sdk message: the robot's bodies from `world`,
+        as Foxglove's 3D panel draws them) on /sim/poses, protobuf-encoded with its FileDescriptorSet as the
+        schema, as Foxglove writes it. The JSON readers here (`read_side_by_side`) leave it out."""
+        schema = transforms.get_schema()
+        self._add("/sim/poses", "poses", schema.name, schema.data, {"side": "sim"}, t_ns, transforms.encode())
+
     def flush(self) -> None:
         """Write the open chunk to the OS now (the background thread does it every flush_s)."""
         with self._cond:
@@ -238,8 +245,9 @@ class SideBySideRecorder:
 
     # -- internals (all under self._cond) --
 
-    def _add(self, topic: str, joint: str, schema_name: str, schema: dict, channel_meta: dict[str, str],
-             t_ns: int, body: dict) -> None:
+    def _add(self, topic: str, joint: str, schema_name: str, schema: dict | bytes, channel_meta: dict[str, str],
+             t_ns: int, body: dict | bytes) -> None:
+        """One message: `body` a JSON map (`schema` its JSON schema) or protobuf bytes (`schema` its descriptors)."""
         t_ns = int(t_ns)
         with self._cond:
             if self._closed:
@@ -250,8 +258,9 @@ class SideBySideRecorder:
                 raise ValueError(f"joint name {joint!r}: use letters, digits, '_', '-', '.'")
             base = t_ns if self._base_ns is None else self._base_ns
             try:
-                data = json.dumps({"t": (t_ns - base) / 1e9, **body}, separators=(",", ":"),
-                                  allow_nan=False, default=_json_default).encode()
+                data = body if isinstance(body, bytes) else json.dumps(
+                    {"t": (t_ns - base) / 1e9, **body}, separators=(",", ":"), allow_nan=False,
+                    default=_json_default).encode()
             except ValueError as exc:  # NaN/inf in a free-form command
                 raise ValueError(f"{topic}: {exc}") from None
             self._base_ns = base
@@ -275,15 +284,16 @@ class SideBySideRecorder:
             elif now - self._chunk_opened >= self._flush_s:
                 self._flush_locked()
 
-    def _register(self, topic: str, schema_name: str, schema: dict, channel_meta: dict[str, str]) -> int:
+    def _register(self, topic: str, schema_name: str, schema: dict | bytes, channel_meta: dict[str, str]) -> int:
         assert self._writer is not None
+        protobuf = isinstance(schema, bytes)
         schema_id = self._schemas.get(schema_name)
         if schema_id is None:
-            schema_id = self._writer.register_schema(schema_name, encoding="jsonschema",
-                                                     data=json.dumps(schema).encode())
+            schema_id = self._writer.register_schema(schema_name, encoding="protobuf" if protobuf else "jsonschema",
+                                                     data=schema if protobuf else json.dumps(schema).encode())
             self._schemas[schema_name] = schema_id
-        channel = self._writer.register_channel(topic, message_encoding="json", schema_id=schema_id,
-                                                metadata=channel_meta)
+        channel = self._writer.register_channel(topic, message_encoding="protobuf" if protobuf else "json",
+                                                schema_id=schema_id, metadata=channel_meta)
         self._channels[topic] = channel
         return channel
 
@@ -360,6 +370,8 @@ def recording_files(path: str | Path) -> list[Path]:
 
 
 def _decode(topic_messages: dict[str, list[dict]], channel: Channel, message: Message) -> None:
+    if channel.message_encoding != "json":   # a robot's poses (foxglove.FrameTransforms, protobuf)
+        return
     doc = json.loads(message.data)
     doc["log_time_ns"] = message.log_time
     topic_messages[channel.topic].append(doc)

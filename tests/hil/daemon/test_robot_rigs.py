@@ -7,6 +7,7 @@ Foxglove's published WebSocket protocol, compared with the poses on ZeroMQ)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from pathlib import Path
@@ -15,12 +16,15 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from mcap.reader import make_reader
 
+from hil.daemon.foxglove import body_frames
 from hil.daemon.zmq_io import stamp_ns
+from hil.logs.mcap import read_side_by_side, recording_files
 
 from . import FLAG, MqttClient, Stream, free_port, ok, refused
 from .conftest import RigFile, write_rig
-from .test_viewers import Collector, foxglove_session, recorded_against_stream
+from .test_viewers import Collector, decoder, foxglove_session, recorded_against_stream
 
 ROOT = Path(__file__).resolve().parents[3]
 ARM_2R = ROOT / "config" / "robots" / "arm_2r.xml"
@@ -207,6 +211,36 @@ def test_a_robot_rig_records_its_stream(tmp_path, start_daemon):
     recorded, _ = recorded_against_stream(tmp_path / "rec", sub.stop(), JOINTS)
     elbow = [b["position"] for _, b in recorded["/sim/elbow/state"]]
     assert elbow[0] < 0.25 and elbow[-1] > 0.6, (elbow[0], elbow[-1])
+    # the bodies' poses too, on /sim/poses as foxglove.FrameTransforms (protobuf, its descriptors as the schema,
+    # as Foxglove writes them), which Foxglove's 3D panel draws from the file
+    transforms = []
+    for file in recording_files(tmp_path / "rec"):
+        with open(file, "rb") as f:
+            for schema, channel, message in make_reader(f).iter_messages(topics=["/sim/poses"]):
+                assert (schema.name, schema.encoding, channel.message_encoding) == (
+                    "foxglove.FrameTransforms", "protobuf", "protobuf")
+                decode = decoder({"encoding": "protobuf", "schemaEncoding": "protobuf", "schemaName": schema.name,
+                                  "schema": base64.b64encode(schema.data)})
+                transforms.append((message.log_time, decode(message.data)))
+    assert len(transforms) >= 20, len(transforms)
+    for log_time, msg in transforms:
+        assert [(t.parent_frame_id, t.child_frame_id) for t in msg.transforms] == [("world", "upper_arm"),
+                                                                                    ("world", "forearm")]
+        assert {t.timestamp.seconds * 10**9 + t.timestamp.nanos for t in msg.transforms} == {log_time}
+    first, last = transforms[0][1].transforms[1], transforms[-1][1].transforms[1]
+    angle = [2 * np.arctan2(t.rotation.x, t.rotation.w) for t in (first, last)]
+    assert angle[1] - angle[0] > 0.3, angle   # the forearm lifted
+    assert set(read_side_by_side(tmp_path / "rec")) == {"/sim/shoulder/state", "/sim/elbow/state"}   # JSON only
+
+
+def test_an_unnamed_body_gets_a_frame_no_other_body_has():
+    """Foxglove frame ids: a body's name, `body<i>` for an unnamed body i, made unique against a body so named."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(
+        '<mujoco><worldbody><body name="body2"><geom size="0.1"/><body><geom size="0.1"/></body></body>'
+        '<body><geom size="0.1"/></body></worldbody></mujoco>')
+    assert body_frames(model) == ["world", "body2", "body2_", "body3"]
 
 
 def test_foxglove_draws_the_robots_bodies(tmp_path, start_daemon):
