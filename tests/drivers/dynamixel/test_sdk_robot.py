@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 import zmq
 
 from tests.drivers.dynamixel.conftest import A, DxlRig, open_dxl
@@ -17,16 +18,18 @@ from tests.hil.daemon import free_port
 
 ARM_2R = Path(__file__).resolve().parents[3] / "config" / "robots" / "arm_2r.xml"
 COUNTS_PER_RAD = 4096 / (2 * math.pi)    # e-manual MX-64(2.0) §Present Position(132): 0.088° per count
+CENTRE = 2048                            # its value at the joint's 0 rad (180°, the middle of one turn)
 
 
-def robot_rig(directory: Path) -> DxlRig:
+def robot_rig(directory: Path, name: str = "arm", lockstep: bool = True, model: str = "m4", bus_extra: str = ""
+              ) -> DxlRig:
     pub, cmd = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    path = directory / "arm.toml"
-    path.write_text(f"""name = "arm"
+    path = directory / f"{name}.toml"
+    path.write_text(f"""name = "{name}"
 [loop]
 rate_hz = 1000
 mlockall = false
-lockstep = true
+lockstep = {str(lockstep).lower()}
 [zmq]
 pub = "{pub}"
 command = "{cmd}"
@@ -40,20 +43,20 @@ name = "dxl"
 protocol = "dynamixel"
 port = "{directory / "unused-link"}"
 fast = true
-[[actuators]]
+{bus_extra}[[actuators]]
 joint = "shoulder"
 catalog = "mx106"
-model = "m4"
+model = "{model}"
 bus = "dxl"
 id = 1
 [[actuators]]
 joint = "elbow"
 catalog = "mx64"
-model = "m4"
+model = "{model}"
 bus = "dxl"
 id = 2
 """)
-    return DxlRig(path, str(directory / "tty-arm"), cmd, pub, True, True, 1000.0)
+    return DxlRig(path, str(directory / f"tty-{name}"), cmd, pub, lockstep, True, 1000.0)
 
 
 def test_the_sdk_moves_the_arm_and_zmq_shows_its_poses(launcher, tmp_path: Path) -> None:
@@ -172,3 +175,48 @@ def test_an_sdk_script_sweeps_the_desktop_arm_and_pushes_the_box(launcher, tmp_p
     assert poses[-1]["tick"] == 2510
     assert np.linalg.norm(last[:2] - first[:2]) > 0.02, (first, last)      # pushed over 2 cm across the table
     assert abs(last[2] - first[2]) < 0.005                                  # and still on it
+
+
+def test_the_mirror_of_a_real_arm_drives_a_twin_arm(tmp_path: Path) -> None:
+    """`servo-hil mirror` on a robot rig: dynamixel-sdk's packets go to the "real" 2R arm (a second daemon, bam m6)
+    and its replies come back unchanged, while the twin arm (bam m4, one MuJoCo model for both joints) takes the
+    same writes; both arms reach the goals and the side-by-side log holds both sides of both joints."""
+    from hil.daemon.zmq_io import request
+    from hil.logs.mcap import read_side_by_side
+    from tests.daemon_process import start_cli, stop_cli
+
+    real_rig = robot_rig(tmp_path, "real_arm", lockstep=False, model="m6")
+    logs = tmp_path / "logs"
+    twin_rig = robot_rig(tmp_path, "twin_arm", lockstep=False, model="m4",
+                         bus_extra=f'real = "{real_rig.port}"\nrecord = "{logs}"\n')
+    real = start_cli(["run", str(real_rig.path), "--port", real_rig.port], "at " + real_rig.port)
+    try:
+        mirror = start_cli(["mirror", str(twin_rig.path), "--port", twin_rig.port], "mirroring")
+        try:
+            with open_dxl(twin_rig.port) as dxl:
+                start = {i: dxl.read(i, A.PRESENT_POSITION, signed=True) for i in (1, 2)}
+                for i in (1, 2):
+                    dxl.write(i, A.TORQUE_ENABLE, 1)
+                goal = {1: start[1] + 200, 2: start[2] + 600}   # the shoulder ≈ 0.3 rad, the elbow ≈ 0.92 rad
+                for i in (1, 2):
+                    dxl.write(i, A.GOAL_POSITION, goal[i])
+                time.sleep(2.0)
+                end = {i: dxl.read(i, A.PRESENT_POSITION, signed=True) for i in (1, 2)}
+            real_state = request(real_rig.cmd, {"cmd": "state"}, 5.0)["state"]
+            twin_state = request(twin_rig.cmd, {"cmd": "state"}, 5.0)["state"]
+        finally:
+            stop_cli(mirror)
+    finally:
+        stop_cli(real)
+    # what the SDK read is the real arm's (Present Position 2048 at 0 rad); both arms went most of the way (a low
+    # P gain against gravity)
+    for i, joint in ((1, "shoulder"), (2, "elbow")):
+        assert (end[i] - CENTRE) / COUNTS_PER_RAD == pytest.approx(real_state[joint]["position_measured"],
+                                                                   abs=3 / COUNTS_PER_RAD)
+        for state in (real_state, twin_state):
+            moved = state[joint]["position"] - (start[i] - CENTRE) / COUNTS_PER_RAD
+            assert moved > 0.5 * (goal[i] - start[i]) / COUNTS_PER_RAD, (joint, moved)
+    log = read_side_by_side(logs)
+    for side in ("real", "sim"):
+        for joint in ("shoulder", "elbow"):
+            assert len(log[f"/{side}/{joint}/state"]) >= 2, (side, joint)
