@@ -60,6 +60,36 @@ def settable_params(path: Path | None = None) -> dict[str, Settable]:
     return {name: validate(Settable, entry, f"{path}: {name}") for name, entry in read_toml(path).items()}
 
 
+# A term that needs another parameter to act (the kernel ignores it alone, params.def): key → (that parameter, why)
+_NEEDS = {"backlash": ("armature", "the motor side crosses the band with its own inertia"),
+          "stiction_rise": ("stiction_time", "the rise needs its time constant"),
+          "peak_current": ("peak_time", "the peak lasts as long as its i²t budget"),
+          "thermal_r2": ("thermal_c2", "the housing node needs its heat capacity"),
+          "thermal_r": ("thermal_c", None)}   # thermal_c has a positive minimum: only its "stay > 0" rule
+_NEEDED_BY = {need: key for key, (need, _) in _NEEDS.items()}
+_NOT_ON_ROBOTS = ("backlash", "stiction_rise")   # a robot's hinge is the output; its budget has no rising stiction
+
+
+def _coupling_problem(p: dict, key: str, value: float, robot: bool) -> str | None:
+    """Why `set_param key value` cannot take effect as asked on an actuator of parameters `p`, or None."""
+    if robot and key in _NOT_ON_ROBOTS and value > 0:
+        return f"{key}: a robot rig's hinge is the output, which has neither backlash nor rising static friction"
+    if key in _NEEDED_BY and value <= 0 and p[_NEEDED_BY[key]] > 0:
+        return f"{key} must stay > 0 while {_NEEDED_BY[key]} > 0 (set {_NEEDED_BY[key]} to 0 first)"
+    need, why = _NEEDS.get(key, (None, None))
+    if why and value > 0 and not p[need] > 0:
+        return f"{key} > 0 needs {need} > 0 first ({why})"
+    if key == "thermal_r2" and value > 0 and not p["thermal_r"] > 0:
+        return "thermal_r2 > 0 needs the thermal model (thermal_r > 0: the winding-to-housing R_th1)"
+    if key == "peak_current" and value > 0:   # the kernel then limits the current (plan.pxi, LIMIT_CURRENT)
+        if not (p["tau_max"] > 0 and p["motorconst"] > 0):
+            return "peak_current: this actuator has no continuous current limit to rise above (saturation)"
+        i_cont = p["tau_max"] / p["motorconst"]
+        if not value > i_cont:
+            return f"peak_current {value:g} A must exceed the continuous limit {i_cont:g} A (tau_max / K)"
+    return None
+
+
 def fault_names(flags: int) -> list[str]:
     names = [n for n, bit in FAULT_BITS.items() if flags & bit]
     return names + [n for n, bit in BUS_FLAG_BITS.items() if flags & bit]
@@ -294,8 +324,8 @@ class LiveRig:
                                f"({self.robot.mjcf.name})")
         entry = self.settable[key]
         value = number(cmd, "value", *entry.range, where=f"set_param {key} [{entry.unit}]")
-        if key == "thermal_c" and self.params[j]["thermal_r"] > 0 and value <= 0:
-            raise CommandError("set_param: thermal_c must be > 0 while the thermal model is on")
+        if problem := _coupling_problem(self.params[j], key, value, self.robot is not None):
+            raise CommandError(f"set_param: {problem}")
         self._set_params(j, {key: value})
         return {}
 

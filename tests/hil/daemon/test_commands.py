@@ -343,3 +343,35 @@ def test_set_param_iron_loss_heats_a_spinning_motor(make_rig, start_daemon):
     assert hot["position"] == cold["position"] and hot["velocity"] > 10.0
     # the catalog's motor is an output-side equivalent (g = 1): about K_fe·ω²·t/C ≈ 1e-3·(18 rad/s)²·1 s/27 J/K
     assert cold["temperature"] == 25.0 and 0.01 < hot["temperature"] - 25.0 < 0.05
+
+
+def test_set_param_of_coupled_terms_takes_them_in_order(make_rig, start_daemon):
+    """A term that acts only with another (backlash with the motor side's armature, the rising stiction with its γ,
+    the housing node with its heat capacity, the peak current with its time and the current limiter) is refused in
+    one line saying what to set first, and its partner may not drop to 0 under it; in order, both are taken."""
+    rig = make_rig(actuator_extra={"mx": "saturation = [0.0, 2.0]\n"})
+    start_daemon(rig)
+    ep = rig.cmd
+
+    def set_(joint: str, name: str, value: float) -> None:
+        ok(ep, "set_param", actuator=joint, name=name, value=value)
+
+    refused(ep, "set_param", "stiction_rise > 0 needs stiction_time > 0 first", actuator="arm", name="stiction_rise",
+            value=0.01)
+    set_("arm", "stiction_time", 0.5)
+    set_("arm", "stiction_rise", 0.01)
+    refused(ep, "set_param", "stiction_time must stay > 0 while stiction_rise > 0", actuator="arm",
+            name="stiction_time", value=0.0)
+    refused(ep, "set_param", "thermal_r2 > 0 needs thermal_c2 > 0 first", actuator="mx", name="thermal_r2", value=5.0)
+    set_("mx", "thermal_c2", 20.0)
+    set_("mx", "thermal_r2", 5.0)
+    set_("arm", "peak_time", 1.0)
+    refused(ep, "set_param", "no continuous current limit", actuator="arm", name="peak_current", value=5.0)
+    set_("mx", "peak_time", 1.0)
+    refused(ep, "set_param", "must exceed the continuous limit 2 A", actuator="mx", name="peak_current", value=1.5)
+    set_("mx", "peak_current", 4.0)
+    set_("arm", "backlash", 0.01)
+    refused(ep, "set_param", "armature must stay > 0 while backlash > 0", actuator="arm", name="armature", value=0.0)
+    set_("arm", "backlash", 0.0)
+    set_("arm", "armature", 0.0)
+    assert ok(ep, "status")["ok"]

@@ -162,6 +162,9 @@ def test_set_param_of_a_pendulum_load_is_refused_on_a_robot(tmp_path, start_daem
     for key in ("mass", "length", "gravity", "load_inertia"):
         refused(rig.cmd, "set_param", key, "robot", "arm_2r.xml", actuator="elbow", name=key, value=0.1)
     ok(rig.cmd, "set_param", actuator="elbow", name="armature", value=0.02)
+    ok(rig.cmd, "set_param", actuator="elbow", name="stiction_time", value=0.5)
+    for key in ("backlash", "stiction_rise"):   # the hinge is the output: the engine has neither
+        refused(rig.cmd, "set_param", key, "hinge is the output", actuator="elbow", name=key, value=0.01)
 
 
 def test_mqtt_commands_and_faults_on_a_robot(tmp_path, start_daemon, mqtt_broker):
