@@ -39,14 +39,15 @@ class Search:
     "bam" or "centre" for those or the cube's centre): on bam's XL330 logs a start at the centre with optuna's
     range/6, as bam.fit's sampler starts, spends about half of a 2000-evaluation budget walking to the region
     the published set is already in. From a published set each coordinate's first step is `rel_step` of its
-    distance from its lower bound, within [`min_step`, `sigma0`] of its range (an initial covariance,
-    Hansen's CMA-ES tutorial, "initial values"): bam's bounds span 10 to 1000 times the values a servo has
-    (viscous friction 0–1 N·m·s/rad for the XL330's 0.004), so one step of 0.05 of every range is several
-    times a small coefficient itself, and a 2000-evaluation run spends its budget learning the scales
-    instead of the fit. A run that converges (`cmaes.CMA.should_stop`) restarts at a uniform random point with `sigma0`
-    (as optuna's former restart strategies did): with a doubled population (IPOP-CMA-ES, Auger & Hansen,
-    CEC 2005), or alternating that with small populations and step sizes (BIPOP-CMA-ES, Hansen, GECCO BBOB
-    2009).
+    distance from its lower bound, within [`min_step`, `sigma0`] of its range (a diagonal initial covariance:
+    the optimum should lie within x0 ± σ0 coordinate by coordinate, Hansen's practical hints on CMA-ES,
+    cma-es.github.io "cmaes_inmatlab.html#practical"). bam's bounds span 10 to 1000 times the values a servo
+    has (viscous friction 0–1 N·m·s/rad for the XL330's 0.004), so one step of 0.05 of every range is several
+    times a small coefficient itself, and a 2000-evaluation run spends its budget learning the scales instead
+    of the fit. A run that converges (`cmaes.CMA.should_stop`) restarts at a uniform random point with
+    `sigma0` (as optuna's former restart strategies did): with a doubled population (IPOP-CMA-ES, Auger &
+    Hansen, CEC 2005), or alternating that with small populations and step sizes (BIPOP-CMA-ES, Hansen,
+    GECCO BBOB 2009).
     """
 
     start: Literal["published", "bam", "centre"] = "published"
