@@ -21,9 +21,6 @@ a measurement.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -179,24 +176,3 @@ def run(seconds: float = 3600.0, baud: int = BAUD) -> dict:
         **disturbance_notes(max_steal, 0.0, "the SDK's busy wait and the server"),
         "elapsed_s": time.monotonic() - t0,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`servo-hil bench soak` (or `python -m bench.soak`): the JSON on stdout, and in `--out` if given."""
-    ap = argparse.ArgumentParser(prog="servo-hil bench soak", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=3600.0, help="counted run per server [s] (default 3600)")
-    ap.add_argument("--baud", type=int, default=BAUD, help=f"line speed [bit/s] (default {BAUD})")
-    ap.add_argument("--out", type=Path, help="also write the JSON to this file")
-    args = ap.parse_args(argv)
-    if args.seconds <= 0:
-        print(f"servo-hil: error: --seconds must be > 0, got {args.seconds}", file=sys.stderr)
-        return 2
-    text = json.dumps(run(args.seconds, args.baud), indent=2)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
