@@ -54,7 +54,7 @@ proto: .stamp-install
 	$(BIN)/python -m grpc_tools.protoc -I drivers/erob --python_out=drivers/erob drivers/erob/etherban.proto
 
 bench: .stamp-install
-	$(BIN)/python bench/kernel.py
+	$(BIN)/servo-hil bench kernel
 
 clean:
 	rm -rf build *.egg-info bench/*.c bench/*.so hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \

@@ -36,7 +36,6 @@ forces the kernel's vector-math path (scalar, avx2, avx512; default: the best th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -52,6 +51,8 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+
+from hil.params.config_file import ConfigError
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -618,15 +619,6 @@ def kernel_build() -> dict:
 
 # --- main --------------------------------------------------------------------------------------
 
-def emit(result: dict, out: Path | None, allow_nan: bool = True) -> int:
-    """Print `result` as indented JSON and also write it to `out` when given; the exit status 0."""
-    text = json.dumps(result, indent=1, allow_nan=allow_nan)
-    print(text)
-    if out:
-        out.write_text(text + "\n")
-    return 0
-
-
 def clean(x):
     """JSON-safe copy: numpy scalars to Python, non-finite floats to None."""
     if isinstance(x, dict):
@@ -644,30 +636,25 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="short samples (CI smoke test)")
-    ap.add_argument("--out", type=Path, help="also write the JSON to this file")
-    ap.add_argument("--min-time", type=float, help="seconds per sample (default 0.5, --quick 0.03)")
-    ap.add_argument("--repeats", type=int, help="samples per measurement (default 9, --quick 5)")
-    ap.add_argument("--no-bam", action="store_true", help="skip the bam peer")
-    ap.add_argument("--ablate", action="store_true", help="add a per-feature cost breakdown at N = 1024")
-    ap.add_argument("--simd", choices=("scalar", "avx2", "avx512"),
-                    help="force the kernel's vector-math path (default: the best available)")
-    args = ap.parse_args(argv)
-    min_time = args.min_time or (0.03 if args.quick else 0.5)
-    repeats = args.repeats or (5 if args.quick else 9)
+def run(quick: bool = False, min_time: float | None = None, repeats: int | None = None, bam: bool = True,
+        ablate: bool = False, simd: str | None = None) -> dict:
+    """The benchmark (`servo-hil bench kernel`), JSON-ready: `quick` short samples (a smoke test), `min_time`
+    seconds per sample (0.5, quick 0.03), `repeats` samples per measurement (9, quick 5), bam's peer unless not
+    `bam`, a per-feature cost breakdown at N = 1024 with `ablate`, the kernel's vector-math path forced by
+    `simd` (scalar, avx2, avx512; default the best available)."""
+    min_time = (0.03 if quick else 0.5) if min_time is None else min_time
+    repeats = (5 if quick else 9) if repeats is None else repeats
     if repeats < 1 or min_time <= 0:
-        ap.error("--repeats must be >= 1 and --min-time > 0")
+        raise ConfigError("--repeats must be >= 1 and --min-time > 0")
 
     import hil.kernel.core as core
 
     best_simd = core._simd()
-    if args.simd:
+    if simd:
         try:
-            core._simd(args.simd)
+            core._simd(simd)
         except ValueError as exc:
-            ap.error(str(exc))
+            raise ConfigError(f"--simd {simd}: {exc}") from None
     pinned = pin()
     t_start = time.time()
     stat0, load0 = proc_stat(), os.getloadavg()
@@ -680,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         mj_ok, mj_reason = False, str(exc)
     if mj_ok:
-        res["mujoco_equivalence"] = mujoco_equivalence(1000 if args.quick else 5000)
+        res["mujoco_equivalence"] = mujoco_equivalence(1000 if quick else 5000)
         log(f"[mujoco] kernel vs mj_step max |dθ| = {res['mujoco_equivalence']['max_abs_dtheta_rad']:.3g} rad")
 
     res["kernel"] = {}
@@ -707,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[mujoco] rollout: nbatch 1 {r['nbatch_1']['median']:.4g}, "
                 f"nbatch 32 {r['nbatch_32']['median']:.4g} actuator-steps/s")
         log(f"[probe] kernel N={SIZES[-1]} alternated with mj_step (host contention)")
-        r = bench_contention(SIZES[-1], 0.05 if args.quick else 0.25, 4 if args.quick else 16)
+        r = bench_contention(SIZES[-1], 0.05 if quick else 0.25, 4 if quick else 16)
         res["contention_probe"] = r
         log(f"[probe] correlation {r['correlation']:.2f}; kernel {r['kernel']['median'] / 1e6:.2f} M/s median, "
             f"{r['kernel_when_probe_fast']['median'] / 1e6:.2f} when mj_step ran fast")
@@ -715,16 +702,16 @@ def main(argv: list[str] | None = None) -> int:
         res["mujoco_mj_step"] = res["mujoco_rollout"] = {"available": False, "reason": mj_reason}
         res["contention_probe"] = {"available": False, "reason": mj_reason}
 
-    if args.no_bam:
+    if not bam:
         res["bam_step"] = {"available": False, "reason": "--no-bam"}
     else:
         res["bam_step"] = bench_bam(min_time, repeats)
         if not res["bam_step"]["available"]:
             log(f"[bam] unavailable: {res['bam_step']['reason']}")
 
-    if args.ablate:
+    if ablate:
         log("[ablate] per-feature cost at N=1024 (interleaved rounds)")
-        abl = bench_ablation(1024, min(min_time, 0.2), 5 if args.quick else 15)
+        abl = bench_ablation(1024, min(min_time, 0.2), 5 if quick else 15)
         for name, r in abl["without"].items():
             log(f"[ablate] without {name:22s} {r['msteps_per_s']:.3f} M/s, "
                 f"saves {r['ns_saved_per_actuator_step']:.1f} ns/actuator-step")
@@ -781,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.time() - t_start,
     }
     res["config"] = {
-        "dt": DT, "quick": args.quick, "min_time_per_sample_s": min_time, "repeats": repeats,
+        "dt": DT, "quick": quick, "min_time_per_sample_s": min_time, "repeats": repeats,
         "features": list(FEATURES),
         "goal": f"{GOAL_AMPLITUDE} rad sine at {GOAL_FREQ} Hz (× gear as the dcmotor setpoint)",
         "pendulum": PENDULUM, "gear": GEAR, "motor": MOTOR, "controller": CONTROLLER,
@@ -790,8 +777,4 @@ def main(argv: list[str] | None = None) -> int:
         "budget": "bam M6 with MX-64 m6 parameters",
         "kernel_measure": "Kernel.run(u[T], record=False): one call per sample, T steps",
     }
-    return emit(clean(res), args.out, allow_nan=False)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return clean(res)

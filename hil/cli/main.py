@@ -363,14 +363,22 @@ def _print_json(result: dict, out: Path | None) -> None:
     print(text)
 
 
-@bench_app.command("kernel", add_help_option=False,
-                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_kernel(ctx: typer.Context) -> None:
-    """Kernel actuator-steps per second against MuJoCo's mj_step and bam's step in the same run, as JSON
-    (its options: servo-hil bench kernel --help)."""
-    from bench.kernel import main as bench
+@bench_app.command("kernel")
+@one_line_errors
+def bench_kernel(
+    quick: Annotated[bool, typer.Option("--quick", help="short samples (a smoke test)")] = False,
+    min_time: Annotated[float | None, typer.Option(help="seconds per sample (default 0.5, --quick 0.03)")] = None,
+    repeats: Annotated[int | None, typer.Option(help="samples per measurement (default 9, --quick 5)")] = None,
+    bam: Annotated[bool, typer.Option("--bam/--no-bam", help="also time bam's step (the peer)")] = True,
+    ablate: Annotated[bool, typer.Option("--ablate", help="add a per-feature cost breakdown at N = 1024")] = False,
+    simd: Annotated[Literal["scalar", "avx2", "avx512"] | None, typer.Option(
+        help="force the kernel's vector-math path (default: the best this CPU has)")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """Kernel actuator-steps per second against MuJoCo's mj_step and bam's step in the same run, as JSON."""
+    from bench.kernel import run as bench
 
-    raise typer.Exit(bench(ctx.args))
+    _print_json(bench(quick, min_time, repeats, bam, ablate, simd), out)
 
 
 @bench_app.command("identify")

@@ -1,4 +1,4 @@
-"""`bench/kernel.py --quick --no-bam`: the JSON it prints has the documented structure and sane values.
+"""`servo-hil bench kernel --quick --no-bam`: the JSON it prints has the documented structure and sane values.
 
 No timing target is asserted (a shared 2-CPU host decides those). What is asserted is what the numbers
 rest on: the MuJoCo peer is the same physics (to round-off), every run left the actuators finite, the
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "kernel.py"
+from tests.daemon_process import SERVO_HIL
 
 
 def _summary_ok(s: dict, n: int) -> bool:
@@ -22,14 +20,14 @@ def _summary_ok(s: dict, n: int) -> bool:
 
 
 def test_bench_kernel_quick():
-    proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--no-bam"], capture_output=True, text=True,
+    proc = subprocess.run([*SERVO_HIL, "bench", "kernel", "--quick", "--no-bam"], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     steal = doc["machine"]["steal_fraction"]["all_cpus"]
     note = (f"steal {100 * steal:.2f} %, N=1024 {doc['ratios']['kernel_n1024_msteps_per_s']:.2f} M/s, "
             f"probe correlation {doc['contention_probe']['correlation']}")
-    print(f"\nbench/kernel.py --quick: {note}")
+    print(f"\nservo-hil bench kernel --quick: {note}")
 
     assert doc["config"]["quick"] is True and doc["config"]["repeats"] == 5, note
     assert doc["mujoco_equivalence"]["max_abs_dtheta_rad"] <= 1e-9, note
