@@ -10,7 +10,6 @@ venv, no build, no daemon -- the floor that the network, the package index and p
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -99,7 +98,3 @@ def run(no_cache: bool = False, timeout_s: float = 900.0) -> dict:
         "target": {"seconds_to_ready_max": 180, "met": ready is not None and ready <= 180},
         "loadavg_start": load0, "loadavg_end": loadavg(), "steal_fraction": steal.fraction(),
     }
-
-
-if __name__ == "__main__":
-    print(json.dumps(run("--no-cache" in sys.argv), indent=2))
