@@ -81,13 +81,14 @@ class ProcessControl:
         self.proc.wait(5.0)
 
 
-# A daemon's environment in the tests: Python's faulthandler is on, so a daemon that does not stop can be made to
-# print every thread's stack (SIGABRT, `hang_report`) before the test fails.
-DAEMON_ENV = os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+def daemon_env() -> dict[str, str]:
+    """A daemon's environment in the tests, read when it starts (a test may have set SERVO_HIL_CONFIG): Python's
+    faulthandler on, so that a daemon that does not stop prints every thread's stack (SIGABRT, `hang_report`)."""
+    return os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def hang_report(proc: subprocess.Popen) -> None:
-    """Abort a process that did not stop: with `DAEMON_ENV`'s faulthandler it writes each thread's stack to its
+    """Abort a process that did not stop: with `daemon_env`'s faulthandler it writes each thread's stack to its
     stderr first; wait until it is gone."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGABRT)
@@ -101,7 +102,7 @@ def hang_report(proc: subprocess.Popen) -> None:
 def start_cli(args: list[str], expect: str) -> subprocess.Popen:
     """`servo-hil ARGS` with piped output, returned once its first stdout line holds `expect`."""
     proc = subprocess.Popen([*SERVO_HIL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=DAEMON_ENV)
+                            env=daemon_env())
     line = proc.stdout.readline()
     assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc
@@ -168,7 +169,7 @@ class BusLauncher:
         out_path, err_path = self.dir / f"daemon{n}.stdout", self.dir / f"daemon{n}.stderr"
         with out_path.open("w") as out, err_path.open("w") as err:
             proc = subprocess.Popen(self.argv(rig), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    cwd=self.dir, env=DAEMON_ENV)
+                                    cwd=self.dir, env=daemon_env())
         d = self.daemon_type(rig, proc, out_path, err_path)
         self.started.append(d)
         deadline = time.monotonic() + timeout

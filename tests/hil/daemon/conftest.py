@@ -27,7 +27,7 @@ import pytest
 import zmq
 
 from bench.host import stop_process
-from tests.daemon_process import DAEMON_ENV, SERVO_HIL, STOP_TIMEOUT_S, ProcessControl, hang_report
+from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S, ProcessControl, daemon_env, hang_report
 
 from . import MqttClient, Stream, free_port, ok, wait_port
 
@@ -271,7 +271,7 @@ class Launcher:
         with err_path.open("w") as err:
             proc = subprocess.Popen([*SERVO_HIL, "run", str(rig.path), *args], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, cwd=self.dir,
-                                    env=DAEMON_ENV)
+                                    env=daemon_env())
         d = DaemonProcess(rig, proc, err_path, strict)
         self.started.append(d)
         wait_ready(d)
