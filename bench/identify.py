@@ -4,7 +4,7 @@
 to FILE.
 
 Both tools fit the same models (m4 and m6 by default) with the same budget of evaluations (bam's
-`--trials`, 2000 by default; identify once per `--seeds` seed, bam's fit once) on the same training
+`--trials`, 2000 by default; identify once per `--seeds` seed, bam's fit `--bam-runs` times) on the same training
 logs: the XL330 logs at gains 100 and 400; the 4 logs at gain 800 are held out (bam's
 `--validation_kp 800` convention). bam's fit gets a folder of the training logs only, so that its
 per-trial cost is not inflated by its monitor's validation rollouts.

@@ -293,12 +293,16 @@ class DynamixelServo(ServoCore):
         e-manual §Max/Min Voltage Limit(32, 34)) and what that does, or None within its limits."""
         self._sense()
         t, vin = self.table, self._units.vin
-        lo, hi = t.get("Min Voltage Limit"), t.get("Max Voltage Limit")
-        if lo <= round(vin * 10) <= hi:
+        if self._supply_within_limits(vin):
             return None
+        lo, hi = t.get("Min Voltage Limit"), t.get("Max Voltage Limit")
         off = " and switches torque off (its Shutdown has the bit)" if t.get("Shutdown") & HW_INPUT_VOLTAGE else ""
         return (f"supply {vin:g} V is outside Min/Max Voltage Limit {lo / 10:.1f}–{hi / 10:.1f} V: it reports an Input "
                 f"Voltage Error{off}")
+
+    def _supply_within_limits(self, vin: float) -> bool:
+        """The supply `vin` [V] within Min/Max Voltage Limit [0.1 V] (else an Input Voltage Error)."""
+        return self.table.get("Min Voltage Limit") <= round(vin * 10) <= self.table.get("Max Voltage Limit")
 
     def _hardware_errors(self, st: dict, vin: float, now: float) -> None:
         t = self.table
@@ -314,7 +318,7 @@ class DynamixelServo(ServoCore):
             # the peak current's i²t budget is spent and the current held to the continuous limit: a persistent
             # load above the maximum output (e-manual §Hardware Error Status(70), Overload Error)
             hw |= HW_OVERLOAD
-        if not t.get("Min Voltage Limit") <= round(vin * 10) <= t.get("Max Voltage Limit"):
+        if not self._supply_within_limits(vin):
             hw |= HW_INPUT_VOLTAGE
         new = hw & ~self._hw_error
         self._hw_error |= hw            # latched until reboot (e-manual §Shutdown(63))

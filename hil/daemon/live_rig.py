@@ -30,7 +30,7 @@ from hil.params.actuator import ActuatorSpec
 from hil.params.catalog import config_dir
 from hil.params.config_file import Strict, read_toml, validate
 from hil.rig import Rig
-from hil.robot.rig import PENDULUM_KEYS, Robot
+from hil.robot.rig import OFF_ON_A_HINGE, PENDULUM_KEYS, Robot
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
@@ -67,12 +67,11 @@ _NEEDS = {"backlash": ("armature", "the motor side crosses the band with its own
           "thermal_r2": ("thermal_c2", "the housing node needs its heat capacity"),
           "thermal_r": ("thermal_c", None)}   # thermal_c has a positive minimum: only its "stay > 0" rule
 _NEEDED_BY = {need: key for key, (need, _) in _NEEDS.items()}
-_NOT_ON_ROBOTS = ("backlash", "stiction_rise")   # a robot's hinge is the output; its budget has no rising stiction
 
 
 def _coupling_problem(p: dict, key: str, value: float, robot: bool) -> str | None:
     """Why `set_param key value` cannot take effect as asked on an actuator of parameters `p`, or None."""
-    if robot and key in _NOT_ON_ROBOTS and value > 0:
+    if robot and key in OFF_ON_A_HINGE and value > 0:
         return f"{key}: a robot rig's hinge is the output, which has neither backlash nor rising static friction"
     if key in _NEEDED_BY and value <= 0 and p[_NEEDED_BY[key]] > 0:
         return f"{key} must stay > 0 while {_NEEDED_BY[key]} > 0 (set {_NEEDED_BY[key]} to 0 first)"

@@ -29,14 +29,9 @@ class ActuatorSpec:
         the set holds beyond bam (`BamParams`: friction temperature coefficient, rising static friction,
         thermal constants) replaces the motor's where given.
         """
-        extra: dict = {}
+        extra = _beyond_bam(bam)
         if "friction_tempcoef" in bam.model_fields_set:
             extra["friction_tempcoef"] = bam.friction_tempcoef
-        if bam.stiction_rise > 0:
-            extra["dwell_stiction"] = (bam.stiction_rise, bam.stiction_time)
-        if bam.thermal_r > 0:
-            extra |= {"thermal_r": bam.thermal_r, "thermal_c": bam.thermal_c,
-                      "thermal2": (bam.thermal_r2, bam.thermal_c2)}
         motor = replace(self.motor, motorconst=bam.kt, resistance=bam.R, armature=bam.armature, gear=1.0,
                         efficiency=1.0, damping=(0.0, 0.0, 0.0), lugre=(0.0,) * 5, **extra)
         return replace(self, motor=motor, friction=bam)
@@ -49,12 +44,9 @@ class ActuatorSpec:
         `thermal_r` the winding's thermal model (R(T), the friction temperature coefficient).
         """
         m, f = self.motor, self.friction
-        extra: dict = {}
-        if f is not None and f.stiction_rise > 0:
-            extra["dwell_stiction"] = (f.stiction_rise, f.stiction_time)
-        if f is not None and f.thermal_r > 0:
-            extra |= {"thermal_r": f.thermal_r, "thermal_c": f.thermal_c, "thermal2": (f.thermal_r2, f.thermal_c2),
-                      "tempcoef": m.tempcoef, "reftemp": m.reftemp, "friction_tempcoef": f.friction_tempcoef}
+        extra = _beyond_bam(f) if f is not None else {}
+        if "thermal_r" in extra:   # the thermal model: R(T) and the friction's coefficient need it
+            extra |= {"tempcoef": m.tempcoef, "reftemp": m.reftemp, "friction_tempcoef": f.friction_tempcoef}
         motor = MotorConstants(resistance=m.resistance, motorconst=m.motorconst, gear=m.gear,
                                armature=m.armature, efficiency=m.efficiency, damping=m.damping,
                                lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange, **extra)
@@ -73,3 +65,14 @@ class ActuatorSpec:
         if self.motor.thermal_r > 0:
             p["temp_limit"] = self.temp_limit_c
         return p
+
+
+def _beyond_bam(bam: BamParams) -> dict:
+    """The MotorConstants fields of what a set of `servo-hil identify` holds beyond bam (`BamParams`): the rising
+    static friction and the thermal model, where the set has them."""
+    out: dict = {}
+    if bam.stiction_rise > 0:
+        out["dwell_stiction"] = (bam.stiction_rise, bam.stiction_time)
+    if bam.thermal_r > 0:
+        out |= {"thermal_r": bam.thermal_r, "thermal_c": bam.thermal_c, "thermal2": (bam.thermal_r2, bam.thermal_c2)}
+    return out

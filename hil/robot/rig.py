@@ -29,6 +29,9 @@ MOTOR_PREFIX = "servo-hil/"   # name of the motor actuator added on each bound h
 POSES_TOPIC = "poses"         # the bodies' poses go out on <rig>/poses: no actuator may be named so
 PENDULUM_KEYS = ("load_inertia", "mass", "length", "arm_mass", "gravity", "q_offset")
 """The kernel's own pendulum load, which a robot's MJCF replaces: fixed in a robot's kernel (`_coupled_params`)."""
+OFF_ON_A_HINGE = ("backlash", "stiction_rise")
+"""Terms a robot's kernel holds at 0 (`_coupled_params`): the MJCF's hinge is the output (no gear backlash), and the
+budget it receives as the hinge's friction loss has no rising static friction."""
 
 
 class RobotConfig(Strict):
@@ -99,8 +102,8 @@ def _coupled_params(b: Binding) -> tuple[dict, bool]:
     # the kernel still integrates a load of its own, which the engine overwrites from MuJoCo every step: a
     # passive unit inertia, finite whatever armature the servo is given, with no budget of its own, one body
     # (no backlash: the MJCF's hinge is the output) and without the budget's rising static friction
-    p.update(dict.fromkeys(PENDULUM_KEYS, 0.0), load_inertia=1.0, budget=0, integrator=INTEGRATORS["euler"],
-             backlash=0.0, stiction_rise=0.0)
+    p.update(dict.fromkeys(PENDULUM_KEYS + OFF_ON_A_HINGE, 0.0), load_inertia=1.0, budget=0,
+             integrator=INTEGRATORS["euler"])
     return p, budget
 
 

@@ -25,6 +25,7 @@ from hil.offline.identify.space import (
     bounds_table,
     published_set,
     space,
+    thermal_constants,
     thermal_space,
 )
 from hil.offline.replay import LogArrays, batch_params, replay_log, rollout_batch
@@ -145,8 +146,7 @@ class Objective:
         if not self.temperature:
             return params
         m = self.base.motor
-        return {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
-                "thermal_c2": m.thermal2[1], "friction_tempcoef": m.friction_tempcoef} | params
+        return thermal_constants(m) | {"friction_tempcoef": m.friction_tempcoef} | params
 
     def spec(self, params: dict):
         """The actuator of a fit's parameters: the one `replay --params` builds from their bam set (with what the

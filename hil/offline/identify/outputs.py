@@ -137,9 +137,8 @@ def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[s
     written = []
     for x in ranked:
         params, delay = x.fit.params, x.fit.params.get("delay_steps", 0)
-        # the rollouts the fit scored: with the thermal model when a temperature parameter was fitted
-        temperature = any(k in params for k in TEMPERATURE_KEYS) or bool(x.fit.thermal)
-        # each page rolls what its MAE was scored with: the position with the catalog's thermal constants
+        # each page rolls the set its MAE was scored with (one with a thermal model carries it, BamParams), the
+        # thermal page with the thermal stage's constants
         pages = [("validation", "q [rad]", 1e3, "mrad", False, params, x.fit.validation_mae or x.fit.train_mae)]
         if x.fit.thermal:
             pages.append(("thermal", "T [°C]", 1.0, "K", True, params | x.fit.thermal["params"],
@@ -148,7 +147,7 @@ def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[s
             fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown)), squeeze=False, sharex=False)
             for ax, (name, mae) in zip(axes[:, 0], shown.items(), strict=True):
                 log = logs[name].log
-                o = Objective(actuator, [logs[name]], "bam", temperature or thermal)
+                o = Objective(actuator, [logs[name]], "bam", thermal)
                 ((q, _, *temp),) = o.rollouts([page_params], [delay])
                 t = np.arange(len(q)) * log.dt
                 ax.plot(t, o.arrays[0].temp if thermal else o.arrays[0].q, label="log", color="k", lw=1.0)

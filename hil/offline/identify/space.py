@@ -106,6 +106,11 @@ def bam_params(params: dict) -> BamParams:
     return BamParams.model_validate(params)
 
 
+def thermal_constants(motor) -> dict[str, float]:
+    """A MotorConstants' thermal constants, keyed as `THERMAL_KEYS` (0 where it has none)."""
+    return dict(zip(THERMAL_KEYS, (motor.thermal_r, motor.thermal_c, *motor.thermal2), strict=True))
+
+
 def thermal_space(actuator: str, nodes: int) -> Space:
     """The thermal constants fitted to logged temperature: R_T [K/W] and C [J/K] of one node, plus R_th2 and
     C2 of the housing with two; logarithmic, started at the catalog's values where it has them."""
@@ -113,9 +118,7 @@ def thermal_space(actuator: str, nodes: int) -> Space:
         raise ConfigError(f"--thermal-nodes {nodes}: 1 (winding) or 2 (winding and housing)")
     names = THERMAL_KEYS[:2 * nodes]
     b = np.array([bounds_table()["thermal"][k] for k in names], dtype=float)
-    m = catalog.entry(actuator).actuator().motor
-    have = {"thermal_r": m.thermal_r, "thermal_c": m.thermal_c, "thermal_r2": m.thermal2[0],
-            "thermal_c2": m.thermal2[1]}
+    have = thermal_constants(catalog.entry(actuator).actuator().motor)
     start = np.array([have[k] if b[i, 0] <= have[k] <= b[i, 1] else b[i, 2] for i, k in enumerate(names)])
     return Space(actuator, "thermal", names, b[:, 0], b[:, 1], start, {}, log=True)
 
