@@ -75,7 +75,9 @@ _SDO_DOWNLOAD_REPLY = 0x60                          # initiate download response
 _MODE_KEY = (0x60, 0x60, 0x00)                      # 0x6060 sub 0, little-endian index
 _EXPEDITED, _SIZE_GIVEN = 0x02, 0x01
 _OPERATION_ENABLED = (0x6F, 0x27)                   # statusword mask → value (CiA 402-2 FSA)
-_ATTACH_TIMEOUT_S = 0.2           # per SDO upload from a real node at start; no reply: the twin keeps its state
+# per SDO upload from a real node at start [s]; no reply: the twin keeps its state. A drive answers within a
+# millisecond; the adapter and a busy host add the rest (python-canopen's SdoClient.RESPONSE_TIMEOUT is 0.3 s)
+_ATTACH_TIMEOUT_S = 1.0
 # CiA 402 states whose statusword leaves bit 5 (quick stop) open
 _BIT5_FREE = (State.NOT_READY_TO_SWITCH_ON, State.SWITCH_ON_DISABLED, State.FAULT_REACTION_ACTIVE, State.FAULT)
 # controlwords from Switch on disabled up to each state (CiA 402 transitions 2, 3, 4)
