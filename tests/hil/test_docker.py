@@ -9,7 +9,7 @@ need none).
 * docker/rig.toml is config/rigs/default.toml with only the endpoints and the broker changed;
 * the image's exact entry point and health check commands, run outside a container: `servo-hil run`
   on a copy of docker/rig.toml (ports moved to free loopback ports, broker: mosquitto from
-  docker/mosquitto.conf when installed), healthy, then SIGTERM → exit 0 within 2 s.
+  docker/mosquitto.conf when installed), healthy, then SIGTERM → exit 0 within 4 s.
 """
 
 from __future__ import annotations
@@ -334,14 +334,17 @@ def test_entrypoint_command_runs_healthy_and_stops_on_sigterm(tmp_path):
                     assert time.monotonic() < deadline, f"no {connected!r} in the log:\n{log.read_text()}"
                     time.sleep(0.05)
 
-            proc.send_signal(signal.SIGTERM)  # the image's STOPSIGNAL
+            # ~0.3 s idle, ~2 s on a 2-core host behind 8 busy processes; a stop held up by the broker takes 4.7-10 s,
+            # and the daemon's own watchdog ends a stop at 8 s, before compose's SIGKILL (stop_grace_period 10 s)
+            stop_bound_s = 4.0
             t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)  # the image's STOPSIGNAL
             try:
-                rc = proc.wait(2.0)
+                rc = proc.wait(stop_bound_s)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"still running 2 s after SIGTERM:\n{log.read_text()}")
+                pytest.fail(f"still running {stop_bound_s:g} s after SIGTERM:\n{log.read_text()}")
             assert rc == 0, f"exit status {rc} after SIGTERM:\n{log.read_text()}"
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < stop_bound_s
             assert "stopped" in log.read_text()
         finally:
             if proc.poll() is None:

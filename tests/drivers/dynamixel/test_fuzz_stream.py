@@ -5,8 +5,11 @@ A seeded, header-biased stream (random bytes; FF FF FD 00 headers with random ID
 absurd lengths, among them a Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte
 flipped) is written to the pty in bursts, straight through pyserial. After each burst the test waits until the
 line has been silent for `QUIET_S` (> the 1.5 ms inter-byte timeout of Protocol 2.0 §Instruction Packet)
-plus the burst's wire time, counted from when the burst would have left a real wire, then sends one probe:
-a Sync Read of Present Position from IDs 1-4. Every probe must be answered on its first attempt, by the four
+plus the burst's wire time, counted from when the burst would have left a real wire, and until the server has
+answered a marker (a Read from ID 1 that no fuzz piece asks for, sent after the silence and again after another
+silence if a fuzz packet swallowed it): a server the host kept from running answers the burst late, and those
+replies must not be taken for the probe's. Then it sends one probe: a Sync Read of Present Position from IDs 1-4.
+Every probe must be answered on its first attempt, with nothing else on the line, by the four
 servos in order, with error 0 and the position the loop's state gives (lock-step rig, so the state cannot move
 between the `step` reply and the probe). The daemon must stay up, log no traceback and isolate no failure, and its
 RSS (/proc/<pid>/status VmRSS) must grow by less than 5 MB from after the first tenth of the run to its end.
@@ -32,7 +35,12 @@ from .conftest import IDS, JOINT, write_dxl_rig
 SEED = 0xD15E
 BAUD = 1_000_000        # the rig's and the client's line speed [bit/s]
 QUIET_S = 0.02          # silence before a probe [s]: well past the 1.5 ms inter-byte timeout, so the parser restarts
-PROBE_TIMEOUT_S = 1.0   # a probe's replies must be complete within this (no retry) [s]
+# a probe's replies must be complete within this (no retry) [s]; the point is that the probe is answered at all,
+# and a loaded host may keep the server from running for a good part of a second
+PROBE_TIMEOUT_S = 5.0
+MARKER_ID = 1
+MARKER_WAIT_S = 1.0     # a marker unanswered for this long was swallowed by a partial fuzz packet: send another [s]
+SETTLE_DEADLINE_S = 10.0  # the server must have answered a marker within this of the first one [s]
 RSS_GROWTH_LIMIT_KB = 5 * 1024
 PRESENT_POSITION = (132, 4)
 TICKS_PER_RAD = 4096 / (2 * math.pi)   # X / MX(2.0) position resolution, 0 at 2048 (e-manual §Present Position(132))
@@ -98,6 +106,38 @@ class Probe:
                 time.sleep(5e-4)
         return dropped
 
+    def settle(self, quiet_s: float, busy_until: float) -> int:
+        """Drain (see `drain`), then send a marker and drop every reply up to and including the marker's, so that
+        the server has answered all that was written before; the markers sent. Each marker reads a length of its
+        own, which no reply to a fuzz piece or to an earlier marker has, so only the last marker's reply ends the
+        wait."""
+        deadline = None     # counted from the first marker: long replies to the burst may hold the line before it
+        markers = 0
+        while deadline is None or time.monotonic() < deadline:
+            self.drain(quiet_s, busy_until)
+            if deadline is None:
+                deadline = time.monotonic() + SETTLE_DEADLINE_S
+            markers += 1
+            length = 5 + markers
+            self.ser.write(encode_instruction(MARKER_ID, Instruction.READ, struct.pack("<HH", 0, length)))
+            parser = Parser(PROBE_TIMEOUT_S, accept_status=True)
+            resend_at = min(deadline, time.monotonic() + MARKER_WAIT_S)
+            while True:
+                data = self.ser.read(65536)
+                if data:
+                    got = parser.feed(data, time.monotonic())
+                    for n, p in enumerate(got):
+                        if p.id == MARKER_ID and p.instruction == 0x55 and len(getattr(p, "params", b"")) == 1 + length:
+                            # the server answers in order: nothing may come after the last marker's reply
+                            assert n == len(got) - 1 and not parser.buffered, f"after the marker: {data.hex(' ')}"
+                            return markers
+                elif time.monotonic() > resend_at:
+                    break
+                else:
+                    time.sleep(2e-4)
+            busy_until = 0.0
+        raise AssertionError(f"no reply to {markers} markers within {SETTLE_DEADLINE_S} s")
+
     def ask(self) -> tuple[list, bytes]:
         """Send the probe; (the packets that came back, good or corrupt, and their bytes)."""
         self.ser.write(self.wire)
@@ -106,11 +146,13 @@ class Probe:
         got: list = []
         raw = b""
         deadline = time.monotonic() + PROBE_TIMEOUT_S
-        while len(got) < len(IDS) and time.monotonic() < deadline:
+        while len(got) < len(IDS):
             data = self.ser.read(65536)
             if data:
                 raw += data
                 got += parser.feed(data, time.monotonic())
+            elif time.monotonic() > deadline:    # checked after a read: a reader that woke late still reads once
+                break
             else:
                 time.sleep(2e-4)
         return got, raw
@@ -126,7 +168,7 @@ def run(daemon, n_pieces: int, burst: int) -> dict:
     ser = serial.Serial(daemon.rig.port, BAUD, timeout=0)
     stream, probe = Stream(SEED), Probe(ser)
     state = daemon.step(1)["state"]
-    probes = rounds = 0
+    probes = rounds = markers = 0
     rss_start = None
     try:
         while stream.pieces < n_pieces:
@@ -138,7 +180,7 @@ def run(daemon, n_pieces: int, burst: int) -> dict:
             burst_s = wire_time_s(len(chunk), BAUD)
             busy_until = time.monotonic() + burst_s
             ser.write(chunk)
-            probe.drain(QUIET_S + burst_s, busy_until)
+            markers += probe.settle(QUIET_S + burst_s, busy_until)
             got, raw = probe.ask()
             probes += 1
             context = f"probe {probes} after {stream.pieces} pieces, replies {raw.hex(' ')}"
@@ -162,7 +204,8 @@ def run(daemon, n_pieces: int, burst: int) -> dict:
     log = daemon.stderr()
     assert "Traceback" not in log and "not answered" not in log, log[-2000:]
     assert rss_end - rss_start < RSS_GROWTH_LIMIT_KB, f"RSS {rss_start} -> {rss_end} kB"
-    return {"pieces": stream.pieces, "probes": probes, "rss_start_kb": rss_start, "rss_end_kb": rss_end}
+    return {"pieces": stream.pieces, "probes": probes, "markers": markers, "rss_start_kb": rss_start,
+            "rss_end_kb": rss_end}
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["paced", "fast"])

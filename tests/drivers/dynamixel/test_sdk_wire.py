@@ -56,7 +56,9 @@ def undelayed(rtts: list[float]) -> float:
     """The fastest round trip [s]: an exchange the host did not delay (load only ever adds time, and pacing
     keeps every exchange at or above the wire). On a loaded host a client that waits longer (a Return Delay
     Time, a delay fault) is more often preempted meanwhile, which moves the median of a long exchange more
-    than a short one's; differences of the emulator's own delays are read here."""
+    than a short one's; differences of the emulator's own delays are read here. The SDK busy-waits on one of
+    the two cores, so with any other load the daemon's bus thread often waits a scheduler slice (~3 ms) before
+    it replies: how late pacing is against the wire is read here too (a pacing error delays every exchange)."""
     return min(rtts)
 
 
@@ -66,9 +68,9 @@ def wire_s(baud: int, rdt_units: int = 250) -> float:
 
 # ------------------------------------------------------------------------------------------------ 13. timing
 def test_read_round_trip_respects_the_wire(dxl):
-    """Median round trips with Return Delay Time 250 and 0, measured in alternating blocks so that both see
-    the same host (a burst of load or steal lands on both, not on one): never faster than the wire, not
-    grossly slower, and RDT 250 adds its 500 µs (read on the exchanges the host did not delay: `undelayed`)."""
+    """Round trips with Return Delay Time 250 and 0, measured in alternating blocks so that both see the same
+    host (a burst of load or steal lands on both, not on one): no exchange faster than the wire, not grossly
+    slower, and RDT 250 adds its 500 µs (both read on the exchanges the host did not delay: `undelayed`)."""
     steal, t0 = StealMeter(), time.monotonic()
     samples: dict[int, list[float]] = {250: [], 0: []}
     try:
@@ -85,11 +87,11 @@ def test_read_round_trip_respects_the_wire(dxl):
                f"{low[0] * 1e6:.0f} µs (bound {wire_s(1_000_000, 0) * 1e6:.0f} µs); hypervisor steal "
                f"{100 * steal.fraction():.1f} % over {time.monotonic() - t0:.1f} s")
     print(f"\n{figures}")
-    for rdt, median in rtt.items():
+    for rdt, fastest in low.items():
         bound = wire_s(1_000_000, rdt)
-        assert median >= 0.99 * bound, f"RDT {rdt}: faster than the wire ({bound * 1e6:.0f} µs); {figures}"
+        assert fastest >= 0.99 * bound, f"RDT {rdt}: faster than the wire ({bound * 1e6:.0f} µs); {figures}"
         # generous: a loaded 2-core host adds ~1 ms to the SDK's and the daemon's wake-ups
-        assert median < bound + 2e-3, f"RDT {rdt}: more than 2 ms over the wire; {figures}"
+        assert fastest < bound + 2e-3, f"RDT {rdt}: more than 2 ms over the wire; {figures}"
     assert 0.35e-3 <= low[250] - low[0] <= 0.65e-3, f"Return Delay Time 250 adds 500 µs; {figures}"
 
 
@@ -113,11 +115,12 @@ def test_servo_baud_rate_register(dxl):
             assert dxl.ping(i)[:2] == (MODEL[i], OK)
             assert dxl.read(i, A.BAUD_RATE) == 1
         steal = StealMeter()
-        median = statistics.median(round_trips(dxl, 2, 15))
-        figures = (f"median read4ByteTxRx at 57600 bps: {median * 1e3:.2f} ms (wire bound {wire_s(57_600) * 1e3:.2f} "
-                   f"ms); hypervisor steal {100 * steal.fraction():.1f} %")
+        rtts = round_trips(dxl, 2, 60)   # ~6 ms each: under load most are preempted at least once (`undelayed`)
+        figures = (f"read4ByteTxRx at 57600 bps median / fastest: {statistics.median(rtts) * 1e3:.2f} / "
+                   f"{undelayed(rtts) * 1e3:.2f} ms (wire bound {wire_s(57_600) * 1e3:.2f} ms); hypervisor steal "
+                   f"{100 * steal.fraction():.1f} %")
         print(f"\n{figures}")
-        assert wire_s(57_600) * 0.99 <= median < wire_s(57_600) + 2e-3, figures   # generous: a loaded host
+        assert wire_s(57_600) * 0.99 <= undelayed(rtts) < wire_s(57_600) + 2e-3, figures   # generous: a loaded host
     finally:
         dxl.set_baud(57_600)
         for i in IDS:
@@ -173,15 +176,17 @@ def test_reset_clears_bus_faults_on_the_bus(daemon, dxl):
 
 def test_delay_fault_adds_its_time(daemon, dxl):
     steal = StealMeter()
-    base = statistics.median(round_trips(dxl, 2, 15))
+    base = round_trips(dxl, 2, 15)
     daemon.ok("inject_fault", actuator="mx64", fault="delay", args={"seconds": 0.01})
     # the faulted servo and another one read in turns: a load that slows every exchange cancels out
-    pairs = [(round_trips(dxl, 1, 1)[0], round_trips(dxl, 2, 1)[0]) for _ in range(20)]
+    pairs = [(round_trips(dxl, 1, 1)[0], round_trips(dxl, 2, 1)[0]) for _ in range(30)]
     delayed, other = [a for a, _ in pairs], [b for _, b in pairs]
-    figures = (f"read median / fastest: {statistics.median(other) * 1e3:.2f} / {undelayed(other) * 1e3:.2f} "
-               f"ms ({base * 1e3:.2f} ms median before), with a 10 ms delay fault "
-               f"{statistics.median(delayed) * 1e3:.2f} / {undelayed(delayed) * 1e3:.2f} ms; hypervisor steal "
+    figures = (f"read median / fastest: {statistics.median(other) * 1e3:.2f} / {undelayed(other) * 1e3:.2f} ms "
+               f"({statistics.median(base) * 1e3:.2f} / {undelayed(base) * 1e3:.2f} ms before), with a 10 ms delay "
+               f"fault {statistics.median(delayed) * 1e3:.2f} / {undelayed(delayed) * 1e3:.2f} ms; hypervisor steal "
                f"{100 * steal.fraction():.1f} %")
     print(f"\n{figures}")
-    assert 0.0099 <= undelayed(delayed) - undelayed(other) < 0.013, figures
-    assert statistics.median(other) < base + 2e-3, f"only the faulted servo is late; {figures}"   # generous
+    # never sooner than the wire plus the fault's 10 ms (a loaded host only adds, to the other servo's reads too)
+    assert undelayed(delayed) >= 0.99 * (wire_s(1_000_000) + 0.01), figures
+    assert undelayed(delayed) - undelayed(other) < 0.013, figures
+    assert undelayed(other) < undelayed(base) + 2e-3, f"only the faulted servo is late; {figures}"   # generous

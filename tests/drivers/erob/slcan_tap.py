@@ -62,9 +62,9 @@ class SlcanTap(threading.Thread):
                     continue
                 try:
                     data = os.read(fd, 4096)
-                except OSError:
-                    continue
-                os.write(peer[fd], data)
+                    os.write(peer[fd], data)
+                except OSError:     # a side hung up (EIO): a daemon that ended closed its pty; the line is gone
+                    return
                 buf = self._lines[fd]
                 buf += data
                 while (end := buf.find(b"\r")) >= 0:

@@ -198,6 +198,16 @@ class Stream:
     def samples(self, joint: str, seconds: float) -> list[dict]:
         return [s.payload for s in self.collect(seconds) if s.joint == joint]
 
+    def samples_over_sim_time(self, joint: str, seconds: float, timeout: float = 10.0) -> list[dict]:
+        """Samples of `joint` from the next one until its simulation time `t` has advanced by `seconds`: a window
+        of simulated behaviour, whatever wall time a stalled host takes to deliver it (at most `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        out = [self.wait_for(joint, lambda p: True, timeout, "a sample")]
+        while out[-1]["t"] < out[0]["t"] + seconds - 1e-9:
+            out.append(self.wait_for(joint, lambda p: True, max(deadline - time.monotonic(), 0.0),
+                                     f"{seconds} s of simulated time"))
+        return out
+
     def latest(self, joint: str, timeout: float = 2.0) -> dict:
         """A sample of `joint` produced after this call (what is already queued is dropped)."""
         self.drain()

@@ -71,7 +71,7 @@ def test_set_param_kp_changes_behaviour(daemon, stream):
     ok(ep, "set_param", actuator="arm", name="kp", value=0.0)
     ok(ep, "set_goal", actuator="arm", value=0.5 * ARM_GEAR)
     stream.wait_for("arm", lambda p: p["goal"] == 0.5 * ARM_GEAR, 1.0, "the goal")
-    idle = stream.samples("arm", 0.4)
+    idle = stream.samples_over_sim_time("arm", 0.4)
     assert all(abs(p["position"]) < 1e-3 for p in idle), "with kp = 0 the arm must not track the goal"
     ok(ep, "set_param", actuator="arm", name="kp", value=20.0)
     stream.wait_for("arm", lambda p: abs(p["position"] - 0.5) < 0.02, 3.0, "the arm tracking again with kp 20")
@@ -101,7 +101,7 @@ def test_set_mode_torque(daemon, stream):
     stream.wait_for("arm", lambda p: p["mode"] == MODE_CODES["torque"], 1.0, "mode torque (6)")
     ok(ep, "set_goal", actuator="arm", value=0.02)
     p = stream.wait_for("arm", lambda p: p["goal"] == 0.02, 1.0, "goal 0.02 N·m")
-    more = [p, *stream.samples("arm", 0.2)]
+    more = [p, *stream.samples_over_sim_time("arm", 0.2)]
     assert all(q["torque"] == 0.02 for q in more), {q["torque"] for q in more}
     assert more[-1]["position"] > p["position"], "a positive torque on a pendulum at rest must lift it"
     assert ok(ep, "state", actuator="arm")["state"]["arm"]["mode"] == "torque"
@@ -120,7 +120,7 @@ def test_set_mode_voltage(daemon, stream):
     p = stream.wait_for("arm", lambda p: p["goal"] == 1.0, 1.0, "1 V goal")
     assert p["mode"] == MODE_CODES["voltage"] and p["voltage"] == 1.0
     assert p["current"] == pytest.approx(0.5, rel=1e-9) and p["torque"] == pytest.approx(1.25, rel=1e-9)
-    later = stream.samples("arm", 0.2)[-1]
+    later = stream.samples_over_sim_time("arm", 0.2)[-1]
     # terminal speed ≈ (1.25 − 0.29 N·m) / (K²g²/R + b·g² = 3.4 N·m·s/rad) ≈ 0.3 rad/s
     assert later["velocity"] > 0.1 and later["current"] < 0.49, "no back-EMF: the current did not drop with speed"
     refused(ep, "set_mode", "dxl_pwm", "not available", actuator="arm", mode="dxl_pwm")
@@ -169,7 +169,7 @@ def test_reset_returns_to_initial_state(daemon, stream):
     assert abs(p["position"]) < 0.05, "the arm was not put back (reset sets the state, it does not drive there)"
     # (exactly 0 unless a tick falls between reset's ring commands: see test_races.py)
     stream.wait_for("arm", lambda p: abs(p["position"]) < 1e-3 and abs(p["velocity"]) < 1e-3, 2.0, "at rest at 0")
-    after = stream.samples("arm", 0.2)
+    after = stream.samples_over_sim_time("arm", 0.2)
     assert all(abs(q["position"]) < 1e-3 and q["goal"] == 0.0 for q in after), after[-1]
     mx = stream.latest("mx")
     assert mx["external_torque"] == 0.0 and mx["fault_flags"] == 0
@@ -187,7 +187,7 @@ def test_reset_restores_initial_theta(make_rig, start_daemon):
         stream.wait_for("arm", lambda p: p["position"] < -0.3, 3.0, "arm at -0.4")
         ok(rig.cmd, "reset")
         stream.wait_for("arm", lambda p: p["goal"] == 0.3 * ARM_GEAR, 1.0, "goal = initial position")
-        held = stream.samples("arm", 0.3)
+        held = stream.samples_over_sim_time("arm", 0.3)
     assert all(abs(p["position"] - 0.3) < 0.01 for p in held), [p["position"] for p in held[:3]]
 
 

@@ -37,7 +37,7 @@ def test_open_circuit_now(daemon, stream):
     assert stream.latest("arm")["fault_flags"] == 0
     ok(ep, "inject_fault", actuator="arm", fault="open_circuit", args={"fraction": 1.0})
     stream.wait_for("arm", flag_on(FLAG["open_circuit"]), 1.0, "open-circuit bit 1")
-    opened = stream.samples("arm", 0.3)
+    opened = stream.samples_over_sim_time("arm", 0.3)
     assert all(p["fault_flags"] & FLAG["open_circuit"] for p in opened)
     assert all(p["torque"] == 0.0 and p["current"] == 0.0 for p in opened), "an open armature made torque"
     assert opened[-1]["position"] < opened[0]["position"] - 0.02, "the pendulum did not fall with the armature open"
@@ -53,7 +53,7 @@ def test_open_circuit_at_time(daemon, stream):
     ep = daemon.rig.cmd
     now = ok(ep, "state", actuator="arm")["state"]["arm"]["t"]
     ok(ep, "inject_fault", actuator="arm", fault="open_circuit", args={"fraction": 0.5, "at_s": now + 0.5})
-    early = [p for p in stream.samples("arm", 0.25) if p["t"] < now + 0.5 - 1e-9]
+    early = [p for p in stream.samples_over_sim_time("arm", 0.25) if p["t"] < now + 0.5 - 1e-9]
     assert early and not any(p["fault_flags"] & FLAG["open_circuit"] for p in early), "triggered too early"
     p = stream.wait_for("arm", flag_on(FLAG["open_circuit"]), 2.0, "open circuit at the set time")
     assert now + 0.5 - 1e-9 <= p["t"] <= now + 0.5 + 0.002, (p["t"], now + 0.5)
@@ -64,7 +64,7 @@ def test_open_circuit_behavioural(daemon, stream):
     ep = daemon.rig.cmd
     ok(ep, "inject_fault", actuator="arm", fault="open_circuit",
        args={"fraction": 1.0, "current_a": 1.0, "duration_s": 0.02})
-    idle = stream.samples("arm", 0.3)
+    idle = stream.samples_over_sim_time("arm", 0.3)
     assert idle and not any(p["fault_flags"] & FLAG["open_circuit"] for p in idle), "triggered at rest"
     ok(ep, "set_goal", actuator="arm", value=1.0 * ARM_GEAR)
     p = stream.wait_for("arm", flag_on(FLAG["open_circuit"]), 2.0, "behavioural open circuit under current")
@@ -79,7 +79,8 @@ def test_supply_sag_limits_voltage(daemon, stream):
     ok(ep, "inject_fault", actuator="mx", fault="supply_sag", args={"voltage_v": 6.0})
     stream.wait_for("mx", flag_on(FLAG["supply_sag"]), 1.0, "supply bit 2")
     ok(ep, "set_goal", actuator="mx", value=2.0)
-    sagged = stream.samples("mx", 0.3)
+    driven = stream.wait_for("mx", lambda p: p["goal"] == 2.0, 1.0, "goal 2 rad")
+    sagged = [driven, *stream.samples_over_sim_time("mx", 0.3)]
     vmax = max(abs(p["voltage"]) for p in sagged)
     assert 5.0 < vmax <= 0.9625 * 6.0 + 1e-9, vmax
     assert all(p["fault_flags"] & FLAG["supply_sag"] for p in sagged)
@@ -93,13 +94,13 @@ def test_encoder_noise(daemon, stream):
     ep = daemon.rig.cmd
     ok(ep, "inject_fault", actuator="arm", fault="encoder_noise", args={"std_rad": 0.01})
     stream.wait_for("arm", flag_on(FLAG["encoder_noise"]), 1.0, "encoder-noise bit 4")
-    noisy = stream.samples("arm", 0.3)
+    noisy = stream.samples_over_sim_time("arm", 0.3)
     err = [p["position_measured"] - p["position"] for p in noisy]
     assert 0.005 < statistics.pstdev(err) < 0.02, statistics.pstdev(err)
     ok(ep, "clear_fault", actuator="arm", fault="encoder_noise")
     stream.wait_for("arm", flag_off(FLAG["encoder_noise"]), 1.0, "noise cleared")
     stream.wait_for("arm", lambda p: abs(p["position"]) < 1e-3 and abs(p["velocity"]) < 1e-3, 3.0, "settled")
-    quiet = stream.samples("arm", 0.1)
+    quiet = stream.samples_over_sim_time("arm", 0.1)
     assert all(abs(p["position_measured"] - p["position"]) < 1e-4 for p in quiet)
 
 
@@ -109,12 +110,13 @@ def test_encoder_stuck(daemon, stream):
     ok(ep, "inject_fault", actuator="arm", fault="encoder_stuck")
     stream.wait_for("arm", flag_on(FLAG["encoder_stuck"]), 1.0, "encoder-stuck bit 32")
     ok(ep, "set_external_torque", actuator="arm", value=0.1)  # moves the unpowered pendulum
-    moving = stream.samples("arm", 0.3)
+    pushed = stream.wait_for("arm", lambda p: p["external_torque"] == 0.1, 1.0, "external torque 0.1")
+    moving = [pushed, *stream.samples_over_sim_time("arm", 0.3)]
     assert max(p["position"] for p in moving) > 0.05, "the joint did not move"
     assert len({p["position_measured"] for p in moving}) == 1, "the measured position is not frozen"
     ok(ep, "clear_fault", actuator="arm", fault="encoder_stuck")
     p = stream.wait_for("arm", flag_off(FLAG["encoder_stuck"]), 1.0, "stuck cleared")
-    later = stream.samples("arm", 0.1)
+    later = stream.samples_over_sim_time("arm", 0.1)
     assert all(abs(q["position_measured"] - q["position"]) <= abs(q["velocity"]) * 0.0011 + 1e-9 for q in later)
     assert later[-1]["position_measured"] != p["position_measured"]
 
@@ -123,7 +125,7 @@ def test_encoder_slip(daemon, stream):
     ep = daemon.rig.cmd
     ok(ep, "inject_fault", actuator="arm", fault="encoder_slip", args={"rate_rad_s": 1.0})
     first = stream.wait_for("arm", flag_on(FLAG["encoder_slip"]), 1.0, "encoder-slip bit 64")
-    later = stream.samples("arm", 0.3)[-1]
+    later = stream.samples_over_sim_time("arm", 0.3)[-1]
     slip0 = first["position_measured"] - first["position"]
     slip1 = later["position_measured"] - later["position"]
     rate = (slip1 - slip0) / (later["t"] - first["t"])
@@ -177,7 +179,7 @@ def test_overheat_shutdown(make_rig, start_daemon, mqtt_broker):
         ok(rig.cmd, "inject_fault", actuator="mx", fault="overheat")
         p = stream.wait_for("mx", flag_on(FLAG["overheat"]), 1.0, "overheat bit 16")
         assert p["temperature"] > MX_TEMP_LIMIT
-        after = stream.samples("mx", 0.3)
+        after = stream.samples_over_sim_time("mx", 0.3)
         assert all(q["torque"] == 0.0 and q["fault_flags"] & FLAG["overheat"] for q in after)
         assert after[-1]["position"] < 0.9, "the unpowered pendulum did not fall"
         ev = mq.event(lambda e: e.get("type") == "shutdown", 3.0, "shutdown event", start)

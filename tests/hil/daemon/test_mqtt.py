@@ -11,6 +11,11 @@ import pytest
 from . import FLAG, MqttClient, Stream, free_port, ok
 from .conftest import ARM_GEAR, start_broker
 
+# SIGTERM → exit of a daemon without a broker [s]: ~0.3 s idle, ~2 s on a 2-core host behind 8 busy processes. A
+# stop held up by the broker takes longer: start()'s former wait for it 4.7 s, a connect attempt's timeout up to 10 s.
+# Below the daemon's own stop watchdog (STOP_WATCHDOG_S, 8 s), which would turn a slow stop into exit 1.
+PROMPT_STOP_S = 4.0
+
 
 @pytest.fixture
 def mqtt_daemon(make_rig, start_daemon, mqtt_broker):
@@ -246,6 +251,8 @@ def test_broker_restart_reconnects(make_rig, start_daemon, private_broker):
 
 
 def test_sigterm_while_the_broker_is_down(make_rig, start_daemon, private_broker):
+    """SIGTERM while the daemon retries a broker that went away (every second): exit 0 promptly, without waiting
+    for the retries or a connect attempt to end."""
     port = free_port()
     broker = private_broker(port)
     rig = make_rig(mqtt_port=port)
@@ -253,11 +260,14 @@ def test_sigterm_while_the_broker_is_down(make_rig, start_daemon, private_broker
     with MqttClient(port, [f"servo-hil/{rig.name}/online"]) as probe:
         probe.wait(lambda m: m.payload == b"online", 10.0, "online")
     broker.stop()
-    time.sleep(1.1)  # the daemon notices and retries every second
+    deadline = time.monotonic() + 10.0
+    while "unreachable" not in d.stderr():   # the daemon has lost the broker and is retrying
+        assert time.monotonic() < deadline, f"no retry logged 10 s after the broker stopped:\n{d.stderr()[-2000:]}"
+        time.sleep(0.05)
     t0 = time.monotonic()
-    rc = d.terminate(2.0)
-    assert rc == 0, f"exit {rc} (None: still running 2 s after SIGTERM)\n{d.stderr()[-2000:]}"
-    assert time.monotonic() - t0 < 2.0
+    rc = d.terminate(PROMPT_STOP_S)
+    elapsed = time.monotonic() - t0
+    assert rc == 0 and elapsed < PROMPT_STOP_S, f"exit {rc} after {elapsed:.2f} s\n{d.stderr()[-2000:]}"
 
 
 def test_daemon_runs_without_a_broker_and_connects_later(make_rig, start_daemon, private_broker):
@@ -285,11 +295,11 @@ def test_sigterm_soon_after_start_without_a_broker(make_rig, start_daemon):
     d = start_daemon(rig)  # ready = the command socket answers
     time.sleep(0.3)
     t0 = time.monotonic()
-    rc = d.terminate(2.0)
+    rc = d.terminate(PROMPT_STOP_S)
     elapsed = time.monotonic() - t0
     if rc is None:
         d.kill()
-    assert rc == 0 and elapsed < 2.0, f"exit {rc} after {elapsed:.2f} s"
+    assert rc == 0 and elapsed < PROMPT_STOP_S, f"exit {rc} after {elapsed:.2f} s"
 
 
 def test_reconnects_promptly_after_a_reset_during_connect(make_rig, start_daemon, private_broker):

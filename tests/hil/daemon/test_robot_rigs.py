@@ -24,7 +24,7 @@ from hil.logs.mcap import read_side_by_side, recording_files
 
 from . import FLAG, MqttClient, Stream, free_port, ok, refused
 from .conftest import RigFile, write_rig
-from .test_viewers import Collector, decoder, foxglove_session, recorded_against_stream
+from .test_viewers import Collector, decoder, foxglove_session, pause_and_count_skipped, recorded_against_stream
 
 ROOT = Path(__file__).resolve().parents[3]
 ARM_2R = ROOT / "config" / "robots" / "arm_2r.xml"
@@ -210,8 +210,9 @@ def test_a_robot_rig_records_its_stream(tmp_path, start_daemon):
     sub.until(100)
     ok(d.rig.cmd, "set_goal", actuator="elbow", value=1.0)
     time.sleep(1.5)
+    skipped = pause_and_count_skipped(d.rig.cmd)
     assert d.terminate() == 0, d.stderr()
-    recorded, _ = recorded_against_stream(tmp_path / "rec", sub.stop(), JOINTS)
+    recorded, _ = recorded_against_stream(tmp_path / "rec", sub.stop(), JOINTS, skipped_periods=skipped)
     elbow = [b["position"] for _, b in recorded["/sim/elbow/state"]]
     assert elbow[0] < 0.25 and elbow[-1] > 0.6, (elbow[0], elbow[-1])
     # the bodies' poses too, on /sim/poses as foxglove.FrameTransforms (protobuf, its descriptors as the schema,

@@ -10,6 +10,7 @@ import pytest
 
 from . import DT, INT_KEYS, MODE_CODES, PAYLOAD_KEYS, Stream, ok
 from .conftest import ARM_GEAR
+from .test_viewers import unexplained_steps
 
 THERMAL = {"mx", "erob"}  # catalog actuators with a thermal model
 
@@ -36,8 +37,11 @@ def test_stream_framing_schema_and_gap_free_sequence(make_rig, start_daemon):
     ok(rig.cmd, "set_goal", actuator="arm", value=0.6 * ARM_GEAR)
     ok(rig.cmd, "set_goal", actuator="mx", value=-0.8)
     ok(rig.cmd, "set_goal", actuator="erob", value=0.4)
+    before = ok(rig.cmd, "status")["status"]
     with Stream(rig.pub) as stream:
         per = collect_ticks(stream, rig.joints, 1100, timeout=10.0)  # ≥ 1.1 s of simulated time each
+    after = ok(rig.cmd, "status")["status"]
+    skipped = after["skipped_periods"] - before["skipped_periods"]
     assert set(per) == set(rig.joints), f"topics {set(per)} != actuators {rig.joints}"
     for joint, samples in per.items():
         assert len(samples) >= 1100
@@ -52,9 +56,10 @@ def test_stream_framing_schema_and_gap_free_sequence(make_rig, start_daemon):
         gaps = [(a, b) for a, b in itertools.pairwise(seqs) if b != a + 1]
         assert not gaps, f"{joint}: seq not consecutive at {gaps[:5]}"
         stamps = [float(s.stamp) for s in samples]
-        steps = [b - a for a, b in itertools.pairwise(stamps)]
-        assert all(abs(x - DT) < 2e-6 for x in steps), f"{joint}: timestamp steps {min(steps)}..{max(steps)}"
-        assert abs(stamps[-1] - time.time()) < 0.25, "the timestamp frame is not the tick's wall-clock time"
+        odd = unexplained_steps(stamps, DT, skipped)
+        assert not odd, f"{joint}: timestamp steps {odd[:5]} besides {DT}, {skipped} periods skipped"
+        # wall-clock time, not simulated or another clock's; a stalled host hands over the last sample late
+        assert abs(stamps[-1] - time.time()) < 1.0, "the timestamp frame is not the tick's wall-clock time"
         # simulation time: t = k·dt exactly, +1 tick per message
         ticks = [round(s.payload["t"] / DT) for s in samples]
         assert all(s.payload["t"] == k * DT for s, k in zip(samples, ticks, strict=True)), f"{joint}: t != k·dt"
@@ -69,7 +74,7 @@ def test_stream_framing_schema_and_gap_free_sequence(make_rig, start_daemon):
     assert modes == {"arm": MODE_CODES["position"], "mx": MODE_CODES["dxl_pwm"], "erob": MODE_CODES["erob_pd"]}
     temps = [s.payload["temperature"] for s in per["mx"]]
     assert all(20.0 < t < 80.0 for t in temps), "MX-64 winding temperature out of the plausible range"
-    assert ok(rig.cmd, "status")["status"]["sample_drops"] == 0
+    assert after["sample_drops"] == 0
     assert d.alive
 
 
