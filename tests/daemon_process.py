@@ -28,6 +28,11 @@ SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.ma
 # a daemon that does not stop. How fast it stops is the subject of its own
 # tests (tests/hil/daemon/test_lifecycle.py, test_mqtt.py), not of every teardown.
 STOP_TIMEOUT_S = 15.0
+# SIGTERM or SIGINT → exit, in the tests of a prompt stop [s]: ~0.3 s idle, ~2 s on a 2-core host behind 8 busy
+# processes. The stops they pin took 4.7 s (start()'s former wait for the broker) and up to 10 s (a broker connect
+# attempt's timeout); below the daemon's own stop watchdog (STOP_WATCHDOG_S, 8 s, which would make it exit 1) and
+# compose's SIGKILL (stop_grace_period 10 s).
+PROMPT_STOP_S = 4.0
 
 
 def assert_one_cli_line(res: subprocess.CompletedProcess, *needles: str) -> str:

@@ -8,13 +8,10 @@ import time
 
 import pytest
 
+from tests.daemon_process import PROMPT_STOP_S
+
 from . import FLAG, MqttClient, Stream, free_port, ok
 from .conftest import ARM_GEAR, start_broker
-
-# SIGTERM → exit of a daemon without a broker [s]: ~0.3 s idle, ~2 s on a 2-core host behind 8 busy processes. A
-# stop held up by the broker takes longer: start()'s former wait for it 4.7 s, a connect attempt's timeout up to 10 s.
-# Below the daemon's own stop watchdog (STOP_WATCHDOG_S, 8 s), which would turn a slow stop into exit 1.
-PROMPT_STOP_S = 4.0
 
 
 @pytest.fixture
