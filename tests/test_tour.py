@@ -7,6 +7,7 @@ what `.ci/run` proves. Step 9's hardware variant needs a real servo; its demo ru
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -128,7 +129,10 @@ def test_step_6_dynamixel_sdk(clone):
     (_, run), (_, script) = STEPS[6]
     with _daemon(run.splitlines()[0], clone, "dynamixel bus 'dxl'"):
         out = _py(script, clone)
-    assert out.splitlines()[0] == "(1020, 0, 0)", out
+    ping, positions = out.splitlines()
+    assert ping == "(1020, 0, 0)", out
+    one, two, three, four = ast.literal_eval(positions)
+    assert one == two == four == 2048 and 3030 < three <= 3072, out   # only ID 3 moved, to +90° less sag
 
 
 def test_steps_7_and_8_erob(clone):
