@@ -5,8 +5,8 @@ to FILE.
 
 Both tools fit the same models (m4 and m6 by default) with the same budget of evaluations (bam's
 `--trials`, 2000 by default; identify once per `--seeds` seed, bam's fit `--bam-runs` times) on the same training
-logs: the XL330 logs at gains 100 and 400; the 4 logs at gain 800 are held out (bam's
-`--validation_kp 800` convention). bam's fit gets a folder of the training logs only, so that its
+logs: bam's XL330 logs (read from ../shared/reference/bam_logs) at gains 100 and 400; the 4 logs at gain 800 are
+held out (bam's `--validation_kp 800` convention). bam's fit gets a folder of the training logs only, so that its
 per-trial cost is not inflated by its monitor's validation rollouts.
 Both results are then scored on the held-out logs by `hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
 tests/hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
@@ -35,7 +35,8 @@ from bench.kernel import _run, bam_python, cpu_model, proc_stat, steal_fraction
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
-LOG_DIR = ROOT / "data" / "bam" / "logs" / "xl330" / "processed"
+# bam's XL330 logs (Rhoban/bam branch xl330, af22604, bam/data.bak/processed/), beside the repository
+LOG_DIR = ROOT.parent / "shared" / "reference" / "bam_logs" / "xl330" / "processed"
 VALIDATION_KP = 800.0
 FIT_REQUIREMENTS = ("optuna", "cmaes", "wandb")   # what bam.fit imports beyond bam's own dependencies
 
@@ -46,7 +47,7 @@ def log(msg: str) -> None:
 
 def logdir() -> Path:
     if len(list(LOG_DIR.glob("*.json"))) != 12:
-        raise SystemExit(f"{LOG_DIR}: the 12 XL330 processed logs of data/bam are missing")
+        raise SystemExit(f"{LOG_DIR}: needs ../shared/reference/bam_logs (bam's 12 processed XL330 logs)")
     return LOG_DIR
 
 

@@ -25,7 +25,8 @@ from hil.params import catalog
 from hil.rig import load_robot_rig
 
 PEER = Path(__file__).with_name("peers") / "bam_mujoco.py"
-DATA = Path(__file__).resolve().parents[1] / "data" / "bam" / "params"
+# bam's published sets (Rhoban/bam 1b5a1ce, bam/params/), read from ../shared/reference/ beside the repository
+DATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "bam_params"
 PEER_SET = ("mx64", "m4")   # bam's set every peer controller uses: update()'s cost does not depend on its values
 
 
@@ -46,9 +47,12 @@ def peer(mjcf: Path, joints: list[str], g: np.ndarray, repeats: int) -> dict:
                            text=True, check=False)
     if probe.stdout.strip() != mujoco.__version__:
         return {"skipped": f"bench/.venv-bam has no MuJoCo {mujoco.__version__} (pip install it there)"}
+    params = DATA / PEER_SET[0] / f"{PEER_SET[1]}.json"
+    if not params.is_file():
+        return {"skipped": f"needs ../shared/reference/bam_params ({params.name} of bam's {PEER_SET[0]})"}
     fw = catalog.entry(PEER_SET[0]).firmware
     job = {"mjcf": str(mjcf), "repeats": repeats, "goals": g.tolist(),
-           "joints": [{"name": j, "params": str(DATA / PEER_SET[0] / f"{PEER_SET[1]}.json"), "kp": fw["kp"],
+           "joints": [{"name": j, "params": str(params), "kp": fw["kp"],
                        "vin": fw["supply_v"], "error_gain": fw["error_gain"], "max_pwm": fw["max_duty"]}
                       for j in joints]}
     r = subprocess.run([str(py), str(PEER)], input=json.dumps(job), capture_output=True, text=True, timeout=1800,

@@ -1,10 +1,12 @@
-"""bam's reference rollouts (data/bam/golden/) reproduced through the catalog to 1e-9 rad.
+"""Rollouts of bam's own simulator (tests/data/bam_rollouts/, how they were made: tests/data/README.md)
+reproduced through the catalog to 1e-9 rad.
 
 Every setup × trajectory × friction model m1–m6: the catalog actuator with bam's identified set,
 the firmware law fed the setup's gain and supply, on bam's pendulum with the bam integrator.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,12 +15,13 @@ from hil.kernel import Kernel
 from hil.params import catalog
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "bam_rollouts" / "bam_reference_rollouts.json"
 CATALOG_NAME = {"mx64": "mx64", "mx106": "mx106", "erob80_100": "erob80_100", "erob80_50": "erob80_50"}
 
 
 @pytest.fixture(scope="module")
-def golden(bam_data):
-    return json.loads((bam_data / "golden" / "bam_reference_rollouts.json").read_text())
+def golden():
+    return json.loads(GOLDEN.read_text())
 
 
 def cases():

@@ -39,11 +39,6 @@ def raw(name: str) -> dict:
         return tomllib.load(fh)
 
 
-@pytest.fixture(scope="module")
-def bam_params(bam_data):
-    return bam_data / "params"
-
-
 def test_catalog_lists_exactly_the_expected_entries():
     assert catalog.names() == sorted(BAM_DIR)
 
@@ -87,7 +82,7 @@ def test_models_are_bam_files_exactly(name, bam_params):
         bam = json.loads(f.read_text())
         bam.pop("actuator", None)
         ours = dict(models[f.stem])
-        assert ours.pop("source").startswith(f"bam_params/{BAM_DIR[name]}/{f.name}")
+        assert ours.pop("source").startswith(f"bam/params/{BAM_DIR[name]}/{f.name}")
         assert sorted(ours) == sorted(bam), f"{name} {f.stem}: keys differ from {f}"
         for key, value in bam.items():
             assert ours[key] == value, f"{name} {f.stem}.{key}: {ours[key]!r} != {value!r} in {f}"

@@ -67,8 +67,8 @@ def test_actuator_show_explains_the_model_against_the_datasheet():
     assert "stall torque 8.3 vs 6 N·m" in r.stdout
 
 
-def test_report_table_keeps_log_names_apart_in_80_columns(bam_data, tmp_path):
-    logs = bam_data / "logs" / "xl330" / "processed"
+def test_report_table_keeps_log_names_apart_in_80_columns(xl330_logs, tmp_path):
+    logs = xl330_logs
     r = subprocess.run([*SERVO_HIL, "report", str(logs), "--actuator", "xl330_m288", "--model", "m6",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
                        env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})

@@ -118,10 +118,10 @@ def compare_set_to_started(make, changes: dict[str, float], goals: dict[str, flo
     assert float(np.max(np.abs(configured - reference))) > 1e-4, "the changed parameters make no difference"
 
 
-def test_set_param_of_armature_and_viscous_friction_reaches_the_hinge(tmp_path, start_daemon):
+def test_set_param_of_armature_and_viscous_friction_reaches_the_hinge(tmp_path, start_daemon, bam_params):
     """The shoulder's MX-106 with bam's M4 set: its armature is the hinge's dof_armature and its viscous friction
     Kv part of the hinge's dof_damping (bam/mujoco.py)."""
-    m4 = json.loads((ROOT / "data" / "bam" / "params" / "mx106" / "m4.json").read_text())
+    m4 = json.loads((bam_params / "mx106" / "m4.json").read_text())
     changes = {"armature": 1.5 * m4["armature"], "friction_viscous": 3.0 * m4["friction_viscous"]}
     (tmp_path / "shoulder.json").write_text(json.dumps(m4 | changes))
 

@@ -48,12 +48,6 @@ SYNTH_FROM = ("2026-01-15_10h28m10.json", "2026-01-15_10h29m21.json", "2026-01-1
               "2026-01-15_10h29m37.json")
 
 
-@pytest.fixture(scope="module")
-def xl330_logs(bam_data) -> Path:
-    """The 12 processed XL330 logs (data/bam/logs/xl330/processed)."""
-    return bam_data / "logs" / "xl330" / "processed"
-
-
 def _invoke(args: list[str]):
     return CliRunner().invoke(app, ["identify", *args])
 

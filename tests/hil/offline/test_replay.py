@@ -15,8 +15,8 @@ BAM_MAE = json.loads((Path(__file__).parents[2] / "data" / "bam_1.0.2_xl330_mae.
 
 
 @pytest.fixture(scope="module")
-def logdir(bam_data):
-    return bam_data / "logs" / "xl330" / "processed"
+def logdir(xl330_logs):
+    return xl330_logs
 
 
 @pytest.mark.parametrize("model", ["m1", "m2", "m3", "m4", "m5", "m6"])
@@ -34,7 +34,7 @@ def test_replay_distinguishes_models(logdir):
     assert mean["m5"] < 0.85 * mean["m1"]
 
 
-def test_replay_cli_contract(logdir, bam_data, tmp_path):
+def test_replay_cli_contract(logdir, bam_params, tmp_path):
     out = tmp_path / "out.json"
     log = logdir / "2026-01-15_10h29m14.json"
     res = CliRunner().invoke(app, ["replay", str(log), "--actuator", "xl330_m288", "--model", "m6",
@@ -55,7 +55,7 @@ def test_replay_cli_contract(logdir, bam_data, tmp_path):
 
     # --params with bam's own file gives the same result as --model
     out2 = tmp_path / "out2.json"
-    params = bam_data / "params" / "xl330" / "m6.json"
+    params = bam_params / "xl330" / "m6.json"
     res = CliRunner().invoke(app, ["replay", str(log), "--actuator", "xl330_m288", "--params", str(params),
                                    "--out", str(out2)])
     assert res.exit_code == 0, res.output
@@ -69,11 +69,11 @@ def test_replay_needs_one_parameter_source(logdir, tmp_path):
     assert "--model or --params" in res.output
 
 
-def test_a_set_with_a_thermal_model_needs_logged_temperature(logdir, bam_data, tmp_path):
+def test_a_set_with_a_thermal_model_needs_logged_temperature(logdir, bam_params, tmp_path):
     """An identified set that ran the winding's thermal model (params.json's thermal_r, beyond bam's keys) replays
     from each log's first logged temperature: a log without one is refused in one line naming it; half a pair of
     thermal constants is refused naming both."""
-    params = json.loads((bam_data / "params" / "xl330" / "m1.json").read_text())
+    params = json.loads((bam_params / "xl330" / "m1.json").read_text())
     hot = tmp_path / "hot.json"
     hot.write_text(json.dumps(params | {"thermal_r": 142.5, "thermal_c": 2.8, "friction_tempcoef": -0.01}))
     log = json.loads((logdir / "2026-01-15_10h29m14.json").read_text())

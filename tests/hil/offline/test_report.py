@@ -1,4 +1,4 @@
-"""`servo-hil report` on the real XL330 logs (data/bam/logs/xl330/processed), and on side-by-side MCAP logs.
+"""`servo-hil report` on bam's real XL330 logs (../shared/reference/bam_logs), and on side-by-side MCAP logs.
 
 The replay path must report exactly `servo-hil replay`'s MAE; the PNGs are read back and checked for
 shape. Three 6 s logs (lift_and_drop kp 100, sin_sin kp 400, up_and_down kp 800) with m1 and m5.
@@ -28,8 +28,8 @@ HAVE_RECORDER = importlib.util.find_spec("hil.logs.mcap") is not None
 
 
 @pytest.fixture(scope="module")
-def logdir(bam_data, tmp_path_factory):
-    src = bam_data / "logs" / "xl330" / "processed"
+def logdir(xl330_logs, tmp_path_factory):
+    src = xl330_logs
     d = tmp_path_factory.mktemp("logs")
     for name in LOGS:
         shutil.copyfile(src / name, d / name)

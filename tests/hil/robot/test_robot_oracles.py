@@ -158,7 +158,7 @@ def replica_of_bams_update(peers: list[dict], goals: np.ndarray) -> np.ndarray:
     return q
 
 
-def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path) -> None:
+def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path, bam_params: Path) -> None:
     n_steps = 5000
     g = arm_goals(n_steps)
     bindings, peers = [], []
@@ -168,7 +168,7 @@ def test_2r_arm_matches_bams_mujoco_controller(tmp_path: Path) -> None:
         params = kernel_params(spec, LoadConfig(), EncoderConfig(), FaultConfig(), "euler")
         bindings.append(Binding(joint, params, f"actuators[{j}] ({joint})", theta=0.1 * (j + 1)))
         fw = entry.firmware
-        peers.append({"name": joint, "params": str(ROOT / "data" / "bam" / "params" / name / f"{BAM_MODEL}.json"),
+        peers.append({"name": joint, "params": str(bam_params / name / f"{BAM_MODEL}.json"),
                       "kp": fw["kp"], "vin": fw["supply_v"], "error_gain": fw["error_gain"],
                       "max_pwm": fw["max_duty"], "q0": 0.1 * (j + 1)})
     robot = build_robot(RobotConfig(mjcf=ARM_2R.name), ARM_2R.parent, bindings, DT)
