@@ -94,7 +94,7 @@ ENCODER = {"encoder_counts": 4096.0, "encoder_noise": 2e-4}
 # Open-circuit fault armed (10 % of each motor revolution open once it latches), never triggered:
 # no temporal trigger, and the behavioural trigger needs |i| > 50 A for 10 ms (i stays < 7 A).
 FAULT = {"oc_fraction": 0.1, "oc_time": math.inf, "oc_current": 50.0, "oc_duration": 0.01}
-# bam MX-64 m6 (bam/params/mx64/m6.json, copied to data/bam/params), friction budget M6 at the output.
+# bam MX-64 m6 (Rhoban/bam 1b5a1ce, bam/params/mx64/m6.json), friction budget M6 at the output.
 BAM_MX64_M6 = {
     "friction_base": 6.217919698787649e-07,
     "friction_stribeck": 0.12269525980968875,

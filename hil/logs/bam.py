@@ -1,7 +1,7 @@
-"""bam's identification logs as recorders write them (bam/dynamixel/record.py, bam/erob/record.py,
-bam/process.py; data/bam/logs/SOURCE.md): a raw JSON per run (`<out>/raw/`), its processed twin on a fixed grid
-(`<out>/processed/`, what `replay`, `report` and bam's fitting read), and the sweep of runs that `servo-hil record`
-makes, whatever drives the servo.
+"""bam's identification logs as recorders write them (Rhoban/bam: bam/dynamixel/record.py, bam/erob/record.py,
+bam/process.py; recorded examples on branch xl330, af22604, bam/data.bak/): a raw JSON per run (`<out>/raw/`),
+its processed twin on a fixed grid (`<out>/processed/`, what `replay`, `report` and bam's fitting read), and the
+sweep of runs that `servo-hil record` makes, whatever drives the servo.
 """
 
 from __future__ import annotations

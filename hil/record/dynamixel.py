@@ -1,6 +1,7 @@
 """Active mirror (`servo-hil record`): drive a Dynamixel servo through bam's excitation trajectories
-with dynamixel-sdk and record bam's raw JSON logs (bam/dynamixel/record.py's format,
-data/bam/logs/SOURCE.md), plus the processed log (5 ms grid) that `replay`, `report` and bam's fitting read.
+with dynamixel-sdk and record bam's raw JSON logs (the format of Rhoban/bam's bam/dynamixel/record.py and of its
+XL330 logs, branch xl330, af22604, bam/data.bak/raw/), plus the processed log (5 ms grid) that `replay`, `report`
+and bam's fitting read.
 
 The servo runs in Position mode with the Position P Gain under test (I = D = 0, as bam's recorder
 leaves them); each cycle writes the goal, then reads Present PWM … Present Temperature in one read.
