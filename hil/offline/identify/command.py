@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -23,7 +23,8 @@ def identify(
                                                     "(files or folders)")],
     actuator: Annotated[str, typer.Option(help="catalog actuator, e.g. xl330_m288, mx64, erob80_100")],
     out: Annotated[Path, typer.Option(help="output folder: params.json, catalog.toml, report.json, PNGs")],
-    model: Annotated[str, typer.Option(help="friction model m1..m6, or 'all' to fit and rank every one")] = "m6",
+    model: Annotated[Literal["m1", "m2", "m3", "m4", "m5", "m6", "all"], typer.Option(
+        help="friction model, or 'all' to fit and rank every one")] = "m6",
     trials: Annotated[int, typer.Option(min=1, help="evaluations (parameter sets tried) per fit, as bam's "
                                                     "--trials")] = 2000,
     workers: Annotated[int, typer.Option(min=1, help="fits run at once in local processes")] = 1,
@@ -41,8 +42,9 @@ def identify(
     delay: Annotated[bool, typer.Option(help="also fit a command-to-measurement latency [steps]")] = False,
     thermal_nodes: Annotated[int, typer.Option(min=0, max=2, help="after the position, fit a 1- or 2-node "
                                                                   "thermal model to the logged temperature")] = 0,
-    mcap_header: Annotated[list[str] | None, typer.Option(help="bam header of MCAP logs: mass=KG, length=M, "
-                                                              "kp=GAIN [, arm_mass, vin, damping]")] = None,
+    mcap_header: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE", help="bam header of MCAP logs (repeatable): mass [kg], length [m], kp (the firmware's "
+                                  "P gain, as recorded) required; arm_mass [kg], vin [V], damping optional")] = None,
     joint: Annotated[str | None, typer.Option(help="MCAP logs: the joint to read (default: every one)")] = None,
     dt: Annotated[float, typer.Option(help="MCAP logs: resampling step [s] (bam.process's default)")] = 0.005,
 ) -> None:
@@ -62,6 +64,9 @@ def identify(
     unknown = sorted(set(header) - set(MCAP_HEADER_KEYS))
     if unknown:
         raise ConfigError(f"--mcap-header {unknown[0]}: unknown (known: {', '.join(MCAP_HEADER_KEYS)})")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file; --out names a folder (params.json, catalog.toml, report.json "
+                          "and PNGs go in it)")
     outputs.check_writable(out)
     train = read_logs(logs, header, joint, dt)
     held = read_logs(validation, header, joint, dt) if validation else []
@@ -88,13 +93,17 @@ def identify(
 
             results = execute(tasks, workers, scheduler, on_fit=on_fit)
         else:
-            bars = {id(t): progress.add_task(f"{t.model} split {t.split}", total=t.trials, best="-", generation=0)
-                    for t in tasks}
+            # each bar's clock starts with its fit's first generation and stops with its fit
+            bars = {id(t): progress.add_task(f"{t.model} split {t.split}", total=t.trials, best="-", generation=0,
+                                             start=False) for t in tasks}
+            by_fit = {(t.model, t.split): bars[id(t)] for t in tasks}
 
             saved = [-math.inf, math.inf]   # when, and the MAE of the set params.json holds
 
             def on_generation(t, stage, evaluations, best, params):
                 bar = progress.tasks[bars[id(t)]]
+                if not bar.started:
+                    progress.start_task(bar.id)
                 generation = bar.fields["generation"] + 1
                 if stage == "thermal" and not bar.description.endswith("thermal"):   # the second stage starts
                     progress.update(bar.id, description=f"{t.model} split {t.split} thermal")
@@ -106,7 +115,14 @@ def identify(
                     outputs.write_json(out / "params.json", params)
                     saved[:] = time.monotonic(), best
 
-            results = execute(tasks, on_generation=on_generation)
+            def on_fit(r):
+                # CMA-ES may converge under its budget: the bar ends where the fit ended, full, its clock stopped
+                bar = progress.tasks[by_fit[r.model, r.split]]
+                if not r.interrupted:
+                    progress.update(bar.id, total=bar.completed or bar.total, completed=bar.completed or bar.total)
+                progress.stop_task(bar.id)
+
+            results = execute(tasks, on_generation=on_generation, on_fit=on_fit)
     if not results:
         raise ConfigError("interrupted before any fit had a result")
     doc, ranked = outputs.write(out, tasks, results, seed, time.perf_counter() - t0, train, held)
@@ -126,4 +142,5 @@ def identify(
             mae = sum(th["train_mae"].values()) / len(th["train_mae"])
             console.print(f"{x.model} thermal ({th['nodes']} node{'s' if th['nodes'] > 1 else ''}): {values}; "
                           f"temperature MAE {mae:.3f} K")
-    console.print(f"{ranked[0].model} → {out / 'params.json'}, {out / 'catalog.toml'}, {out / 'report.json'}")
+    console.print(f"{ranked[0].model} → {out / 'params.json'}, {out / 'catalog.toml'}, {out / 'report.json'}; "
+                  f"plots: {', '.join(doc['plots'])}", soft_wrap=True)

@@ -163,21 +163,34 @@ def plot(out: Path, ranked: list[Ranked], results: list[FitResult], logs: dict[s
             fig.savefig(path, dpi=80)
             plt.close(fig)
             written.append(path)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in results:
-        if r.history:
-            e, b = zip(*r.history, strict=True)
-            ax.plot(e, 1e3 * np.array(b), label=f"{r.model} split {r.split}")
-    ax.set_xlabel("evaluations")
-    ax.set_ylabel("best training MAE [mrad]")
-    ax.set_yscale("log")
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.12, right=0.97, top=0.95, bottom=0.12)
+    fig = convergence_figure(results)
     path = out / "convergence.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
     written.append(path)
     return written
+
+
+def convergence_figure(results: list[FitResult]):
+    """Best training MAE against evaluations, one curve per fit, each its own colour."""
+    import matplotlib.pyplot as plt
+
+    curves = [r for r in results if r.history]
+    # colours from a colormap (the default cycle repeats after 10 fits), the legend beside the axes, not on them
+    columns = 1 + (max(len(curves), 1) - 1) // 20
+    width = 7 + 1.5 * columns
+    fig, ax = plt.subplots(figsize=(width, 4))
+    colors = plt.get_cmap("turbo")(np.linspace(0.05, 0.95, max(len(curves), 1)))
+    for r, color in zip(curves, colors, strict=False):
+        e, b = zip(*r.history, strict=True)
+        ax.plot(e, 1e3 * np.array(b), label=f"{r.model} split {r.split}", color=color, lw=1.2)
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best training MAE [mrad]")
+    ax.set_yscale("log")
+    if curves:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, ncol=columns)
+    fig.subplots_adjust(left=0.84 / width, right=6.6 / width, top=0.95, bottom=0.12)
+    return fig
 
 
 def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, seconds: float,
@@ -195,6 +208,7 @@ def write(out: Path, tasks: list[FitTask], results: list[FitResult], seed: int, 
     header = (f"# {cat['title']}: servo-hil identify, {doc['date']}, seed {seed}.\n"
               f"# Logs: {', '.join(x.name for x in logs + validation)}\n")
     (out / "catalog.toml").write_text(header + tomli_w.dumps(cat))
+    doc["plots"] = [p.name for p in plot(out, ranked, results, {x.name: x for x in logs + validation},
+                                         tasks[0].actuator)]
     (out / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot(out, ranked, results, {x.name: x for x in logs + validation}, tasks[0].actuator)
     return doc, ranked
