@@ -31,11 +31,13 @@ The timestamp is wall-clock time (epoch seconds) of the tick's deadline in real-
 the simulation time in lock-step mode.
 
 A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
-ticks on topic `b"<rig>/poses"`: a map of `seq` (+1 per message), `t` [s] and `tick` of the copy, `bodies`
-(the MJCF's body names, world first), `position` (x, y, z [m] of each body in the world frame, flattened)
-and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp frame is the copy's
-simulation time in lock-step mode, else the wall-clock time when the message is sent. It is the latest copy
-when the publisher looks (a lock-step burst ends on its last). A robot rig refuses an actuator named `poses`;
+ticks (ticks N, 2N, …: exactly rate_hz / N a second) on topic `b"<rig>/poses"`, in the rig's framing (as a
+joint named `poses`): a map of `seq` (the copy's number, +1 per copy: a gap means copies were lost), `t` [s]
+and `tick` of the copy, `bodies` (the MJCF's body names, world first), `position` (x, y, z [m] of each body in
+the world frame, flattened) and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp
+is the copy's simulation time in lock-step mode, else the wall-clock time of its tick. The engine holds the
+last 1023 copies for the publisher; only a publisher that many behind (a lock-step burst of more than 1023·N
+ticks) loses the oldest. A robot rig refuses an actuator named `poses`;
 ZeroMQ filters by prefix, so a subscription to `<rig>/poses` still gets a joint `poses2`: compare the whole topic.
 
 Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
@@ -146,7 +148,7 @@ class StatePublisher(threading.Thread):
         if self.robot is not None:
             self._wait_s = min(0.1, live.rig.robot.pose_every / live.rig.loop.rate_hz)
         self.poses_sent = 0
-        self._pose_tick = 0
+        self._pose_copy = -1   # the number of the last copy of the poses sent (RobotEngine.poses_since)
         if self.robot is not None:
             self.robot.engine.publish_poses(live.rig.robot.pose_every)
             self._bodies = [self.robot.model.body(i).name for i in range(self.robot.model.nbody)]
@@ -170,20 +172,27 @@ class StatePublisher(threading.Thread):
         return sent
 
     def publish_poses(self) -> None:
-        """The robot's latest copy of its bodies' poses, if new, on `<rig>/poses` (module docstring)."""
-        copy = self.robot.engine.read_poses()
-        if copy is None or copy[0] == self._pose_tick:
+        """Every copy of the robot's bodies' poses made since the last call, on `<rig>/poses` in the rig's framing
+        (module docstring)."""
+        copies = self.robot.engine.poses_since(self._pose_copy)
+        if not copies:
             return
-        tick, t, poses = copy
-        self._pose_tick = tick
-        payload = {"seq": self.poses_sent, "t": t, "tick": tick, "bodies": self._bodies,
-                   "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
-        stamp = t if self.live.rig.loop.lockstep else time.time()
-        frames = [poses_topic(self.live.rig.name), msgpack.packb(payload), f"{stamp:.9f}".encode()]
-        self.sock.send_multipart(frames)
-        if self.tap is not None:
-            self.tap.send_multipart(frames)
-        self.poses_sent += 1
+        rate_hz, lockstep = self.live.rig.loop.rate_hz, self.live.rig.loop.lockstep
+        now, tick_now = time.time(), self.robot.engine.ticks
+        for number, tick, t, poses in copies:
+            self._pose_copy = number
+            payload = {"seq": number, "t": t, "tick": tick, "bodies": self._bodies,
+                       "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
+            # real time: the wall-clock time of the copy's tick, counted back from the engine's latest tick
+            stamp = t if lockstep else now - (tick_now - tick) / rate_hz
+            if self.single_frame:
+                frames = [msgpack.packb({self.live.rig.name: {POSES_TOPIC: payload}, "timestamp": float(stamp)})]
+            else:
+                frames = [poses_topic(self.live.rig.name), msgpack.packb(payload), f"{stamp:.9f}".encode()]
+            self.sock.send_multipart(frames)
+            if self.tap is not None:
+                self.tap.send_multipart(frames)
+            self.poses_sent += 1
 
     def _flags_changed(self, j: int, flags: int, t: float, temperature: float | None) -> None:
         live = self.live
@@ -270,6 +279,7 @@ class StateSubscriber(threading.Thread):
         super().__init__(name="servo-hil-tap", daemon=True)
         self.sinks = sinks
         self.poses_topic = poses_topic(rig)
+        self.poses_head = single_frame_head(rig, POSES_TOPIC)   # how a "single" poses frame starts
         self.poses_sinks = list(poses_sinks)
         self.sock = context.socket(zmq.SUB)
         self.sock.setsockopt(zmq.RCVHWM, 200_000)
@@ -286,11 +296,12 @@ class StateSubscriber(threading.Thread):
 
     def _deliver(self, frames: list[bytes]) -> None:
         self.received += 1
-        if len(frames) == 3 and frames[0] == self.poses_topic:
-            if self.poses_sinks:
-                stamp, payload = stamp_ns(frames[2]), msgpack.unpackb(frames[1])
-                for sink in self.poses_sinks:
-                    sink(stamp, payload)
+        # a robot rig's poses (its sinks are given exactly then: no actuator of a robot is named like them)
+        if self.poses_sinks and (frames[0] == self.poses_topic
+                                 or (len(frames) == 1 and frames[0].startswith(self.poses_head))):
+            _, stamp, payload = decode_state(frames)
+            for sink in self.poses_sinks:
+                sink(stamp, payload)
             return
         # the map's first entry is "seq": int64 (publisher.pyx), found by a byte search so that the ticks no
         # sink keeps are not decoded

@@ -115,11 +115,14 @@ cdef struct Coupling:
     int64_t mj_ns
     int64_t tick           # ticks run
     int64_t pose_every     # copy the bodies' poses every this many ticks (0: never)
-    double* poses          # nbody × (x, y, z, qw, qx, qy, qz), seqlock'd by pose_seq (odd while written)
-    int64_t pose_seq
-    int64_t pose_tick      # the tick and simulation time [s] of the copy
-    double pose_time
+    double* poses          # POSE_RING slots of nbody × (x, y, z, qw, qx, qy, qz); copy k in slot k % POSE_RING
+    int64_t* pose_tick     # per slot: the tick and simulation time [s] of its copy
+    double* pose_time
+    int64_t pose_count     # copies made; copy k is complete once this exceeds k (a reader's release point)
 
+
+
+DEF POSE_RING = 1024   # slots of copies of the bodies' poses: a reader may be ~10 s behind at 100 Hz
 
 
 cdef inline double stribeck(const Params* p, double w) noexcept nogil:
@@ -218,15 +221,20 @@ cdef void robot_tick(Coupling* c) noexcept nogil:
     for k in range(c.substeps):
         physics_step(c)
     c.tick += 1
+    cdef int64_t slot
+    cdef double* out
     if c.pose_every > 0 and c.tick % c.pose_every == 0:
-        hil_robot_add(&c.pose_seq, 1)
-        hil_robot_fence()
+        # ticks pose_every, 2·pose_every, …: exactly rate_hz / pose_every copies a second. The copy goes into
+        # the ring's next slot and is released by pose_count, so a reader loses a copy only when it falls
+        # POSE_RING copies behind (poses_since tells it by the copy numbers).
+        slot = c.pose_count % POSE_RING
+        out = &c.poses[slot * 7 * c.m.nbody]
         for k in range(c.m.nbody):
-            memcpy(&c.poses[7 * k], &c.d.xpos[3 * k], 3 * sizeof(double))
-            memcpy(&c.poses[7 * k + 3], &c.d.xquat[4 * k], 4 * sizeof(double))
-        c.pose_tick = c.tick
-        c.pose_time = c.d.time
-        hil_robot_add(&c.pose_seq, 1)
+            memcpy(&out[7 * k], &c.d.xpos[3 * k], 3 * sizeof(double))
+            memcpy(&out[7 * k + 3], &c.d.xquat[4 * k], 4 * sizeof(double))
+        c.pose_tick[slot] = c.tick
+        c.pose_time[slot] = c.d.time
+        hil_robot_add(&c.pose_count, 1)
 
 
 cdef void tick_entry(void* ctx) noexcept nogil:
@@ -279,9 +287,12 @@ cdef class RobotEngine:
         self.c.theta_w = <double*>calloc(n, sizeof(double))
         self.c.omega_w = <double*>calloc(n, sizeof(double))
         self.c.hinge = <double*>calloc(4 * n, sizeof(double))
-        self.c.poses = <double*>calloc(7 * self.c.m.nbody, sizeof(double))
+        self.c.poses = <double*>calloc(POSE_RING * 7 * self.c.m.nbody, sizeof(double))
+        self.c.pose_tick = <int64_t*>calloc(POSE_RING, sizeof(int64_t))
+        self.c.pose_time = <double*>calloc(POSE_RING, sizeof(double))
         if not (self.c.qpos_adr and self.c.dof_adr and self.c.act_id and self.c.budget and self.c.dof_act
-                and self.c.friction and self.c.theta_w and self.c.omega_w and self.c.hinge and self.c.poses):
+                and self.c.friction and self.c.theta_w and self.c.omega_w and self.c.hinge and self.c.poses
+                and self.c.pose_tick and self.c.pose_time):
             raise MemoryError()
         self.hook.fn = tick_entry
         self.hook.ctx = &self.c
@@ -313,6 +324,8 @@ cdef class RobotEngine:
         free(self.c.omega_w)
         free(self.c.hinge)
         free(self.c.poses)
+        free(self.c.pose_tick)
+        free(self.c.pose_time)
 
     def pull_state(self):
         """The joints' qpos / qvel as the kernel's θ / ω (after the caller changed the MuJoCo state)."""
@@ -383,25 +396,35 @@ cdef class RobotEngine:
             raise ValueError(f"every must be >= 0, got {every}")
         self.c.pose_every = every
 
+    def poses_since(self, int64_t after=-1):
+        """The copies of the bodies' poses numbered above `after` (copy k is made at tick (k + 1)·every) that
+        the ring still holds, oldest first: [(k, tick, simulation time [s], (nbody, 7) array of world position
+        x, y, z [m] and orientation quaternion w, x, y, z)]. The ring holds the last POSE_RING − 1 (1023)
+        copies (the next one is being written into the last slot): a reader further behind finds the oldest
+        gone, and the numbers jump. Safe from another thread than the engine's."""
+        cdef int64_t count = hil_robot_load(&self.c.pose_count), first, k, slot
+        cdef int64_t size = 7 * self.c.m.nbody
+        first = max(after + 1, count - POSE_RING + 1, 0)
+        copies = []
+        cdef double[:, ::1] o
+        for k in range(first, count):
+            out = np.empty((self.c.m.nbody, 7))
+            o = out
+            slot = k % POSE_RING
+            memcpy(&o[0, 0], &self.c.poses[slot * size], size * sizeof(double))
+            copies.append((k, self.c.pose_tick[slot], self.c.pose_time[slot], out))
+        hil_robot_fence()
+        # the engine may have started copy c (overwriting copy c − POSE_RING) since `count` was read: drop
+        # what it may have overwritten
+        count = hil_robot_load(&self.c.pose_count)
+        return [c for c in copies if c[0] > count - POSE_RING]
+
     def read_poses(self):
-        """The latest copy of the bodies' poses: (tick, simulation time [s], (nbody, 7) array of world
-        position x, y, z [m] and orientation quaternion w, x, y, z), or None before the first copy.
-        Consistent with one tick whatever thread runs the engine."""
-        out = np.empty((self.c.m.nbody, 7))
-        cdef double[:, ::1] o = out
-        cdef int64_t s1, s2, tick
-        cdef double t
-        while True:
-            s1 = hil_robot_load(&self.c.pose_seq)
-            if s1 & 1:
-                continue
-            memcpy(&o[0, 0], self.c.poses, 7 * self.c.m.nbody * sizeof(double))
-            tick, t = self.c.pose_tick, self.c.pose_time
-            hil_robot_fence()
-            s2 = hil_robot_load(&self.c.pose_seq)
-            if s1 == s2:
-                break
-        return None if tick == 0 else (tick, t, out)
+        """The latest copy of the bodies' poses: (tick, simulation time [s], (nbody, 7) array as in
+        poses_since), or None before the first copy."""
+        cdef int64_t count = hil_robot_load(&self.c.pose_count)
+        copies = self.poses_since(count - 2)
+        return copies[len(copies) - 1][1:] if copies else None
 
     @property
     def const_updates(self) -> int:

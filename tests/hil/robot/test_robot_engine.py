@@ -92,6 +92,25 @@ def test_poses_every_n_ticks() -> None:
     assert np.array_equal(poses[:, :3], robot.data.xpos) and np.array_equal(poses[:, 3:], robot.data.xquat)
 
 
+def test_every_copy_of_the_poses_is_kept_for_a_reader_until_the_ring_is_full() -> None:
+    """Copies at ticks N, 2N, … are numbered 0, 1, …; a reader gets each once; one more than 1023 copies behind
+    finds the oldest gone, which the numbers show."""
+    robot = arm()
+    robot.engine.publish_poses(2)
+    for _ in range(7):
+        robot.engine.step([0.8, -0.5], [1.0, 1.0])
+    copies = robot.engine.poses_since(-1)
+    assert [(k, tick) for k, tick, _, _ in copies] == [(0, 2), (1, 4), (2, 6)]
+    assert robot.engine.poses_since(2) == []
+    robot.engine.step([0.8, -0.5])
+    (k, tick, t, poses), = robot.engine.poses_since(2)
+    assert (k, tick) == (3, 8) and abs(t - 0.008) < 1e-12
+    assert np.array_equal(poses[:, :3], robot.data.xpos)
+    for _ in range(2 * 1030):   # 1030 more copies
+        robot.engine.step()
+    numbers = [c[0] for c in robot.engine.poses_since(3)]
+    assert numbers == list(range(3 + 1030 - 1022, 3 + 1030 + 1))
+
 def test_tick_hook_is_a_named_capsule() -> None:
     import ctypes
 
