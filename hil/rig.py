@@ -213,6 +213,7 @@ class BusConfig(Strict):
                                                                 "devices 0, 1, … in this order")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+    _bind = field_validator("bind")(classmethod(lambda cls, v: check_endpoint(v)))
 
     @field_validator("real")
     @classmethod
@@ -292,6 +293,19 @@ def loopback(endpoint: str) -> bool:
         return False
 
 
+def check_endpoint(endpoint: str) -> str:
+    """A ZeroMQ endpoint as zmq_connect/zmq_bind take it (zmq_tcp(7): tcp://HOST:PORT; zmq_ipc(7): ipc://PATH;
+    inproc://NAME), else ValueError saying the form expected."""
+    scheme, sep, rest = endpoint.partition("://")
+    host, colon, port = rest.rpartition(":")
+    ok = sep and rest and (scheme in ("ipc", "inproc") or (scheme == "tcp" and colon and host
+                                                           and (port == "*" or port.isdigit())))
+    if not ok:
+        raise ValueError(f"{endpoint!r} is not a ZeroMQ endpoint: expected tcp://HOST:PORT (e.g. "
+                         "tcp://127.0.0.1:9873), ipc://PATH or inproc://NAME")
+    return endpoint
+
+
 class ZmqConfig(Strict):
     pub: str = "tcp://127.0.0.1:9872"
     command: str = "tcp://127.0.0.1:9873"
@@ -307,6 +321,8 @@ class ZmqConfig(Strict):
                                                         "clients admitted")
     allow_remote: bool = Field(False, description="bind a non-loopback address without CURVE (anyone on the "
                                                   "network may command the rig)")
+
+    _endpoints = field_validator("pub", "command")(classmethod(lambda cls, v: check_endpoint(v)))
 
     @model_validator(mode="after")
     def _exposure(self) -> ZmqConfig:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,8 +19,48 @@ from rich.table import Table
 from hil.offline.identify.command import identify
 from hil.params.config_file import ConfigError
 
+
+class _PlainArgument(typer.core.TyperArgument):
+    """An argument shown as RIG in usage lines and help rows (typer writes `{RIG}` and `RIG <path>`)."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx) -> str | None:
+        return None
+
+
+class _PlainCommand(typer.core.TyperCommand):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is typer.core.TyperArgument:
+                param.__class__ = _PlainArgument
+
+
+class _OneLineUsage(typer.core.TyperGroup):
+    """A misused option or argument (a value not among the choices, a missing option) ends in one
+    `servo-hil: error:` line, as every other bad input does, instead of the usage block."""
+
+    def invoke(self, ctx):
+        from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, UsageError
+
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as exc:
+            # typer checks choices with pydantic, whose messages start "Value error, "
+            message = exc.format_message().replace("Value error, ", "")
+            if isinstance(exc, BadParameter) and not isinstance(exc, MissingParameter) and exc.param is not None:
+                message = f"{exc.param.get_error_hint().strip(chr(39))}: {exc.message.removeprefix('Value error, ')}"
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            print(f"servo-hil: error: {message}{where}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
 # help texts are plain text: units in brackets ("[kg]") must not be read as rich markup and vanish
-app = typer.Typer(help="Real-time hardware-in-the-loop servo emulator.", no_args_is_help=True,
+app = typer.Typer(help="Real-time hardware-in-the-loop servo emulator.", no_args_is_help=True, cls=_OneLineUsage,
                   pretty_exceptions_enable=False, add_completion=False, rich_markup_mode=None)
 actuator_app = typer.Typer(help="Inspect the actuator catalog (config/actuators/*.toml).", no_args_is_help=True,
                            rich_markup_mode=None)
@@ -27,7 +69,9 @@ bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True
 app.add_typer(bench_app, name="bench")
 console = Console()
 Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
-Integrator = str  # "euler" | "bam"; validated by the library so that errors are one line
+ModelName = enum.Enum("ModelName", {m: m for m in typing.get_args(Model)}, type=str)   # typer lists no Literal
+Integrator = Literal["euler", "bam", "implicitfast"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def one_line_errors(fn):
@@ -104,7 +148,7 @@ def report(
     out: Annotated[Path, typer.Option(help="output folder: one PNG per log and joint, report.md, report.json")],
     actuator: Annotated[str | None, typer.Option(help="JSON logs: catalog actuator to replay them with, "
                                                       "e.g. xl330_m288")] = None,
-    model: Annotated[list[str] | None, typer.Option(help="JSON logs: bam identified set mN; repeatable")] = None,
+    model: Annotated[list[ModelName] | None, typer.Option(help="JSON logs: bam identified set; repeatable")] = None,
     all_models: Annotated[bool, typer.Option("--all-models", help="JSON logs: every model of the actuator "
                                                                   "(m1..m6), ranked by mean MAE")] = False,
     integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
@@ -112,7 +156,7 @@ def report(
     """Sim vs real: plots per log and joint, and MAE / RMSE / max error tables (per friction model for replays)."""
     from hil.offline.report import report as make_report
 
-    doc = make_report(logs, out, actuator, model or [], all_models, integrator)
+    doc = make_report(logs, out, actuator, [m.value for m in model or []], all_models, integrator)
     names = _short_names([r["log"] for r in doc["rows"]])
     table = Table(title=f"sim vs real: {logs} (mrad)")
     for col in ("log", "joint", "model", "MAE", "RMSE", "max |err|"):
@@ -152,7 +196,7 @@ def run(
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="create the bus at this path (a pty symlink): PATH for a rig with one bus, "
                        "or BUS=PATH; repeatable")] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    log_level: Annotated[LogLevel, typer.Option(help="how much the daemon logs")] = "INFO",
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
     and the rig's servo buses (each prints the port a controller opens)."""
@@ -172,11 +216,13 @@ def mirror(
                        "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
         "--port", help="the pty the controller opens: PATH or BUS=PATH")] = None,
-    record: Annotated[str | None, typer.Option(help="folder for side-by-side MCAP logs (/real, /sim, /bus)")] = None,
+    record: Annotated[Path | None, typer.Option(
+        file_okay=False, metavar="DIRECTORY", help="folder for side-by-side MCAP logs (/real, /sim, /bus), created "
+                                                   "when recording starts")] = None,
     record_segment_s: Annotated[float | None, typer.Option(
         help="seconds of log time per MCAP file (segment); default: the rig's record_segment_s, 600")] = None,
     mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    log_level: Annotated[LogLevel, typer.Option(help="how much the daemon logs")] = "INFO",
 ) -> None:
     """Proxy mirror: forward an unchanged controller's packets (Dynamixel) or frames (eRob CANopen) to the real
     bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
@@ -188,7 +234,8 @@ def mirror(
             raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
     from hil.daemon.service import serve
 
-    serve(rig, mqtt, port or [], log_level, real=real or [], record=record, record_segment_s=record_segment_s)
+    serve(rig, mqtt, port or [], log_level, real=real or [], record=None if record is None else str(record),
+          record_segment_s=record_segment_s)
 
 
 @app.command()
@@ -274,8 +321,9 @@ def record(
 
 
 @app.command()
+@one_line_errors
 def status(
-    command: Annotated[str, typer.Option(help="the daemon's command endpoint")] = "tcp://127.0.0.1:9873",
+    command: Annotated[str, typer.Option(help="the daemon's command endpoint, tcp://HOST:PORT")] = "tcp://127.0.0.1:9873",
     check: Annotated[bool, typer.Option("--check", help="exit 0 if the loop runs, 1 if not (health check)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the raw status as JSON")] = False,
     watch: Annotated[float | None, typer.Option(
@@ -290,6 +338,14 @@ def status(
     from rich.live import Live
 
     from hil.daemon.zmq_io import request
+    from hil.rig import check_endpoint
+
+    try:
+        check_endpoint(command)
+    except ValueError as exc:
+        raise ConfigError(f"--command: {exc}") from None
+    if not timeout > 0:
+        raise ConfigError(f"--timeout {timeout:g}: must be > 0 s")
 
     def ask() -> dict:
         try:
@@ -627,7 +683,7 @@ def actuator_plot(
 @one_line_errors
 def actuator_export(
     name: Annotated[str, typer.Argument(help="catalog actuator")],
-    model: Annotated[str | None, typer.Option(help="bam identified set m1..m6")] = None,
+    model: Annotated[Model | None, typer.Option(help="bam identified set")] = None,
     mjcf: Annotated[Path | None, typer.Option(help="OUT.xml: the closest MuJoCo <dcmotor> and its joint's damping, "
                                                    "frictionloss and armature (MuJoCo 3.7-3.11)")] = None,
     isaaclab: Annotated[Path | None, typer.Option(help="OUT.json or OUT.yaml: Isaac Lab DCMotorCfg parameters")] = None,
@@ -654,6 +710,8 @@ def _plain_metavars(typer_app: typer.Typer) -> None:
 
     words = {Path: "PATH", str: "TEXT", float: "NUMBER", int: "INTEGER"}
     for info in typer_app.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = _PlainCommand
         hints = typing.get_type_hints(info.callback, include_extras=True)
         for name, hint in hints.items():
             if typing.get_origin(hint) is not Annotated:
@@ -670,6 +728,8 @@ def _plain_metavars(typer_app: typer.Typer) -> None:
                         kind = typing.get_args(kind)[0]
                     if typing.get_origin(kind) is Literal:
                         param.metavar = "|".join(str(c) for c in typing.get_args(kind))
+                    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+                        param.metavar = "|".join(str(c.value) for c in kind)
                     elif kind in words:
                         param.metavar = words[kind]
         # evaluated once: typer reads these objects (through any wrapper), not fresh copies of the strings

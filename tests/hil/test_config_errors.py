@@ -430,3 +430,15 @@ def test_dynamixel_rig_errors_are_one_line(tmp_path, second, bus, needles):
     line = assert_one_cli_line(res, *needles)
     assert "dxl.toml" in line or "buses" in line or "actuators[" in line
     assert not (tmp_path / "ttyDXL").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("pub", "nonsense"), ("command", "localhost:9873"),
+                                            ("pub", "tcp://127.0.0.1"), ("command", "udp://127.0.0.1:9873")])
+def test_zmq_endpoint_is_checked_as_an_endpoint_first(tmp_path, key, value):
+    """Regression: `pub = "nonsense"` was reported as reachable from other machines; it is not an endpoint."""
+    rig = dynamixel_rig(tmp_path).read_text()
+    rig = "\n".join(f'{key} = "{value}"' if line.startswith(f"{key} = ") else line for line in rig.splitlines())
+    (tmp_path / "dxl.toml").write_text(rig)
+    res = run_cli("run", str(tmp_path / "dxl.toml"), timeout=30.0)
+    line = assert_one_cli_line(res, f"zmq.{key}", f"{value!r} is not a ZeroMQ endpoint", "tcp://HOST:PORT")
+    assert "reachable" not in line
