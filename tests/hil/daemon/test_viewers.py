@@ -248,6 +248,32 @@ def test_foxglove_server(make_rig, start_daemon):
     assert [e["type"] for e in events][-2:] == ["paused", "resumed"], events
 
 
+@pytest.mark.parametrize(("subprotocols", "accepted"), [
+    (["foxglove.sdk.v1"], "foxglove.sdk.v1"),                              # Foxglove app, Lichtblick with sdk.v1
+    (["foxglove.websocket.v1", "foxglove.sdk.v1"], "foxglove.sdk.v1"),     # a client offering both names
+    (["foxglove.websocket.v1"], None),                                      # older clients: refused, HTTP 400
+])
+def test_foxglove_subprotocols(subprotocols, accepted, make_rig, start_daemon):
+    """docs/configuration.md "Foxglove live view": foxglove-sdk's handshake takes `foxglove.sdk.v1` only; a client
+    offering nothing else is refused with HTTP 400 (the documented client versions follow from this)."""
+    import websockets
+
+    port = free_port()
+    start_daemon(make_rig(extra=f'\n[foxglove]\nport = {port}\n'))
+
+    async def handshake():
+        async with websockets.connect(f"ws://127.0.0.1:{port}", subprotocols=subprotocols) as ws:
+            info = json.loads(await asyncio.wait_for(ws.recv(), 5.0))
+            return ws.subprotocol, info["op"]
+
+    if accepted is None:
+        with pytest.raises(websockets.exceptions.InvalidStatus) as err:
+            asyncio.run(handshake())
+        assert err.value.response.status_code == 400
+    else:
+        assert asyncio.run(handshake()) == (accepted, "serverInfo")
+
+
 def pause_and_count_skipped(cmd: str) -> int:
     """Pause the loop, wait until status says so, and return its `skipped_periods`: paused, the loop records nothing
     more, so the count covers a whole recording."""
