@@ -69,7 +69,6 @@ bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True
 app.add_typer(bench_app, name="bench")
 console = Console()
 Model = Literal["m1", "m2", "m3", "m4", "m5", "m6"]
-ModelName = enum.Enum("ModelName", {m: m for m in typing.get_args(Model)}, type=str)   # typer lists no Literal
 Integrator = Literal["euler", "bam", "implicitfast"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -148,7 +147,9 @@ def report(
     out: Annotated[Path, typer.Option(help="output folder: one PNG per log and joint, report.md, report.json")],
     actuator: Annotated[str | None, typer.Option(help="JSON logs: catalog actuator to replay them with, "
                                                       "e.g. xl330_m288")] = None,
-    model: Annotated[list[ModelName] | None, typer.Option(help="JSON logs: bam identified set; repeatable")] = None,
+    # checked by the report, which names the sets the actuator has
+    model: Annotated[list[str] | None, typer.Option(metavar="|".join(typing.get_args(Model)),
+                                                    help="JSON logs: bam identified set; repeatable")] = None,
     all_models: Annotated[bool, typer.Option("--all-models", help="JSON logs: every model of the actuator "
                                                                   "(m1..m6), ranked by mean MAE")] = False,
     integrator: Annotated[Integrator, typer.Option(help="bam's parameters were identified with 'bam'")] = "bam",
@@ -156,7 +157,7 @@ def report(
     """Sim vs real: plots per log and joint, and MAE / RMSE / max error tables (per friction model for replays)."""
     from hil.offline.report import report as make_report
 
-    doc = make_report(logs, out, actuator, [m.value for m in model or []], all_models, integrator)
+    doc = make_report(logs, out, actuator, model or [], all_models, integrator)
     names = _short_names([r["log"] for r in doc["rows"]])
     table = Table(title=f"sim vs real: {logs} (mrad)")
     for col in ("log", "joint", "model", "MAE", "RMSE", "max |err|"):

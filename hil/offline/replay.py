@@ -205,6 +205,19 @@ def replay_log(log: ProcessedLog, spec: ActuatorSpec, integrator: str, name: str
     return ReplayResult(name, np.arange(len(q)) * log.dt, q, dq, arrays.q, float(np.mean(np.abs(q - arrays.q))))
 
 
+def check_motor(log: ProcessedLog, actuator: str, where: str | Path) -> None:
+    """Refuse a log whose header names another motor than `actuator` (bam's `motor` key: "xl330" for the catalog's
+    xl330_m288, as bam/logs.py writes it); a log without the key is taken as it is."""
+    if not log.motor or log.motor == actuator or actuator.startswith(log.motor + "_"):
+        return
+    from hil.offline.identify.space import bounds_table
+
+    bam_key = bounds_table()["actuators"].get(actuator, {}).get("bam")
+    if log.motor != bam_key:
+        raise ConfigError(f"{where}: the log was recorded on motor {log.motor!r} (its header), not on --actuator "
+                          f"{actuator!r}: give the catalog actuator it was recorded on")
+
+
 def replay(path: str | Path, actuator: str, model: str | None = None, params: BamParams | None = None,
            integrator: Literal["euler", "bam"] = "bam") -> list[ReplayResult]:
     """Replay a log or a folder of logs with a catalog actuator and one bam parameter set.
@@ -222,8 +235,10 @@ def replay(path: str | Path, actuator: str, model: str | None = None, params: Ba
     delay = spec.friction.delay_steps if spec.friction else 0
     out = []
     for f in log_files(path):
+        log = load_log(f)   # its errors name the file already
+        check_motor(log, actuator, f)
         try:
-            out.append(replay_log(load_log(f), spec, integrator, f.name, delay))
+            out.append(replay_log(log, spec, integrator, f.name, delay))
         except ConfigError as exc:
             raise ConfigError(f"{f}: {exc}") from None
     return out

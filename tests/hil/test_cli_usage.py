@@ -19,7 +19,6 @@ from tests.daemon_process import SERVO_HIL, assert_one_cli_line
     (["run", "config/rigs/default.toml", "--log-level", "LOUD"], ("--log-level", "'LOUD' is not one of", "'DEBUG'",
                                                                   "'WARNING'")),
     (["actuator", "show", "mx64", "--model", "m9"], ("--model", "'m9' is not one of 'm1'", "actuator show --help")),
-    (["report", "logs", "--out", "x", "--model", "m7"], ("--model", "'m7' is not one of")),
     (["simulate", "r.toml", "--input", "i.csv", "--out", "o.csv", "--integrator", "rk4"],
      ("--integrator", "'rk4' is not one of 'euler', 'bam', 'implicitfast'")),
     (["identify", "logs", "--actuator", "mx64", "--out", "x", "--model", "m0"], ("--model", "'all'")),

@@ -53,6 +53,7 @@ def identify(
     from hil.offline.identify.logs import MCAP_HEADER_KEYS, check_temperature, read_logs
     from hil.offline.identify.run import execute, plan, splits
     from hil.offline.identify.space import MODELS, parse_assignments, space, thermal_space
+    from hil.offline.replay import check_motor
 
     models = list(MODELS) if model == "all" else [model]
     fixed = parse_assignments(fix or [])
@@ -70,6 +71,8 @@ def identify(
     outputs.check_writable(out)
     train = read_logs(logs, header, joint, dt)
     held = read_logs(validation, header, joint, dt) if validation else []
+    for x in train + held:
+        check_motor(x.log, actuator, x.path)
     both = sorted({x.name for x in train} & {x.name for x in held})
     if both:
         raise ConfigError(f"{both[0]}: given as a training and as a validation log")
