@@ -17,6 +17,7 @@ from drivers.server import BusServer
 from hil.buses import open_bus
 from hil.daemon.live_rig import LiveRig
 from hil.daemon.mqtt_plane import MqttPlane, check_embedded_port
+from hil.daemon.port_locks import PortLocks, lock_ports
 from hil.daemon.zmq_io import (
     CommandServer,
     StatePublisher,
@@ -80,15 +81,16 @@ class Daemon:
         self.recording: StateRecording | None = None
         self.foxglove = None                          # hil.daemon.foxglove.FoxgloveBridge, with [foxglove]
         self.started = False        # start() completed: only then is a stop worth a log line
+        self.port_locks: PortLocks | None = None      # this daemon's hold on its rig's ports
 
     def start(self) -> None:
         rig = self.rig
         if rig.loop.mlockall and (err := lock_memory()):
             log.warning("mlockall failed (errno %d): memory may be paged; continuing", err)
+        # another servo-hil on this rig's ports is said at once, naming it (port_locks), before any bind fails
+        self.port_locks = lock_ports(rig, self.mqtt_enabled)
         # sockets first: a port already in use fails before the loop starts
         curve, self.authenticator = curve_keys(rig.zmq, self.context, self.rig_dir)
-        if self.mqtt_enabled:
-            check_embedded_port(rig.mqtt)
         if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:
             log.warning("embedded MQTT broker on %s without credentials ([mqtt] allow_remote = true): anyone "
                         "who reaches it can command the rig", rig.mqtt.embedded_host)
@@ -102,6 +104,8 @@ class Daemon:
             self.commands = CommandServer(self.live, rig.zmq.command, self.context, curve)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.command}: {exc}") from None
+        if self.mqtt_enabled:   # after the ZeroMQ binds: a busy ZeroMQ port is not reported as MQTT's
+            check_embedded_port(rig.mqtt)
         if viewers:
             self._start_viewers()
         self.live.start()
@@ -182,6 +186,8 @@ class Daemon:
         if self.authenticator is not None:
             self.authenticator.stop()
         self.context.destroy(linger=0)
+        if self.port_locks is not None:
+            self.port_locks.release()
         if self.started:   # a start that failed half-way (a bad bus setting) ends with its error alone
             log.info("stopped")
 
