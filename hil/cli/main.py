@@ -688,13 +688,15 @@ def actuator_export(
     mjcf: Annotated[Path | None, typer.Option(help="OUT.xml: the closest MuJoCo <dcmotor> and its joint's damping, "
                                                    "frictionloss and armature (MuJoCo 3.7-3.11)")] = None,
     isaaclab: Annotated[Path | None, typer.Option(help="OUT.json or OUT.yaml: Isaac Lab DCMotorCfg parameters")] = None,
+    dt: Annotated[float, typer.Option(help="the MJCF's <option timestep> [s]: the step the model runs at (the "
+                                           "daemon's 1 kHz loop by default)")] = 0.001,
 ) -> None:
     """The actuator for another simulator: MuJoCo MJCF and / or Isaac Lab DCMotor parameters, each followed by
     what the target cannot represent."""
     from hil.offline.actuator_export import export
 
     targets = {"mjcf": ("MuJoCo <dcmotor>", mjcf), "isaaclab": ("Isaac Lab DCMotor", isaaclab)}
-    for target, lost in export(name, model, mjcf, isaaclab).items():
+    for target, lost in export(name, model, mjcf, isaaclab, timestep=dt).items():
         title, path = targets[target]
         console.print(f"{title} → {escape(str(path))}")
         console.print(f"  not represented ({len(lost)}):" if lost else "  not represented: nothing")

@@ -30,6 +30,8 @@ from hil.params.actuator import ActuatorSpec
 from hil.params.config_file import ConfigError
 from hil.params.firmware import DcmotorLaw, DynamixelPwmLaw, ErobPdLaw
 
+# the daemon's default loop, 1 kHz (hil.rig LoopConfig, SimConfig): the step the catalog's laws run at
+DEFAULT_TIMESTEP_S = 0.001
 # what MuJoCo's `<dcmotor>` and Isaac Lab's DCMotor both leave out, by the kernel parameter that turns it on
 _BEYOND_BOTH = (
     ("friction_stribeck", "Stribeck friction (friction paper §III-A): Kcs, θ̇s, α"),
@@ -135,9 +137,10 @@ def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, s
                       "(dxl_pwm, erob_pd and the dcmotor's own law export)")
 
 
-def mjcf(spec: ActuatorSpec, name: str, title: str = "") -> Exported:
+def mjcf(spec: ActuatorSpec, name: str, title: str = "", timestep: float = DEFAULT_TIMESTEP_S) -> Exported:
     """`spec` as a one-hinge MJCF model: a default class `name` with the `<dcmotor>` and the joint's damping,
-    frictionloss and armature, a placeholder link (replace it with the load) and the actuator."""
+    frictionloss and armature, a placeholder link (replace it with the load) and the actuator, stepped at
+    `timestep` [s]."""
     p = spec.kernel_params()
     lost = _common_losses(spec, p)
     motor: dict[str, str] = {"resistance": _g(p["resistance"]), "motorconst": _g(p["motorconst"])}
@@ -177,8 +180,9 @@ def mjcf(spec: ActuatorSpec, name: str, title: str = "") -> Exported:
 
     text = f"""<mujoco model={quoteattr(name)}>
   <!-- {title or name}: servo-hil actuator export. Quantities SI at the motor (the joint's at the output);
-       ctrl is the goal position [rad] times the gear ratio. Integrate with Euler to match servo-hil's kernel. -->
-  <option integrator="Euler"/>
+       ctrl is the goal position [rad] times the gear ratio. Integrate with Euler at this timestep [s] to match
+       servo-hil's kernel (MuJoCo's default is 0.002 s). -->
+  <option integrator="Euler" timestep={quoteattr(_g(timestep))}/>
   <compiler angle="radian"/>
   <default>
     <default class={quoteattr(name)}>
@@ -276,7 +280,8 @@ def isaaclab_text(cfg: dict, lost: list[str], path: Path, title: str) -> str:
     raise ConfigError(f"--isaaclab {path}: give a .json, .yaml or .yml file name")
 
 
-def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Path | None) -> dict[str, list[str]]:
+def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Path | None,
+           timestep: float = DEFAULT_TIMESTEP_S) -> dict[str, list[str]]:
     """Write catalog actuator `name` (with bam's identified set `model`) to the MJCF and / or Isaac Lab files;
     returns what each target cannot represent, by target."""
     if mjcf_out is None and isaaclab_out is None:
@@ -284,6 +289,10 @@ def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Pa
     entry = catalog.entry(name)
     if model is not None and model not in ("m1", "m2", "m3", "m4", "m5", "m6"):
         raise ConfigError(f"--model {model!r}: one of m1 … m6")
+    if mjcf_out is not None and mjcf_out.suffix.lower() != ".xml":
+        raise ConfigError(f"--mjcf {mjcf_out}: give a .xml file name")
+    if not (math.isfinite(timestep) and timestep > 0):
+        raise ConfigError(f"--dt {timestep:g}: must be a finite step > 0 s")
     spec = entry.actuator(model)
     label = name + (f"_{model}" if model else "")
     title = entry.title + (f", bam {model}" if model else "")
@@ -294,7 +303,7 @@ def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Pa
         isaaclab_out.write_text(text)
         out["isaaclab"] = lost
     if mjcf_out is not None:
-        doc = mjcf(spec, label, title)
+        doc = mjcf(spec, label, title, timestep)
         mjcf_out.write_text(doc.text)
         out["mjcf"] = doc.lost
     return out

@@ -61,11 +61,11 @@ def test_every_catalog_actuator_exports_an_mjcf_that_mujoco_loads(tmp_path, name
 def pendulum_model(text: str, mass: float, length: float, inertia: float) -> mujoco.MjModel:
     """The exported model with its placeholder link replaced by a pendulum, at DT under gravity."""
     total, com, j = pendulum_inertial(mass, length)
-    assert PLACEHOLDER in text and '<option integrator="Euler"/>' in text
+    option = '<option integrator="Euler" timestep="0.001"/>'
+    assert PLACEHOLDER in text and option in text
     text = text.replace(PLACEHOLDER, f'<inertial pos="0 0 {-com!r}" mass="{total!r}" '
                                      f'diaginertia="{j + inertia!r} {j + inertia!r} {j + inertia!r}"/>')
-    text = text.replace('<option integrator="Euler"/>',
-                        f'<option integrator="Euler" timestep="{DT!r}" gravity="0 0 {-GRAVITY!r}"/>')
+    text = text.replace(option, f'<option integrator="Euler" timestep="{DT!r}" gravity="0 0 {-GRAVITY!r}"/>')
     return mujoco.MjModel.from_xml_string(text)
 
 
