@@ -86,15 +86,27 @@ def run(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def step_decimals(dt: float) -> int | None:
+    """The decimals that write `dt` [s] exactly (3 for 0.001), or None for a step without a short decimal form."""
+    for d in range(16):
+        if abs(round(dt, d) - dt) <= 1e-15 * dt:
+            return d
+    return None
+
+
 def write_outputs(path: str | Path, out: dict[str, np.ndarray], columns: tuple[str, ...] = OUTPUT_COLUMNS) -> None:
-    """Write OUT.csv with full double precision; NaN (not modelled) is written as an empty field."""
+    """Write OUT.csv with full double precision; NaN (not modelled) is written as an empty field. `t` = k·dt is
+    written rounded to dt's decimals (0.57, not k·dt's float noise 0.5700000000000001)."""
+    t = out["t"]
+    decimals = step_decimals(float(t[1] - t[0])) if len(t) > 1 and t[1] > t[0] else None
     with Path(path).open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
         cols = [out[c] for c in columns]
         for row in zip(*cols, strict=True):
-            w.writerow(["" if math.isnan(x) else (str(int(x)) if c.endswith("fault_flags") else repr(float(x)))
-                        for c, x in zip(columns, row, strict=True)])
+            w.writerow(["" if math.isnan(x) else str(int(x)) if c.endswith("fault_flags")
+                        else repr(round(float(x), decimals)) if c == "t" and decimals is not None
+                        else repr(float(x)) for c, x in zip(columns, row, strict=True)])
 
 
 def simulate_robot(rig_path: str | Path, in_path: str | Path, out_path: str | Path) -> dict[str, np.ndarray]:
