@@ -416,6 +416,7 @@ def _print_json(result: dict, out: Path | None) -> None:
 
     text = json.dumps(result, indent=2)
     if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     print(text)
 
@@ -672,6 +673,7 @@ def actuator_plot(
     from hil.params import catalog
 
     spec = catalog.entry(name).actuator(model)
+    out.parent.mkdir(parents=True, exist_ok=True)
     torque_speed_figure(spec, voltage).savefig(out, dpi=120)
     console.print(f"torque–speed envelope → {out}")
     if model:

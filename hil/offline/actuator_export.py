@@ -300,10 +300,12 @@ def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Pa
     if isaaclab_out is not None:
         cfg, lost = isaaclab(spec)
         text = isaaclab_text(cfg, lost, isaaclab_out, title)
+        isaaclab_out.parent.mkdir(parents=True, exist_ok=True)
         isaaclab_out.write_text(text)
         out["isaaclab"] = lost
     if mjcf_out is not None:
         doc = mjcf(spec, label, title, timestep)
+        mjcf_out.parent.mkdir(parents=True, exist_ok=True)
         mjcf_out.write_text(doc.text)
         out["mjcf"] = doc.lost
     return out

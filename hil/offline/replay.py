@@ -247,5 +247,6 @@ def replay(path: str | Path, actuator: str, model: str | None = None, params: Ba
 def write_report(results: list[ReplayResult], out: str | Path) -> dict:
     """OUT.json: {"logs": [{"file", "t", "q", "dq", "mae"}], "mae": mean over logs} [rad]."""
     doc = {"logs": [r.as_json() for r in results], "mae": float(np.mean([r.mae for r in results]))}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc))
     return doc

@@ -99,6 +99,7 @@ def write_outputs(path: str | Path, out: dict[str, np.ndarray], columns: tuple[s
     written rounded to dt's decimals (0.57, not k·dt's float noise 0.5700000000000001)."""
     t = out["t"]
     decimals = step_decimals(float(t[1] - t[0])) if len(t) > 1 and t[1] > t[0] else None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with Path(path).open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
