@@ -46,11 +46,14 @@ class Settable(Strict):
     unit: str
     range: tuple[float, float] = Field(description="[min, max], inclusive, in `unit`")
     doc: str
+    laws: tuple[str, ...] | None = Field(None, description="the firmware laws that read it (None: every law)")
 
     @model_validator(mode="after")
     def _ordered(self) -> Settable:
         if not self.range[0] <= self.range[1]:
             raise ValueError(f"range: min {self.range[0]} > max {self.range[1]}")
+        if unknown := [law for law in self.laws or () if law not in LAWS]:
+            raise ValueError(f"laws: unknown law {unknown[0]!r} (laws: {', '.join(LAWS)})")
         return self
 
 
@@ -322,6 +325,11 @@ class LiveRig:
             raise CommandError(f"set_param: {key} belongs to a pendulum load; a robot rig's load is its MJCF "
                                f"({self.robot.mjcf.name})")
         entry = self.settable[key]
+        # the law running, or the actuator's own one (set_mode may switch back to it)
+        laws = {LAW_NAMES[self.params[j]["law"]], LAW_NAMES[self.configured[j]["law"]]}
+        if entry.laws is not None and not laws & set(entry.laws):
+            raise CommandError(f"set_param: {key} is not used by {self.names[j]}'s firmware law "
+                               f"{LAW_NAMES[self.params[j]['law']]!r} (only by {', '.join(entry.laws)})")
         value = number(cmd, "value", *entry.range, where=f"set_param {key} [{entry.unit}]")
         if problem := _coupling_problem(self.params[j], key, value, self.robot is not None):
             raise CommandError(f"set_param: {problem}")

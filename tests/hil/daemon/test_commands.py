@@ -245,6 +245,10 @@ ERRORS = [
                  id="gear-zero"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "mass", "value": -1.0},
                  ("value", "out of range"), id="negative-mass"),
+    pytest.param({"cmd": "set_param", "actuator": "mx", "name": "pd_kp", "value": 100.0},
+                 ("pd_kp", "mx's firmware law 'dxl_pwm'", "only by erob_pd"), id="erob-gain-on-a-dynamixel"),
+    pytest.param({"cmd": "set_param", "actuator": "arm", "name": "max_duty", "value": 0.5},
+                 ("max_duty", "firmware law 'position'", "dxl_pwm"), id="dynamixel-limit-on-a-dcmotor"),
     pytest.param({"cmd": "set_mode", "actuator": "arm", "mode": "warp"}, ("mode", "warp"), id="unknown-mode"),
     pytest.param({"cmd": "inject_fault", "actuator": "arm", "fault": "gremlin"}, ("unknown fault", "gremlin"),
                  id="unknown-fault"),
@@ -375,3 +379,16 @@ def test_set_param_of_coupled_terms_takes_them_in_order(make_rig, start_daemon):
     set_("arm", "backlash", 0.0)
     set_("arm", "armature", 0.0)
     assert ok(ep, "status")["ok"]
+
+
+def test_set_param_takes_what_the_actuators_own_law_reads(make_rig, start_daemon):
+    """config/daemon/set_param.toml `laws`: the eRob PD gain goes to the eRob, the Dynamixel PWM limit to the
+    Dynamixel, each refused on the other in one line; a parameter of every law goes to both."""
+    ep = start_daemon(make_rig(joints=("mx", "erob"))).rig.cmd
+    ok(ep, "set_param", actuator="erob", name="pd_kp", value=120.0)
+    ok(ep, "set_param", actuator="mx", name="max_duty", value=0.5)
+    for actuator, name in (("mx", "pd_kp"), ("mx", "kd"), ("erob", "max_duty"), ("erob", "kp")):
+        error = refused(ep, "set_param", name, "firmware law", actuator=actuator, name=name, value=1.0)
+        assert "\n" not in error, error
+    for actuator in ("mx", "erob"):
+        ok(ep, "set_param", actuator=actuator, name="supply_v", value=20.0)
