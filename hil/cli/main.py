@@ -6,6 +6,7 @@ import enum
 import functools
 import math
 import os
+import shutil
 import sys
 import typing
 from pathlib import Path
@@ -228,15 +229,31 @@ def mirror(
     """Proxy mirror: forward an unchanged controller's packets (Dynamixel) or frames (eRob CANopen) to the real
     bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
     side by side)."""
-    if not real:
-        from hil.rig import read_rig
+    from hil.rig import read_rig
 
-        if not any(b.real for b in read_rig(rig).buses):
-            raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
+    if not real and not any(b.real for b in read_rig(rig).buses):
+        raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
     from hil.daemon.service import serve
 
-    serve(rig, mqtt, port or [], log_level, real=real or [], record=None if record is None else str(record),
-          record_segment_s=record_segment_s)
+    # a mirror that fails to start (the real port will not open) leaves no empty log folder behind
+    folders = [record] if record is not None else [Path(b.record) for b in read_rig(rig).buses if b.record]
+    created = [_first_missing(f) for f in folders if not f.exists()]
+    try:
+        serve(rig, mqtt, port or [], log_level, real=real or [], record=None if record is None else str(record),
+              record_segment_s=record_segment_s)
+    except BaseException:
+        for top in created:
+            if top.is_dir() and not any(p.is_file() for p in top.rglob("*")):
+                shutil.rmtree(top, ignore_errors=True)
+        raise
+
+
+def _first_missing(path: Path) -> Path:
+    """The outermost folder of `path` that does not exist yet (what creating `path` would create first)."""
+    top = path
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    return top
 
 
 @app.command()
