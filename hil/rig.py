@@ -23,6 +23,7 @@ which is the rig of one `[[actuators]]` entry with joint = "actuator" and those 
               allow_remote
     [foxglove] bind, port, rate_hz, allow_remote   # opt-in: live Foxglove WebSocket server
     [record]  dir, segment_s, rate_hz               # opt-in: the daemon records its own state stream to MCAP
+    [console] bind, port, rate_hz, token           # opt-in: the web console (docs/console.md)
     [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
               tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
     [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
@@ -379,6 +380,20 @@ class FoxgloveConfig(Strict):
         return self
 
 
+class ConsoleConfig(Strict):
+    """`[console]`: the daemon's web console (hil/console, docs/console.md): state, control tables, plots, faults."""
+
+    bind: str = Field("127.0.0.1", description="address the HTTP server listens on")
+    port: int = Field(8780, ge=0, le=65535, description="TCP port (0: any free port, logged)")
+    rate_hz: float = Field(50.0, gt=0.0, le=200.0, description="joint states pushed to each browser per joint per "
+                                                               "second at most (a UI rate, never every tick)")
+    token: str | None = Field(None, min_length=16, description="secret every request must carry (?token= or the "
+                                                               "X-Console-Token header); required off loopback; "
+                                                               "the SERVO_HIL_CONSOLE_TOKEN variable overrides it")
+    record_dir: str = Field("recordings", description="folder of the recordings started from the console "
+                                                      "(relative: from the rig file's folder)")
+
+
 class RecordConfig(Strict):
     """`[record]`: the daemon writes its own state stream to MCAP (`/sim/<joint>/state`, hil.logs.mcap)."""
 
@@ -397,6 +412,7 @@ class RigSettings(Strict):
     mqtt: MqttConfig = MqttConfig()
     foxglove: FoxgloveConfig | None = None
     record: RecordConfig | None = None
+    console: ConsoleConfig | None = None
     sim: SimConfig | None = Field(None, description="the offline step of `simulate`; default: the loop's")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))

@@ -29,7 +29,7 @@ from hil.daemon.zmq_io import (
 )
 from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
-from hil.rig import BusConfig, FoxgloveConfig, RecordConfig, Rig, load_rig, load_robot_rig, read_rig
+from hil.rig import BusConfig, ConsoleConfig, FoxgloveConfig, RecordConfig, Rig, load_rig, load_robot_rig, read_rig
 
 log = logging.getLogger("servo-hil")
 
@@ -80,6 +80,7 @@ class Daemon:
         self.tap: StateSubscriber | None = None      # reads the state stream for [record] and [foxglove]
         self.recording: StateRecording | None = None
         self.foxglove = None                          # hil.daemon.foxglove.FoxgloveBridge, with [foxglove]
+        self.console = None                           # hil.console.server.Console, with [console]
         self.started = False        # start() completed: only then is a stop worth a log line
         self.port_locks: PortLocks | None = None      # this daemon's hold on its rig's ports
 
@@ -94,7 +95,7 @@ class Daemon:
         if self.mqtt_enabled and rig.mqtt.allow_remote and not rig.mqtt.url and rig.mqtt.username is None:
             log.warning("embedded MQTT broker on %s without credentials ([mqtt] allow_remote = true): anyone "
                         "who reaches it can command the rig", rig.mqtt.embedded_host)
-        viewers = [v for v in (rig.foxglove, rig.record) if v is not None]
+        viewers = [v for v in (rig.foxglove, rig.record, rig.console) if v is not None]
         try:
             self.publisher = StatePublisher(self.live, rig.zmq.pub, self.context, rig.loop.io_priority, curve,
                                             rig.zmq.framing, math.gcd(*(self._every(v) for v in viewers)))
@@ -137,7 +138,7 @@ class Daemon:
         log.info("joint state: ZeroMQ PUB %s; commands: ZeroMQ REP %s", self.publisher.endpoint, self.commands.endpoint)
         self.started = True
 
-    def _every(self, viewer: FoxgloveConfig | RecordConfig) -> int:
+    def _every(self, viewer: FoxgloveConfig | RecordConfig | ConsoleConfig) -> int:
         """The viewer's decimation: one published tick in N."""
         return decimation(self.rig.loop.rate_hz, self.rig.zmq.publish_every, viewer.rate_hz)
 
@@ -155,7 +156,15 @@ class Daemon:
                                             self.robot.model if self.robot is not None else None)
             sinks.append((self._every(rig.record), self.recording))
             log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
-        poses = [v.poses for v in (self.foxglove, self.recording) if v is not None] if self.robot is not None else []
+        if rig.console is not None:   # the web console (docs/console.md): state at a UI rate
+            from hil.console.server import Console
+
+            self.console = Console(self, rig.console)
+            self.console.start()
+            sinks.append((self._every(rig.console), self.console.state))
+            print(f"servo-hil: console at {self.console.url}", flush=True)
+        poses = [v.poses for v in (self.foxglove, self.recording, self.console)
+                 if v is not None] if self.robot is not None else []
         self.tap = StateSubscriber(self.context, sinks, rig.name, poses)
         self.tap.start()
 
@@ -178,7 +187,7 @@ class Daemon:
         if self.tap is not None:   # after the publisher's flush: the tap hands on its last messages
             self.tap.stop()
             self.tap.join(2.0)
-        for viewer in (self.recording, self.foxglove):
+        for viewer in (self.recording, self.foxglove, self.console):
             if viewer is not None:
                 viewer.close()
         if self.mqtt is not None and self.mqtt.ident is not None:

@@ -1,0 +1,165 @@
+"""Every console page clicked through in headless Chromium against a real daemon; effects checked on the ZeroMQ
+state stream, the events log and the files the daemon writes. A screenshot of each page is kept (conftest)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from mcap.reader import make_reader
+
+from tests.hil.daemon import Stream, ok
+
+
+@pytest.fixture(scope="module")
+def page(browser, console_daemon):
+    """The console's page, loaded and live (its WebSocket connected)."""
+    _, url = console_daemon
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_selector("#link.link-up", timeout=10_000)
+    yield page
+    page.close()
+
+
+def goto(page, name: str) -> None:
+    page.click(f"nav button[data-page={name}]")
+    page.wait_for_selector(f"#page-{name}.active")
+
+
+def test_overview_lists_the_actuators_live(page, console_daemon, shots):
+    d, _ = console_daemon
+    goto(page, "overview")
+    page.wait_for_function("document.querySelector('#act-mx td[data-key=position]').textContent !== ''")
+    rows = page.locator("#actuator-table tbody tr")
+    assert [rows.nth(k).get_attribute("data-joint") for k in range(rows.count())] == d.rig.joints
+    assert "dxl" in page.locator("#bus-table").inner_text() and "1000000" in page.locator("#bus-table").inner_text()
+    tick = int(page.locator("#loop-table tr:nth-child(3) td").inner_text())
+    page.wait_for_function(f"Number(document.querySelector('#loop-table tr:nth-child(3) td').textContent) > {tick}")
+    page.screenshot(path=shots / "overview.png")
+
+
+def test_goal_position_edit_moves_the_servo(page, console_daemon, shots):
+    d, _ = console_daemon
+    goto(page, "servo")
+    page.wait_for_selector("#register-table tr[data-name='Goal Position']")
+    torque = page.locator("#torque-toggle")
+    if torque.inner_text() == "Torque on":
+        torque.click()
+        page.wait_for_selector("#torque-toggle:text('Torque off')")
+    with Stream(d.rig.pub, d.rig.name + "/mx") as stream:
+        stream.first()
+        box = page.locator("#register-table tr[data-name='Goal Position'] input")
+        box.fill("3072")   # 3072 pulses = 1.5π rad from 0 (4096 pulses per turn, MX-64 e-manual)
+        box.press("Enter")
+        page.wait_for_selector("#servo-message.ok")
+        target = (3072 - 2048) * 2 * 3.141592653589793 / 4096   # output angle 0 rad is 2048 pulses
+        moved = stream.wait_for("mx", lambda p: abs(p["position"] - target) < 0.05, 10.0, "mx near its new goal")
+    assert abs(moved["position"] - target) < 0.05
+    page.wait_for_function("Number(document.querySelector(\"#register-table tr[data-name='Present Position'] "
+                           ".value\").textContent) > 3000")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=shots / "servo.png")
+
+
+def test_eeprom_write_with_torque_on_shows_the_servos_error(page, console_daemon):
+    goto(page, "servo")
+    page.wait_for_selector("#torque-toggle:text('Torque off')")   # torque is on (previous test)
+    box = page.locator("#register-table tr[data-name='Max Position Limit'] input")
+    box.fill("3000")
+    box.press("Enter")
+    page.wait_for_selector("#servo-message.error")
+    assert "Access Error" in page.locator("#servo-message").inner_text()   # Protocol 2.0 error 7: EEPROM locked
+    assert page.locator("#register-table tr[data-name='Max Position Limit'] .value").inner_text() == "4095"
+
+
+def test_plot_values_change_as_the_servo_moves(page, console_daemon, shots):
+    d, _ = console_daemon
+    goto(page, "plot")
+    page.click("#plot-choices input[value='mx.position']")
+    page.wait_for_function("window.uPlot && document.querySelector('#plot canvas')")
+    ok(d.rig.cmd, "set_goal", actuator="mx", value=-1.0)
+    # the plot's newest mx.position value follows the servo down to -1 rad
+    first = page.evaluate("window.consolePlotLast('mx.position')")
+    page.wait_for_function("window.consolePlotLast('mx.position') < -0.9", timeout=10_000)
+    assert first is not None and first > -0.9
+    page.wait_for_function("window.consolePlotSpan() > 9.5", timeout=15_000)
+    assert page.evaluate("window.consolePlotSpan()") <= 10.0 + 0.1   # a 10 s window, older samples dropped
+    frames = page.evaluate("window.consoleFrames()")
+    time.sleep(1.0)
+    rate = page.evaluate("window.consoleFrames()") - frames
+    assert rate >= 30, f"{rate} plot frames in 1 s"
+    page.click("#plot-pause")
+    frozen = page.evaluate("window.consolePlotLast('mx.position')")
+    ok(d.rig.cmd, "set_goal", actuator="mx", value=0.5)
+    time.sleep(1.0)
+    assert page.evaluate("window.consolePlotLast('mx.position')") == frozen   # paused
+    page.screenshot(path=shots / "plot.png")
+    with page.expect_download() as dl:
+        page.click("#plot-csv")
+    text = dl.value.path().read_text().splitlines()
+    assert text[0].startswith("t,") and len(text) > 100
+    with page.expect_download() as dl:
+        page.click("#plot-png")
+    assert dl.value.path().read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page.click("#plot-pause")
+
+
+def test_fault_control_raises_the_fault_in_stream_and_log(page, console_daemon, shots):
+    d, _ = console_daemon
+    goto(page, "faults")
+    page.select_option("#fault-actuator", "arm")
+    row = page.locator("#fault-table tr[data-fault='encoder_noise']")
+    row.locator("input[data-arg='std_rad']").fill("0.01")
+    with Stream(d.rig.pub, d.rig.name + "/arm") as stream:
+        stream.first()
+        row.locator("button.inject").click()
+        stream.wait_for("arm", lambda p: p["fault_flags"] & 4, 5.0, "encoder_noise bit in the stream")
+    page.wait_for_selector("#event-log li[data-type='fault_injected']")
+    assert "encoder_noise" in page.locator("#event-log").inner_text()
+    page.screenshot(path=shots / "faults.png")
+    page.click("#fault-clear-all")
+    page.wait_for_selector("#fault-message.ok")
+
+
+def test_set_param_from_the_page(page, shots):
+    goto(page, "params")
+    page.select_option("#param-actuator", "arm")
+    row = page.locator("#param-table tr[data-param='resistance']")
+    row.locator("input").fill("2.5")
+    row.locator("button.set").click()
+    page.wait_for_selector("#param-message.ok")
+    page.wait_for_function("document.querySelector(\"#param-table tr[data-param='resistance'] td.num\")"
+                           ".textContent === '2.500000'")
+    row = page.locator("#param-table tr[data-param='resistance']")
+    row.locator("input").fill("-1e12")
+    row.locator("button.set").click()
+    page.wait_for_selector("#param-message.error")
+    assert "resistance" in page.locator("#param-message").inner_text()   # out of range: the error names it
+    page.screenshot(path=shots / "parameters.png")
+    page.locator("#param-table tr[data-param='resistance'] button.reset").click()
+    page.wait_for_function("document.querySelector(\"#param-table tr[data-param='resistance'] td.num\")"
+                           ".textContent === '2'")   # the rig's resistance = 2.0
+
+
+def test_recording_started_from_the_page_is_a_readable_mcap(page, shots):
+    goto(page, "record")
+    page.click("#record-start")
+    page.wait_for_selector("#record-state:text('recording to')")
+    time.sleep(1.0)
+    page.click("#record-stop")
+    page.wait_for_selector("#record-state:text('not recording')")
+    link = page.locator("#record-table a").first
+    with page.expect_download() as dl:
+        link.click()
+    with dl.value.path().open("rb") as f:
+        topics = {channel.topic for _, channel, _ in make_reader(f).iter_messages()}
+    assert {"/sim/arm/state", "/sim/mx/state"} <= topics
+    page.screenshot(path=shots / "recording.png")
+
+
+def test_bus_monitor_shows_the_bus(page, shots):
+    goto(page, "bus")
+    page.wait_for_selector("#busmon-table tbody tr")
+    assert "dynamixel" in page.locator("#busmon-table").inner_text()
+    page.screenshot(path=shots / "bus.png")
