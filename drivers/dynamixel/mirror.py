@@ -175,7 +175,8 @@ class MirrorServer(BusThread):
                     "sim_after": {_STATE_KEYS[k]: v for k, v in after.items()}})
 
     def _states(self, servo, real: dict, sim: dict) -> None:
-        """Add enable and mode to a real/sim pair: the twin's registers, the real servo's last reported ones."""
+        """Add enable and mode to a real/sim pair (the twin's registers, the real servo's last reported ones), and
+        the twin's goal to its side."""
         known = self.real_state.get(servo.id, {})
         for name, key in _STATE_KEYS.items():
             if key == "enable":
@@ -186,6 +187,10 @@ class MirrorServer(BusThread):
                 sim[key] = servo.table.get(name)
                 if name in known:
                     real[key] = known[name]
+        if "goal" not in sim and servo.spec.has("Goal Position"):
+            # every goal write reaches the twin: its Goal Position is the controller's goal, read or not
+            it = servo.spec.item("Goal Position")
+            sim.update(servo.decode_state(it.address, bytes(servo.table.data[it.address:it.address + it.size])))
 
     # ------------------------------------------------------------------ twin side
     def _to_twin(self, packet: Packet | CorruptPacket) -> None:

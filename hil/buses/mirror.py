@@ -4,6 +4,7 @@ and the side-by-side MCAP log of a mirrored bus."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,5 +24,9 @@ def open_recorder(cfg: BusConfig, live: LiveRig) -> SideBySideRecorder | None:
         return None
     from hil.logs.mcap import SideBySideRecorder
 
+    # each twin's model by joint, so that a report names the twin as the rig does (m1, a params file, …)
+    twins = {a.joint: a.model or (a.params and Path(a.params).name) or a.catalog or a.name or "sim"
+             for a in live.rig.actuators if a.bus == cfg.name or (cfg.joints and a.joint in cfg.joints)}
     return SideBySideRecorder(cfg.record, prefix=f"{live.rig.name}-{cfg.name}", rotate_s=cfg.record_segment_s,
-                              metadata={"rig": live.rig.name, "bus": cfg.name, "real": real_label(cfg)})
+                              metadata={"rig": live.rig.name, "bus": cfg.name, "real": real_label(cfg),
+                                        "twins": json.dumps(twins, sort_keys=True)})

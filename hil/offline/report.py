@@ -8,7 +8,9 @@ Two inputs:
 * side-by-side MCAP logs from `hil.logs.mcap` (a file, or a folder: each file is one log, so a recording
   rotated into several files gives one row per file): every `/real/<joint>/state` channel is paired with
   `/sim/<joint>/state`; the sim samples are linearly interpolated onto the real samples' times (MCAP log
-  time), real samples outside the sim's time span are left out.
+  time), real samples outside the sim's time span are left out. The twin is labelled by its model as the
+  recording's metadata names it (`twins`, written by `servo-hil mirror`: m1, a params file, the catalog name),
+  "sim" without it; the goal is the real side's where recorded, else the twin's.
 
 Errors are sim − real. `report.json`:
 
@@ -16,8 +18,8 @@ Errors are sim − real. `report.json`:
     source          the input path as given
     actuator, integrator, models     the replay's settings (null / [] for MCAP)
     units           units of the *_rad / *_rad_s / *_s keys
-    rows            one per log × joint × model: log (file name), joint, model (null for MCAP), samples,
-                    duration_s, mae_rad (mean |q_sim − q_real|), rmse_rad, max_abs_err_rad,
+    rows            one per log × joint × model: log (file name), joint, model (MCAP: the twin's, null if
+                    unnamed), samples, duration_s, mae_rad (mean |q_sim − q_real|), rmse_rad, max_abs_err_rad,
                     velocity_mae_rad_s (mean |dq_sim − dq_real|, null if a side has no velocity),
                     plot (PNG file name in the output folder)
     model_summary   replay only, best first: rank, model, logs, mean_mae_rad (mean of mae_rad over the
@@ -172,11 +174,13 @@ def _times(msgs: list[dict], topic: str) -> np.ndarray:
         raise ConfigError(f"{topic}: a message without log_time_ns") from None
 
 
-def compare_side_by_side(topics: dict[str, list[dict]], name: str) -> tuple[list[Comparison], list[str]]:
+def compare_side_by_side(topics: dict[str, list[dict]], name: str,
+                         twins: dict[str, str] | None = None) -> tuple[list[Comparison], list[str]]:
     """Pair /real/<joint>/state with /sim/<joint>/state; returns (comparisons, unpaired topics).
 
     `topics` is `hil.logs.mcap.read_side_by_side`'s result: topic → message dicts, each with
     "log_time_ns" and the state fields (position rad, velocity rad/s, current A, torque N·m, goal rad).
+    `twins`: each joint's twin model (the recording's metadata), its label instead of "sim".
     """
     sides: dict[str, dict[str, list[dict]]] = {}
     for topic, msgs in topics.items():
@@ -205,7 +209,7 @@ def compare_side_by_side(topics: dict[str, list[dict]], name: str) -> tuple[list
 
         try:
             cols_r = {k: _column(real, k) for k in ("position", "velocity", "current", "torque", "goal", "enable")}
-            cols_s = {k: _column(sim, k) for k in ("position", "velocity", "current", "torque")}
+            cols_s = {k: _column(sim, k) for k in ("position", "velocity", "current", "torque", "goal")}
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{name}: joint {joint}: a state field is not a number ({exc})") from None
         if cols_r["position"] is None or cols_s["position"] is None or np.isnan(cols_s["position"]).any() \
@@ -236,9 +240,15 @@ def compare_side_by_side(topics: dict[str, list[dict]], name: str) -> tuple[list
         if kind and (real_trace.effort is None or sim_trace.effort is None):
             note = f"{kind}: {'real' if real_trace.effort is None else 'sim'} side not recorded"
         mae = float(np.mean(np.abs(sim_trace.position - real_trace.position)))
+        # the goal the controller sent: the real side's where it was read back, else the twin's (which every goal
+        # write reaches), held at each real sample
+        goal = cols_r["goal"]
+        if (goal is None or not np.isfinite(goal).any()) and cols_s["goal"] is not None:
+            goal = cols_s["goal"][held]
+        label = (twins or {}).get(joint) or "sim"
         out.append(Comparison(
-            log=name, joint=joint, t=t, real=real_trace, sims={"sim": sim_trace}, mae={"sim": mae},
-            goal=cols_r["goal"], enable=cols_r["enable"], effort_kind=kind, note=note, disagreements=disagreements,
+            log=name, joint=joint, t=t, real=real_trace, sims={label: sim_trace}, mae={label: mae},
+            goal=goal, enable=cols_r["enable"], effort_kind=kind, note=note, disagreements=disagreements,
             info=f"side-by-side MCAP, {len(real)} real samples with {len(sim)} sim samples interpolated onto them"))
     return out, unpaired
 
@@ -254,8 +264,25 @@ def compare_mcap(path: Path) -> tuple[list[Comparison], list[str]]:
         raise
     except Exception as exc:  # the MCAP reader's own errors (bad magic, truncated file, bad JSON): one line
         raise ConfigError(f"{path}: not a readable side-by-side MCAP log ({type(exc).__name__}: {exc})") from None
-    comps, unpaired = compare_side_by_side(topics, path.name)
+    comps, unpaired = compare_side_by_side(topics, path.name, _twins(path))
     return comps, [f"{path.name}: {u}" for u in unpaired]
+
+
+def _twins(path: Path) -> dict[str, str]:
+    """Each joint's twin model from the recording's "servo-hil" metadata (`twins`, JSON), {} where absent."""
+    from mcap.reader import make_reader
+
+    from hil.logs.mcap import recording_files
+
+    for file in recording_files(path):
+        try:
+            with open(file, "rb") as f:
+                for record in make_reader(f).iter_metadata():
+                    if record.name == "servo-hil" and "twins" in record.metadata:
+                        return json.loads(record.metadata["twins"])
+        except Exception:   # a torn or foreign file: the twin stays "sim"
+            continue
+    return {}
 
 
 def mcap_files(path: Path) -> list[Path]:
@@ -369,8 +396,9 @@ def markdown(doc: dict) -> str:
                   f"(models {', '.join(doc['models'])}, {doc['integrator']} integrator). "
                   "Real = the recorded log, sim = the replay; the MAE is `servo-hil replay`'s.", ""]
     else:
-        lines += [f"Side-by-side MCAP logs `{doc['source']}`: `/sim/<joint>/state` interpolated onto the "
-                  "times of `/real/<joint>/state`.", ""]
+        lines += [f"Side-by-side MCAP logs `{doc['source']}`: `/sim/<joint>/state` (the twin, by its model) "
+                  "interpolated onto the times of `/real/<joint>/state`; the goal is the real side's where recorded, "
+                  "else the twin's.", ""]
     lines += ["Errors are sim − real position; MAE = mean |error|, RMSE, max = max |error| over the log.", "",
               "## Position error per log and joint", "",
               "| log | joint | model | samples | MAE [mrad] | RMSE [mrad] | max abs [mrad] | velocity MAE [rad/s] "
