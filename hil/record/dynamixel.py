@@ -17,7 +17,7 @@ import numpy as np
 
 from hil.logs.bam import check_trajectories, record_sweep
 from hil.params.config_file import ConfigError
-from hil.record.excitation import DURATION_S, TRAJECTORIES
+from hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
 
 # Protocol 2.0 control table (MX(2.0), X series, XL330: the same addresses; e-manual §Control Table of RAM Area)
 _TORQUE_ENABLE, _OPERATING_MODE, _P_GAIN, _I_GAIN, _D_GAIN, _GOAL = 64, 11, 84, 82, 80, 116
@@ -25,6 +25,9 @@ _BLOCK, _BLOCK_LEN = 124, 23          # Present PWM (124) … Present Temperatur
 _PULSE_RAD = 2.0 * math.pi / 4096
 _ZERO = 2048                          # 0 rad, the pendulum hanging down
 _VELOCITY_UNIT = 0.229 * 2.0 * math.pi / 60.0
+# a goal written more than two steps of bam's 5 ms processing grid after the previous one is late (bam's own
+# recordings: cycles of 3.5–5.3 ms, none above 7.1 ms)
+LATE_GOAL_S = 0.010
 
 
 def _signed(raw: bytes) -> int:
@@ -64,8 +67,10 @@ class _Servo:
         self.port.closePort()
 
 
-def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: float = DURATION_S) -> dict:
-    """One run: move to the start, follow `trajectory` for `duration` s (bam: 6), return bam's raw log."""
+def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: float = DURATION_S,
+               runs: list[GoalPacing] | None = None) -> dict:
+    """One run: move to the start, follow `trajectory` for `duration` s (bam: 6), return bam's raw log (its header
+    with GoalPacing's counts of late goal updates; the run's GoalPacing is appended to `runs`)."""
     traj = TRAJECTORIES[trajectory]
     servo.write(_TORQUE_ENABLE, 1, 0)
     servo.write(_OPERATING_MODE, 1, 3)
@@ -75,7 +80,7 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: 
     servo.write(_TORQUE_ENABLE, 1, 1)
     servo.write(_GOAL, 4, _ZERO + round(start / _PULSE_RAD))
     time.sleep(1.0)                      # settle at the start, as bam's recorder does
-    entries, enabled = [], True
+    entries, enabled, pacing = [], True, GoalPacing(LATE_GOAL_S)
     t0 = time.monotonic()
     while (t := time.monotonic() - t0) < duration:
         goal, enable = traj(t)
@@ -84,6 +89,9 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: 
             enabled = enable
         if enable:
             servo.write(_GOAL, 4, _ZERO + round(goal / _PULSE_RAD))
+            pacing.update(time.monotonic())
+        else:
+            pacing.pause()
         before = time.monotonic()
         block = servo.read_block()
         after = time.monotonic()
@@ -101,16 +109,21 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: 
         })
     servo.write(_TORQUE_ENABLE, 1, 0)
     vin = float(np.median([e["input_volts"] for e in entries])) if entries else 0.0
-    return {**header, "kp": kp, "vin": header.get("vin") or vin, "trajectory": trajectory, "entries": entries}
+    if runs is not None:
+        runs.append(pacing)
+    return {**header, "kp": kp, "vin": header.get("vin") or vin, "trajectory": trajectory, **pacing.header(),
+            "entries": entries}
 
 
 def record(port: str, dxl_id: int, baud: int, trajectories: list[str], gains: list[int], header: dict,
            out: Path, duration: float = DURATION_S) -> list[Path]:
-    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json."""
+    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json; one warning line at the
+    end if runs fell behind their trajectory (excitation.warn_if_behind)."""
     check_trajectories(trajectories)
-    servo = _Servo(port, baud, dxl_id)
+    servo, runs = _Servo(port, baud, dxl_id), []
     try:
-        return record_sweep(trajectories, gains, lambda name, kp: record_one(servo, name, kp, header, duration),
-                            out)
+        return record_sweep(trajectories, gains,
+                            lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
     finally:
         servo.close()
+        warn_if_behind(runs)

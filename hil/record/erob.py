@@ -22,7 +22,7 @@ from pathlib import Path
 
 from drivers.erob.host_link import PERIOD_S, Link, Sample
 from hil.logs.bam import record_sweep
-from hil.record.excitation import DURATION_S, TRAJECTORIES
+from hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
 
 __all__ = ["BAM_DAMPING", "pd_amps", "record"]
 
@@ -31,6 +31,7 @@ BAM_DAMPING = {"erob80_100": 2.0, "erob80_50": 1.0}   # bam's ErobActuator dampi
 _GOTO_S = 3.0                 # bam's goto_safe: a 3 s cubic to the start pose
 _STILL_S, _STILL_STD = 3.0, 1e-5   # bam waits for std(last 100 positions) < 1e-5 rad; we wait at most 3 s
 _ALREADY_THERE = 0.01         # [rad] no start move when this close
+LATE_CYCLE_S = 2 * PERIOD_S   # a cycle this long missed one goal update of bam's 1 kHz host PD
 
 
 def pd_amps(kp: float, damping: float, goal: float, position: float, velocity: float) -> float:
@@ -86,30 +87,36 @@ def _go_to_start(link: Link, kp: float, damping: float, start: float, offset: fl
 
 
 def record_one(link: Link, trajectory: str, kp: float, damping: float, header: dict, offset: float = 0.0,
-               duration: float = DURATION_S) -> dict:
-    """One run: to the start, then `trajectory` for `duration` s at 1 kHz; bam's raw log (eRob flavour)."""
+               duration: float = DURATION_S, runs: list[GoalPacing] | None = None) -> dict:
+    """One run: to the start, then `trajectory` for `duration` s at 1 kHz; bam's raw log (eRob flavour), its
+    header with GoalPacing's counts of late cycles (the run's GoalPacing is appended to `runs`)."""
     traj = TRAJECTORIES[trajectory]
     s = _go_to_start(link, kp, damping, traj(0.0)[0], offset)
-    entries = []
+    entries, pacing = [], GoalPacing(LATE_CYCLE_S)
     pacer, t = _Pacer(), 0.0
     while t < duration:
         goal, enable = traj(t)
         amps = pd_amps(kp, damping, goal, s.position, s.velocity) if enable else 0.0
         s = _state(link, amps, offset)
+        pacing.update(time.monotonic())   # every cycle sends a set-point (0 A at torque off)
         entries.append({"timestamp": time.monotonic() - pacer.t0, "position": s.position, "speed": s.velocity,
                         "goal_position": goal, "torque_enable": enable, "torque_demand": s.torque_demand,
                         "control": s.current})
         t = pacer.wait()
     _state(link, 0.0, offset)             # torque off: 0 A
-    return {**header, "kp": kp, "damping": damping, "trajectory": trajectory, "entries": entries}
+    if runs is not None:
+        runs.append(pacing)
+    return {**header, "kp": kp, "damping": damping, "trajectory": trajectory, **pacing.header(), "entries": entries}
 
 
 def record(link: Link, trajectories: list[str], gains: list[float], damping: float, header: dict, out: Path,
            offset: float = 0.0, duration: float = DURATION_S) -> list[Path]:
     """Every trajectory at every gain [A/rad] through `link` (closed at the end); writes <out>/raw/*.json and
-    <out>/processed/*.json."""
+    <out>/processed/*.json; one warning line at the end if runs fell behind (excitation.warn_if_behind)."""
+    runs: list[GoalPacing] = []
     try:
         return record_sweep(trajectories, gains, lambda name, kp: record_one(
-            link, name, kp, damping, header, offset, duration), out)
+            link, name, kp, damping, header, offset, duration, runs), out)
     finally:
         link.close()
+        warn_if_behind(runs)

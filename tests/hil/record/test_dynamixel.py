@@ -11,9 +11,9 @@ import subprocess
 import pytest
 
 from hil.offline.replay import load_log, replay
-from hil.record.excitation import TRAJECTORIES, lift_and_drop, sin_sin, up_and_down
+from hil.record.excitation import TRAJECTORIES, GoalPacing, lift_and_drop, sin_sin, up_and_down, warn_if_behind
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
-from tests.hil.daemon import rig_head
+from tests.hil.daemon import free_port, ok, rig_head
 
 
 def test_trajectories_have_bams_shape():
@@ -65,3 +65,62 @@ id = 1
     m1 = replay(processed, "xl330_m288", model="m1")[0].mae
     assert m6 < 0.010, m6
     assert m1 > 3 * m6, (m1, m6)
+
+
+def test_a_recording_that_falls_behind_says_so(tmp_path):
+    """A servo whose replies come 15 ms late (the daemon's bus `delay` fault, paced at the wire's baud rate: a slow
+    adapter, a loaded host) gets its goals more than 10 ms apart: every update is late, the log's header counts
+    them, and `record` ends with one warning line."""
+    command = f"tcp://127.0.0.1:{free_port()}"
+    rig = tmp_path / "xl.toml"
+    rig.write_text(rig_head("slowxl", command) + """[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+[[actuators]]
+joint = "xl330"
+catalog = "xl330_m288"
+model = "m6"
+firmware = { supply_v = 5.0 }
+load = { mass = 0.49, length = 0.1 }
+bus = "dxl"
+id = 1
+""")
+    port = tmp_path / "tty"
+    daemon = subprocess.Popen([*SERVO_HIL, "run", str(rig), "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "dynamixel bus" in daemon.stdout.readline()
+        ok(command, "inject_fault", actuator="xl330", fault="delay", args={"seconds": 0.015})
+        out = tmp_path / "logs"
+        rec = subprocess.run([*SERVO_HIL, "record", "--port", str(port), "--out", str(out), "--mass", "0.49",
+                              "--length", "0.1", "--motor", "xl330", "--kp", "400", "--trajectory", "sin_sin",
+                              "--duration", "1"], capture_output=True, text=True, timeout=60)
+    finally:
+        daemon.terminate()
+        assert daemon.wait(STOP_TIMEOUT_S) == 0
+    assert rec.returncode == 0, rec.stderr
+    warnings = [line for line in rec.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "1 of 1 runs fell behind" in warnings[0], rec.stderr
+    raw = json.loads(next((out / "raw").glob("*.json")).read_text())
+    assert raw["goal_updates"] > 10 and raw["late_goal_updates"] >= raw["goal_updates"] - 1, raw["goal_updates"]
+    assert raw["longest_goal_gap_s"] > 0.030   # a write and a read, each 15 ms late
+    assert load_log(next((out / "processed").glob("*.json"))).kp == 400   # replay's reader takes the extra keys
+
+
+def test_goal_pacing_counts_late_updates_and_judges_the_run():
+    on_time, late = GoalPacing(0.010), GoalPacing(0.010)
+    for k in range(1000):
+        on_time.update(0.005 * k)
+        late.update(0.005 * k + (0.020 if k % 50 == 49 else 0.0))   # every 50th update 20 ms late: 2 %
+    assert (on_time.late, on_time.behind) == (0, False)
+    assert late.late == 20 and late.behind and late.header()["late_goal_updates"] == 20
+    stalled = GoalPacing(0.010)
+    for t in (0.0, 0.005, 0.1):   # one 95 ms stall
+        stalled.update(t)
+    assert stalled.behind and warn_if_behind([on_time, stalled]).count("1 of 2 runs") == 1
+    paused = GoalPacing(0.010)
+    paused.update(0.0)
+    paused.pause()      # torque off for a second: no goals, no gap
+    paused.update(1.0)
+    assert (paused.late, paused.behind) == (0, False)
+    assert warn_if_behind([on_time, paused]) is None
