@@ -85,6 +85,7 @@ class Console:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None   # set in the server's loop: it ends
         self.pushed = 0                  # state batches sent (all browsers)
         self._sending: set[asyncio.Future] = set()   # sends in flight (a task nobody holds may be collected)
 
@@ -159,7 +160,7 @@ class Console:
     def close(self) -> None:
         if self.event in self.live.listeners:
             self.live.listeners.remove(self.event)
-        if self.loop is not None and self._thread is not None and self._thread.is_alive():
+        if self._stop is not None and self._thread is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):   # the loop may have ended already
                 self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(3.0)
@@ -252,12 +253,16 @@ class Console:
     async def _index(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    async def _ready(self) -> None:
+        """Until the daemon has opened its buses (≤ 10 s): the console listens before they exist."""
+        for _ in range(200):
+            if self.daemon.started:
+                return
+            await asyncio.sleep(0.05)
+
     async def _overview(self, request: web.Request) -> web.Response:
         live, rig = self.live, self.live.rig
-        for _ in range(200):   # the console listens before the daemon opens its buses: wait for them (≤ 10 s)
-            if self.daemon.started:
-                break
-            await asyncio.sleep(0.05)
+        await self._ready()
         buses = []
         for server, cfg in zip(self.daemon.buses, rig.buses, strict=True):
             ids = [a.id for a in rig.actuators if a.bus == cfg.name]
@@ -271,12 +276,14 @@ class Console:
                     "buses": buses, "actuators": actuators, "status": live.status(), "robot": live.robot is not None})
 
     async def _servo(self, request: web.Request) -> web.Response:
+        await self._ready()
         try:
             return _ok(read_table(self.daemon, request.match_info["joint"]))
         except RegisterError as exc:
             return _error(str(exc), 404)
 
     async def _write(self, request: web.Request) -> web.Response:
+        await self._ready()
         try:
             body = await _json(request)
             return _ok(write_item(self.daemon, request.match_info["joint"], body.get("name"), body.get("value")))
@@ -284,6 +291,7 @@ class Console:
             return _error(str(exc))
 
     async def _action(self, request: web.Request) -> web.Response:
+        await self._ready()
         joint, action = request.match_info["joint"], request.match_info["action"]
         try:
             return _ok(servo_action(self.daemon, joint, action))
@@ -350,6 +358,7 @@ class Console:
         return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
     async def _bus(self, request: web.Request) -> web.Response:
+        await self._ready()
         out = []
         for server, cfg in zip(self.daemon.buses, self.live.rig.buses, strict=True):
             wire = getattr(server, "wire_stats", None)

@@ -21,9 +21,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 MX_ON_BUS = 'bus = "dxl"\nid = 1\n'
 
 
-def console_rig(path: Path, name: str, console: str = "", joints=("arm", "mx")) -> tuple:
-    """A rig with the MX-64 on a fast Dynamixel bus and `[console]` on a free port; (RigFile, console URL)."""
-    port = free_port()
+def console_rig(path: Path, name: str, console: str = "", joints=("arm", "mx"), port: int | None = None) -> tuple:
+    """A rig with the MX-64 on a fast Dynamixel bus and `[console]` on `port` (default: a free one), more
+    `[console]` keys in `console`; (RigFile, console URL)."""
+    port = port or free_port()
     extra = (f'[console]\nport = {port}\n{console}\n'
              f'[[buses]]\nname = "dxl"\nprotocol = "dynamixel"\nport = "{path.parent / (name + "-dxl")}"\n'
              'baud = 1000000\nfast = true\n')
