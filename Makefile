@@ -56,6 +56,21 @@ proto: .stamp-install
 bench: .stamp-install
 	$(BIN)/servo-hil bench kernel
 
+# The web console's browser tests (tests/hil/console) need Debian's Chromium (apt, as root) and Playwright for
+# Python (in the venv; it drives /usr/bin/chromium, never a browser of its own); without them they skip.
+.PHONY: browser
+browser: $(BIN)/python
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "make: installing chromium (apt)"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+			&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+		else \
+			echo "make: as root: apt-get install chromium (the console's browser tests need it)" >&2; exit 1; \
+		fi; \
+	fi
+	$(BIN)/pip install -q --progress-bar off "playwright>=1.40"
+
 clean:
 	rm -rf build *.egg-info bench/*.c bench/*.so hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \
 		.stamp-run .stamp-install
