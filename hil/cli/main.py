@@ -648,7 +648,10 @@ def actuator_show(
         ("gradient −R/K²", fmt(d["gradient_rad_s_per_nm"] * rpm, " rpm/(N·m)"), "-"),
         ("mechanical time constant RJ/K²", fmt(d["mechanical_time_constant_s"] * 1e3, " ms"), "-"),
         ("electrical time constant L/R", fmt(d["electrical_time_constant_s"] * 1e3, " ms"), "-"),
-        ("nominal torque K·imax", fmt(d["nominal_torque_nm"], " N·m"), fmt(ds.rated_torque_nm, " N·m")),
+        # imax is the current limit the firmware (or bam's host PD) enforces, not MuJoCo's nominal (continuous)
+        # current, so K·imax is a ceiling, not the rated torque (MuJoCo DC motor model §3 Table 19: τn = K·imax)
+        ("torque at the current limit K·imax", fmt(d["nominal_torque_nm"], " N·m"), "-"),
+        ("rated (continuous) torque", "-", fmt(ds.rated_torque_nm, " N·m")),
         (f"motor constant K ({'motor' if spec.motor.gear != 1 else 'output'} side)",
          fmt(d["motor_constant_nm_per_a"], " N·m/A"), "-"),
         ("resistance R", fmt(d["resistance_ohm"], " Ω"), "-"),
@@ -660,6 +663,22 @@ def actuator_show(
     for line in _model_vs_datasheet(spec.motor.gear, ds.gear_ratio, d["stall_torque_nm"],
                                     ds.stall_torque_nm if same_v else None, model):
         console.print(line)
+    for line in _torque_limit_notes(d["nominal_torque_nm"], d["stall_torque_nm"], v, ds.rated_torque_nm):
+        console.print(line)
+
+
+def _torque_limit_notes(limit_nm: float, stall_nm: float, volts: float, rated_nm: float | None) -> list[str]:
+    """What the current limit's torque means beside the stall torque and the datasheet's rated torque."""
+    if math.isnan(limit_nm):
+        return []
+    lines = [f"K·imax {limit_nm:.4g} N·m: imax is the current limit the firmware (or bam's host PD) "
+             "enforces, the catalog's saturation, not a continuous rating"
+             + (f"; above the stall torque {stall_nm:.4g} N·m it never binds at {volts:g} V (the winding draws "
+                "at most v/R), the supply caps the torque" if limit_nm > stall_nm else "") + "."]
+    if rated_nm:
+        lines.append(f"rated torque {rated_nm:.4g} N·m: the datasheet's continuous (thermal) rating, which the model "
+                     "meets through its winding temperature, not as a torque limit.")
+    return lines
 
 
 def _model_vs_datasheet(gear: float, datasheet_gear: float | None, stall_nm: float, datasheet_stall_nm: float | None,

@@ -27,7 +27,7 @@ def test_show_prints_table19_quantities_consistent_with_the_model():
     d = catalog.entry("mx64").actuator().motor.derived(12.0)
     row = next(line for line in res.output.splitlines() if "stall torque" in line)
     assert f"{d['stall_torque_nm']:.4g} N·m" in row
-    for label in ("no-load speed", "mechanical time constant", "gradient", "nominal torque",
+    for label in ("no-load speed", "mechanical time constant", "gradient", "torque at the current limit",
                   "electrical time constant"):
         assert label in res.output
 
