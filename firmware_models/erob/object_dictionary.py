@@ -1,40 +1,21 @@
-"""The eRob's CANopen object dictionary: ZeroErr's EDS plus the values it leaves open.
+"""The eRob's CANopen object dictionary, from the project's own description of the drive.
 
-`load_object_dictionary(variant, node_id)` imports the vendor EDS ("ZeroErr Driver_V1.5.eds", kept in
-`config/erob/`) with python-canopen's importer, then fills in what the EDS does not give:
-
-- objects the EDS lists without a DefaultValue (ZeroErr Driver_V1.5.eds): canopen's `LocalNode` would answer
-  an upload of these with abort 0x060A0023. Configurable ones (rated current 0x6075, rated torque 0x6076,
-  windows, slopes, …) come from `config/erob/<variant>.toml`, every number with its source there; the
-  live ones (actual values, demands, targets, controlword, error code, …) start at 0 and the CiA 402 drive
-  (`firmware_models/erob/cia402/`) overwrites them at every tick;
-- the identity 0x1018:1..3 from the same file (the EDS carries them too; a variant may differ);
-- CiA 402 objects the CANopen EDS lacks but that the drive model uses (the first ones are used over EtherCAT:
-  ESI "ZeroErr Driver_V3.2.0.xml", eRob_pysoem_demo `pysoem_cst.py`): 0x605A quick stop option code,
-  0x6063 position actual internal value, 0x6066 following error time out, 0x6072 max torque, 0x608F position
-  encoder resolution. Accepting them is our choice; ZeroErr publishes no behaviour of its CANopen firmware
-  for them.
-
-`default_values(od)` flattens a dictionary into the plain `{(index, subindex): int}` store the drive keeps.
+`config/erob/objects.toml` describes every object the emulated eRob answers (index, sub-index, name, data type,
+access, PDO mapping, power-up value, range, with sources: ZeroErr's EDS "ZeroErr Driver_V1.5.eds" as published in
+ZeroErrControl/eRob_CANopen_Python, CiA 301 / CiA 402-2); `config/erob/<variant>.toml` holds the values that differ
+per variant or that ZeroErr does not publish, each with its source. `load_object_dictionary(variant, node_id)`
+builds python-canopen's `ObjectDictionary` from both (the drive's store, and the EDS `servo-hil actuator export`
+writes); `default_values(od)` flattens it into the plain `{(index, subindex): int}` store the drive keeps.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
-import canopen
-from canopen.objectdictionary import (
-    INTEGER16,
-    INTEGER32,
-    UNSIGNED8,
-    UNSIGNED16,
-    UNSIGNED32,
-    ObjectDictionary,
-    ODArray,
-    ODRecord,
-    ODVariable,
-)
+from canopen.objectdictionary import ObjectDictionary, ODArray, ODRecord, ODVariable, datatypes
 from pydantic import Field, model_validator
 
 from hil.params.catalog import Sourced, config_dir
@@ -92,7 +73,7 @@ class Ratings(_Section):
 
 
 class Defaults(_Section):
-    """Objects the EDS leaves without a DefaultValue (data types as the EDS declares them)."""
+    """Objects ZeroErr's EDS leaves without a DefaultValue, and two it does not list (0x605A, 0x6066)."""
 
     following_error_window: int = Field(ge=0, le=I32)     # 0x6065 I32 in the EDS
     following_error_time_ms: int = Field(ge=0, le=U16)    # 0x6066 U16 (added)
@@ -121,62 +102,125 @@ class ErobConfig(Strict):
     name: str
     title: str
     catalog: str = Field(description="the actuator catalog entry (config/actuators/) the kernel simulates")
-    eds: str = Field(description="EDS file name, relative to config/erob/")
     identity: Identity
     units: Units
     ratings: Ratings
     defaults: Defaults
     loop: Loop
 
-    @property
-    def eds_path(self) -> Path:
-        return erob_dir() / self.eds
+
+DESCRIPTION = "objects.toml"   # config/erob/: the drive's objects; every other .toml there is a variant
+
+# CiA 301 basic data types the description may name (the EDS's DataType numbers)
+DATA_TYPES: dict[str, int] = {name: getattr(datatypes, name) for name in (
+    "BOOLEAN", "INTEGER8", "INTEGER16", "INTEGER32", "UNSIGNED8", "UNSIGNED16", "UNSIGNED32")}
+_BITS = {"BOOLEAN": 1, "INTEGER8": 8, "INTEGER16": 16, "INTEGER32": 32, "UNSIGNED8": 8, "UNSIGNED16": 16,
+         "UNSIGNED32": 32}
+_SECTIONS = ("identity", "units", "ratings", "defaults")    # the variant file's tables an object may take a value from
 
 
-# (section, key) → the object it seeds
-CONFIG_OBJECTS: dict[tuple[str, str], tuple[int, int]] = {
-    ("identity", "vendor_id"): (0x1018, 1),
-    ("identity", "product_code"): (0x1018, 2),
-    ("identity", "revision_number"): (0x1018, 3),
-    ("units", "encoder_counts"): (0x608F, 1),
-    ("ratings", "rated_current_ma"): (0x6075, 0),
-    ("ratings", "rated_torque_mnm"): (0x6076, 0),
-    ("ratings", "max_torque_permille"): (0x6072, 0),
-    ("ratings", "max_profile_velocity"): (0x607F, 0),
-    ("ratings", "max_motor_speed_rpm"): (0x6080, 0),
-    ("defaults", "following_error_window"): (0x6065, 0),
-    ("defaults", "following_error_time_ms"): (0x6066, 0),
-    ("defaults", "position_window_time_ms"): (0x6068, 0),
-    ("defaults", "velocity_window_time_ms"): (0x606E, 0),
-    ("defaults", "velocity_threshold"): (0x606F, 0),
-    ("defaults", "torque_slope"): (0x6087, 0),
-    ("defaults", "interpolation_time_units"): (0x60C2, 1),
-    ("defaults", "interpolation_time_index"): (0x60C2, 2),
-    ("defaults", "velocity_error_window"): (0x3B60, 0),
-    ("defaults", "quick_stop_option"): (0x605A, 0),
-    ("defaults", "save_all_parameters"): (0x1010, 1),
-}
+def _type_range(type_name: str) -> tuple[int, int]:
+    bits = _BITS[type_name]
+    if type_name.startswith("INTEGER"):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
 
-# Objects whose value is live: a command that starts at zero, or a value the drive computes at every tick.
-LIVE_OBJECTS: tuple[int, ...] = (
-    0x20A0, 0x2205, 0x2240, 0x2241, 0x22A2, 0x3B69,                  # manufacturer: positions, analog, temperature
-    0x603F, 0x6040, 0x6041,                                          # error code, controlword, statusword
-    0x6063, 0x6064, 0x606B, 0x606C, 0x6071, 0x6074, 0x6077, 0x6078,  # actual values, demands, target torque
-    0x6079, 0x60B0, 0x60B1, 0x60B2, 0x60F4, 0x60FD,                  # DC link, offsets, following error, inputs
-)
 
-# CiA 402 objects the CANopen EDS lacks: (index, subindex, name, data type, access, PDO-mappable).
-# Sub-indices > 0 make a record (sub 0 = highest sub-index, const).
-EXTRA_OBJECTS: tuple[tuple[int, int, str, int, str, bool], ...] = (
-    (0x605A, 0, "Quick stop option code", INTEGER16, "rw", False),
-    (0x6063, 0, "Position actual internal value", INTEGER32, "ro", True),
-    (0x6066, 0, "Following error time out", UNSIGNED16, "rw", True),
-    (0x6072, 0, "Max torque", UNSIGNED16, "rw", True),
-    (0x608F, 1, "Encoder increments", UNSIGNED32, "ro", False),
-    (0x608F, 2, "Motor revolutions", UNSIGNED32, "ro", False),
-)
-_EXTRA_RECORDS = {0x608F: "Position encoder resolution"}
-ENCODER_MOTOR_REVOLUTIONS = 1   # 0x608F:2: the 19-bit encoder sits on the output shaft (eRob user manual, third-hand)
+def _variant_keys() -> set[str]:
+    return {f"{s}.{k}" for s in _SECTIONS for k, f in ErobConfig.model_fields[s].annotation.model_fields.items()
+            if f.annotation is int}
+
+
+class Variable(Strict):
+    """One variable of the description: a top-level object or a sub-index of a record or array."""
+
+    name: str = Field(min_length=1)
+    type: Literal["BOOLEAN", "INTEGER8", "INTEGER16", "INTEGER32", "UNSIGNED8", "UNSIGNED16", "UNSIGNED32"]
+    access: Literal["ro", "wo", "rw", "rwr", "rww", "const"]
+    pdo: bool = Field(default=False, description="PDO-mappable")
+    default: int | None = Field(default=None, description="power-up value")
+    plus_node_id: bool = Field(default=False, description="the power-up value is default + the node ID")
+    variant: str | None = Field(default=None, description="`section.key` of config/erob/<variant>.toml")
+    live: bool = Field(default=False, description="0 at power-up; the drive writes it, or the master does")
+    min: int | None = None
+    max: int | None = None
+
+    @model_validator(mode="after")
+    def _one_value(self):
+        given = [k for k, on in (("default", self.default is not None), ("variant", self.variant is not None),
+                                 ("live", self.live)) if on]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of default, variant, live (got {', '.join(given) or 'none'})")
+        if self.plus_node_id and self.default is None:
+            raise ValueError("plus_node_id needs a default")
+        if self.variant is not None and self.variant not in _variant_keys():
+            raise ValueError(f"variant {self.variant!r} is not an integer key of the variant files "
+                             f"({', '.join(_SECTIONS)})")
+        lo, hi = _type_range(self.type)
+        for key in ("default", "min", "max"):
+            value = getattr(self, key)
+            if value is not None and not lo <= value + (127 if key == "default" and self.plus_node_id else 0) <= hi:
+                raise ValueError(f"{key} {value} is outside {self.type} ({lo}..{hi})")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+
+class SubIndex(Variable):
+    sub: int = Field(ge=0, le=255)
+    source: str | None = Field(default=None, min_length=3, description="where it differs from its object's")
+
+
+class Compound(Strict):
+    """A record or array and its sub-indices (sub 0 first)."""
+
+    name: str = Field(min_length=1)
+    object: Literal["record", "array"]
+    source: str = Field(min_length=3)
+    added: str | None = Field(default=None, min_length=3, description="why the drive answers an object ZeroErr's "
+                                                                       "EDS does not list")
+    subs: list[SubIndex] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _subs(self):
+        numbers = [s.sub for s in self.subs]
+        if numbers[0] != 0 or sorted(set(numbers)) != numbers:
+            raise ValueError(f"subs must start at sub 0 and rise without repeats, got {numbers}")
+        if self.subs[0].type != "UNSIGNED8":
+            raise ValueError("sub 0 (the number of entries) must be UNSIGNED8")
+        return self
+
+
+class TopVariable(Variable):
+    source: str = Field(min_length=3)
+    added: str | None = Field(default=None, min_length=3, description="why the drive answers an object ZeroErr's "
+                                                                      "EDS does not list")
+
+
+class Device(Sourced):
+    """The EDS's [DeviceInfo] and [DummyUsage] facts."""
+
+    vendor_name: str = Field(min_length=1)
+    product_name: str = Field(min_length=1)
+    baud_rates_kbit: list[Literal[10, 20, 50, 125, 250, 500, 800, 1000]] = Field(min_length=1)
+    rx_pdos: int = Field(ge=0, le=512)
+    tx_pdos: int = Field(ge=0, le=512)
+    simple_boot_up_slave: bool
+    granularity: int = Field(ge=0, le=64)
+    dummy_types: list[int] = Field(description="data types (0x0001..0x0007) usable as RPDO dummy entries")
+
+    @model_validator(mode="after")
+    def _dummies(self):
+        if not all(1 <= t <= 7 for t in self.dummy_types):
+            raise ValueError("dummy_types are CiA 301 data type numbers 1..7")
+        return self
+
+
+class Description(Strict):
+    """`config/erob/objects.toml` once each object's table is validated."""
+
+    device: Device
+    objects: dict[int, TopVariable | Compound]
 
 
 def erob_dir() -> Path:
@@ -184,73 +228,116 @@ def erob_dir() -> Path:
 
 
 def variants() -> list[str]:
-    """Variant names (config/erob/*.toml), sorted."""
-    return sorted(p.stem for p in erob_dir().glob("*.toml"))
+    """Variant names (config/erob/*.toml but the description), sorted."""
+    return sorted(p.stem for p in erob_dir().glob("*.toml") if p.name != DESCRIPTION)
+
+
+@cache
+def _description(path: Path) -> Description:
+    data = read_toml(path)
+    device = validate(Device, data.pop("device", {}), f"{path}: device")
+    tables = data.pop("objects", {})
+    if data:
+        raise ConfigError(f"{path}: {sorted(data)[0]}: unknown key (the file has [device] and [objects.0xIIII])")
+    if not tables:
+        raise ConfigError(f"{path}: objects: no object described")
+    objects: dict[int, TopVariable | Compound] = {}
+    for key, table in tables.items():
+        if not re.fullmatch(r"0x[0-9A-F]{4}", key) or int(key, 16) < 0x1000:
+            raise ConfigError(f"{path}: objects.{key}: an object index is 0x1000..0xFFFF as 0xIIII (upper-case hex)")
+        model = Compound if isinstance(table, dict) and "object" in table else TopVariable
+        objects[int(key, 16)] = validate(model, table, f"{path}: objects.{key}")
+    return Description(device=device, objects=objects)
+
+
+def load_description() -> Description:
+    """`config/erob/objects.toml`, validated; errors name the file, the object and the key."""
+    return _description(erob_dir() / DESCRIPTION)
 
 
 @cache
 def load_config(variant: str) -> ErobConfig:
     """`config/erob/<variant>.toml`, validated; errors name the file and the key."""
     path = erob_dir() / f"{variant}.toml"
-    if not path.exists():
+    if variant == Path(DESCRIPTION).stem or not path.exists():
         raise ConfigError(f"unknown eRob variant {variant!r}; config/erob has: {', '.join(variants()) or 'none'}")
-    config = validate(ErobConfig, read_toml(path), str(path))
-    if not config.eds_path.is_file():
-        raise ConfigError(f"{path}: eds: no such file {config.eds_path}")
-    return config
+    return validate(ErobConfig, read_toml(path), str(path))
 
 
-def _add_extra_objects(od: ObjectDictionary) -> None:
-    for index, subindex, name, data_type, access, pdo in EXTRA_OBJECTS:
-        var = ODVariable(name, index, subindex)
-        var.data_type, var.access_type, var.pdo_mappable, var.default = data_type, access, pdo, 0
-        if subindex == 0:
-            if index not in od:
-                od.add_object(var)
-            continue
-        if index not in od:
-            record = ODRecord(_EXTRA_RECORDS[index], index)
-            count = ODVariable("Highest sub-index supported", index, 0)
-            count.data_type, count.access_type = UNSIGNED8, "const"
-            record.add_member(count)
-            od.add_object(record)
-        record = od[index]
-        if subindex not in record:
-            record.add_member(var)
-        record[0].default = max(s for s in record.subindices if s > 0)
+def _variable(entry: Variable, name: str, index: int, subindex: int, node_id: int, config: ErobConfig,
+              where: str) -> ODVariable:
+    var = ODVariable(name, index, subindex)
+    var.data_type = DATA_TYPES[entry.type]
+    var.access_type = entry.access
+    var.pdo_mappable = entry.pdo
+    var.min, var.max = entry.min, entry.max
+    if entry.variant is not None:
+        section, key = entry.variant.split(".")
+        value = getattr(getattr(config, section), key)
+        lo, hi = _type_range(entry.type)
+        if not lo <= value <= hi:
+            raise ConfigError(f"{where}: {entry.variant} = {value} does not fit 0x{index:04X}:{subindex} "
+                              f"{entry.type} ({lo}..{hi})")
+    elif entry.live:
+        value = 0
+    else:
+        value = entry.default + (node_id if entry.plus_node_id else 0)
+    var.default = value
+    # the EDS text of the value (canopen's exporter writes default_raw as it is): node-relative COB-IDs keep
+    # $NODEID so that one EDS serves any node ID (CiA 306); negative values in decimal, which canopen reads back
+    var.relative = entry.plus_node_id
+    if entry.plus_node_id:
+        var.default_raw = f"$NODEID+0x{entry.default:X}"
+    else:
+        var.default_raw = f"0x{value:X}" if value > 9 else str(value)
+    return var
+
+
+def load_object_dictionary(variant: str, node_id: int) -> ObjectDictionary:
+    """The eRob `variant` as node `node_id` (1..127): every object of config/erob/objects.toml with its
+    power-up value."""
+    if not 1 <= node_id <= 127:
+        raise ValueError(f"node_id must be 1..127, got {node_id}")
+    config = load_config(variant)
+    description = load_description()
+    where = str(erob_dir() / f"{variant}.toml")
+    od = ObjectDictionary()
+    od.node_id = node_id
+    info = od.device_information
+    device = description.device
+    info.vendor_name, info.product_name = device.vendor_name, device.product_name
+    info.vendor_number = config.identity.vendor_id
+    info.product_number = config.identity.product_code
+    info.revision_number = config.identity.revision_number
+    info.allowed_baudrates = {rate * 1000 for rate in device.baud_rates_kbit}
+    info.nr_of_RXPDO, info.nr_of_TXPDO = device.rx_pdos, device.tx_pdos
+    info.simple_boot_up_master, info.simple_boot_up_slave = False, device.simple_boot_up_slave
+    info.granularity, info.dynamic_channels_supported = device.granularity, False
+    info.group_messaging, info.LSS_supported = False, False
+    for data_type in device.dummy_types:     # CiA 306: the data types an RPDO map may name as dummy entries
+        dummy = ODVariable(f"Dummy{data_type:04d}", data_type, 0)
+        dummy.data_type, dummy.access_type = data_type, "const"
+        od.add_object(dummy)
+    for index, entry in sorted(description.objects.items()):
+        if isinstance(entry, Compound):
+            compound = ODRecord(entry.name, index) if entry.object == "record" else ODArray(entry.name, index)
+            for sub in entry.subs:
+                compound.add_member(_variable(sub, sub.name, index, sub.sub, node_id, config, where))
+            od.add_object(compound)
+        else:
+            od.add_object(_variable(entry, entry.name, index, 0, node_id, config, where))
+    return od
 
 
 def _variables(od: ObjectDictionary):
     for obj in od.values():
-        if obj.index < 0x1000:      # DummyUsage data types
+        if obj.index < 0x1000:      # the dummy data types of RPDO maps
             continue
         if isinstance(obj, ODVariable):
             yield obj
         else:
             assert isinstance(obj, (ODRecord, ODArray))
             yield from obj.values()
-
-
-def load_object_dictionary(variant: str, node_id: int) -> ObjectDictionary:
-    """ZeroErr's EDS for node `node_id` (1..127) with every object given a value, for `variant`."""
-    if not 1 <= node_id <= 127:
-        raise ValueError(f"node_id must be 1..127, got {node_id}")
-    config = load_config(variant)
-    od = canopen.import_od(str(config.eds_path), node_id)
-    od.node_id = node_id
-    _add_extra_objects(od)
-    for (section, key), (index, subindex) in CONFIG_OBJECTS.items():
-        var = od[index] if isinstance(od[index], ODVariable) else od[index][subindex]
-        var.default = getattr(getattr(config, section), key)
-    od[0x608F][2].default = ENCODER_MOTOR_REVOLUTIONS
-    for index in LIVE_OBJECTS:
-        var = od[index]
-        if var.default is None:
-            var.default = 0
-    missing = [f"0x{v.index:04X}:{v.subindex}" for v in _variables(od) if v.default is None]
-    if missing:
-        raise ConfigError(f"{config.eds_path}: objects without a value: {', '.join(missing)}")
-    return od
 
 
 def default_values(od: ObjectDictionary) -> dict[tuple[int, int], int]:

@@ -181,6 +181,36 @@ def test_od_errors_name_the_key(tmp_path, monkeypatch):
         eod.load_config.cache_clear()
 
 
+def test_description_errors_name_the_object_and_key(tmp_path, monkeypatch):
+    """config/erob/objects.toml: a wrong table names the file, the object and the key, in one line."""
+    shutil.copytree(catalog.config_dir(), tmp_path / "config")
+    monkeypatch.setenv("SERVO_HIL_CONFIG", str(tmp_path / "config"))
+    path = tmp_path / "config" / "erob" / "objects.toml"
+    good = path.read_text()
+    controlword = '[objects.0x6040]\nname = "Controlword"\ntype = "UNSIGNED16"\naccess = "rww"\npdo = true\nlive = true'
+    cases = [(controlword, controlword.replace("UNSIGNED16", "UNSIGNED12"), r"objects\.0x6040: type: "),
+             (controlword, controlword.replace("live = true", "live = true\ndefault = 0"),
+              r"objects\.0x6040: give exactly one of default, variant, live \(got default, live\)"),
+             (controlword, controlword.replace("live = true", "default = 70000"),
+              r"objects\.0x6040: default 70000 is outside UNSIGNED16 \(0\.\.65535\)"),
+             (controlword, controlword.replace("live = true", 'variant = "ratings.rated_current"'),
+              r"objects\.0x6040: variant 'ratings\.rated_current' is not an integer key"),
+             ("[objects.0x6040]", "[objects.0x6040x]", r"objects\.0x6040x: an object index is 0x1000\.\.0xFFFF"),
+             ('{ sub = 0, name = "Number of entries", type = "UNSIGNED8", access = "ro", default = 3 },', "",
+              r"objects\.0x1018: subs must start at sub 0")]
+    assert eod.variants() == ["erob80_100", "erob80_50"]        # the description is not a variant
+    try:
+        for old, new, message in cases:
+            assert old in good, old
+            path.write_text(good.replace(old, new))
+            eod._description.cache_clear()
+            with pytest.raises(ConfigError, match=message) as exc:
+                eod.load_object_dictionary("erob80_100", 2)
+            assert str(exc.value).startswith(f"{path}: ") and "\n" not in str(exc.value)
+    finally:
+        eod._description.cache_clear()
+
+
 # ------------------------------------------------------------------------------- units
 
 
