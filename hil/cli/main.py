@@ -728,15 +728,20 @@ def actuator_export(
     isaaclab: Annotated[Path | None, typer.Option(help="OUT.json or OUT.yaml: Isaac Lab DCMotorCfg parameters")] = None,
     dt: Annotated[float, typer.Option(help="the MJCF's <option timestep> [s]: the step the model runs at (the "
                                            "daemon's 1 kHz loop by default)")] = 0.001,
+    eds: Annotated[Path | None, typer.Option(help="OUT.eds: a CANopen drive's object dictionary as an EDS, for "
+                                                  "python-canopen's BaseNode402 (eRobs only)")] = None,
 ) -> None:
     """The actuator for another simulator: MuJoCo MJCF and / or Isaac Lab DCMotor parameters, each followed by
-    what the target cannot represent."""
+    what the target cannot represent; for an eRob, the EDS a CANopen controller loads."""
     from hil.offline.actuator_export import export
 
-    targets = {"mjcf": ("MuJoCo <dcmotor>", mjcf), "isaaclab": ("Isaac Lab DCMotor", isaaclab)}
-    for target, lost in export(name, model, mjcf, isaaclab, timestep=dt).items():
+    targets = {"mjcf": ("MuJoCo <dcmotor>", mjcf), "isaaclab": ("Isaac Lab DCMotor", isaaclab),
+               "eds": ("CANopen EDS", eds)}
+    for target, lost in export(name, model, mjcf, isaaclab, eds, timestep=dt).items():
         title, path = targets[target]
         console.print(f"{title} → {escape(str(path))}")
+        if target == "eds":
+            continue
         console.print(f"  not represented ({len(lost)}):" if lost else "  not represented: nothing")
         for line in lost:
             console.print(f"  - {escape(line)}", soft_wrap=True)

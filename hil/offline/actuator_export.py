@@ -15,6 +15,10 @@ Isaac Lab (MuJoCo DC motor model §2.1 Table 9; Isaac Lab `DCMotorCfg`, whose cl
 τ0·(±1 − ω/ω0) within ±effort_limit): a position-input law is a PD in torque units, the back-EMF K²/R in its
 damping, the stall torque at full command `saturation_effort` and the no-load speed `velocity_limit` (friction
 excluded), the torque limit `effort_limit`.
+
+EDS (CiA 306) for an eRob, a CANopen CiA 402 drive: the project's object dictionary of that variant
+(firmware_models/erob/object_dictionary.py), written by python-canopen's `export_od`, so that a controller builds
+`canopen.BaseNode402(node_id, "erob80_100.eds")` for the emulated drive as it does for a real one.
 """
 
 from __future__ import annotations
@@ -280,12 +284,42 @@ def isaaclab_text(cfg: dict, lost: list[str], path: Path, title: str) -> str:
     raise ConfigError(f"--isaaclab {path}: give a .json, .yaml or .yml file name")
 
 
+def _canopen_variant(name: str) -> str:
+    """The eRob variant (config/erob/) of catalog actuator `name`: only the eRobs are CANopen drives."""
+    from firmware_models.erob.object_dictionary import load_config, variants
+
+    found = [v for v in variants() if load_config(v).catalog == name]
+    if not found:
+        drives = ", ".join(load_config(v).catalog for v in variants())
+        raise ConfigError(f"--eds: {name} is not a CANopen drive (the catalog's CiA 402 drives: {drives})")
+    return found[0]
+
+
+def canopen_eds(name: str, out: Path) -> str:
+    """Catalog actuator `name`'s CANopen object dictionary as an EDS at `out` (its folder created); returns the
+    eRob variant."""
+    import canopen
+
+    from firmware_models.erob.object_dictionary import load_config, load_object_dictionary
+
+    variant = _canopen_variant(name)
+    od = load_object_dictionary(variant, 1)     # node-relative COB-IDs are written as $NODEID+…
+    title = load_config(variant).title
+    od.comments = f"{title}: servo-hil's object dictionary (config/erob/objects.toml, {variant}.toml)"
+    # canopen's exporter takes [FileInfo] from the attribute its importer sets (objectdictionary/eds.py)
+    setattr(od, "__edsFileInfo", {"FileName": out.name, "FileVersion": 1, "FileRevision": 0, "EDSVersion": "4.0",
+                                  "Description": f"{title} (servo-hil)", "CreatedBy": "servo-hil"})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    canopen.export_od(od, str(out), doc_type="eds")
+    return variant
+
+
 def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Path | None,
-           timestep: float = DEFAULT_TIMESTEP_S) -> dict[str, list[str]]:
-    """Write catalog actuator `name` (with bam's identified set `model`) to the MJCF and / or Isaac Lab files;
-    returns what each target cannot represent, by target."""
-    if mjcf_out is None and isaaclab_out is None:
-        raise ConfigError("actuator export: give --mjcf OUT.xml and / or --isaaclab OUT.json|yaml")
+           eds_out: Path | None = None, timestep: float = DEFAULT_TIMESTEP_S) -> dict[str, list[str]]:
+    """Write catalog actuator `name` (with bam's identified set `model`) to the MJCF and / or Isaac Lab files,
+    and / or its EDS; returns what each simulator target cannot represent, by target (the EDS loses nothing)."""
+    if mjcf_out is None and isaaclab_out is None and eds_out is None:
+        raise ConfigError("actuator export: give --mjcf OUT.xml, --isaaclab OUT.json|yaml and / or --eds OUT.eds")
     entry = catalog.entry(name)
     if model is not None and model not in ("m1", "m2", "m3", "m4", "m5", "m6"):
         raise ConfigError(f"--model {model!r}: one of m1 … m6")
@@ -293,6 +327,8 @@ def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Pa
         raise ConfigError(f"--mjcf {mjcf_out}: give a .xml file name")
     if not (math.isfinite(timestep) and timestep > 0):
         raise ConfigError(f"--dt {timestep:g}: must be a finite step > 0 s")
+    if eds_out is not None:
+        _canopen_variant(name)          # before anything is written
     spec = entry.actuator(model)
     label = name + (f"_{model}" if model else "")
     title = entry.title + (f", bam {model}" if model else "")
@@ -308,4 +344,7 @@ def export(name: str, model: str | None, mjcf_out: Path | None, isaaclab_out: Pa
         mjcf_out.parent.mkdir(parents=True, exist_ok=True)
         mjcf_out.write_text(doc.text)
         out["mjcf"] = doc.lost
+    if eds_out is not None:
+        canopen_eds(name, eds_out)
+        out["eds"] = []
     return out

@@ -11,17 +11,19 @@
   The daemon runs in its own process on purpose: in one process with the client, python-can's byte-by-byte
   slcan reader shares the GIL with the 1 kHz drive thread, falls behind, and SDOs time out.
 * `network`: `canopen.Network()` connected with `interface="slcan", channel=<pty>, bitrate=1000000,
-  sleep_after_open=0`, as a controller connects; the client nodes are `canopen.BaseNode402(id, EDS)` built
-  from the vendor EDS (config/erob/ZeroErr Driver_V1.5.eds), as a user builds them.
+  sleep_after_open=0`, as a controller connects; the client nodes are `canopen.BaseNode402(id, eds[id])` built
+  from the EDS `servo-hil actuator export <variant> --eds` writes (`eds`, once per session), as a user builds them.
 
-Expected values come from the EDS ([DeviceInfo], object defaults), CiA 301 / CiA 402-2, ZeroErr's eRobControl_PP.py demo
-sequence (ZeroErrControl/eRob_CANopen_Python) and the variant files config/erob/*.toml, never from the code under test.
+Expected values come from ZeroErr's EDS V1.5 ([DeviceInfo], object defaults), CiA 301 / CiA 402-2, ZeroErr's
+eRobControl_PP.py demo sequence (ZeroErrControl/eRob_CANopen_Python) and the variant files config/erob/*.toml, never
+from the code under test.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import subprocess
 import threading
 import time
 import tomllib
@@ -32,12 +34,11 @@ import canopen
 import pytest
 from canopen.profiles.p402 import BaseNode402
 
-from tests.daemon_process import BusDaemon, BusLauncher
+from tests.daemon_process import SERVO_HIL, BusDaemon, BusLauncher
 from tests.hil.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-EDS = ROOT / "config" / "erob" / "ZeroErr Driver_V1.5.eds"
-BITRATE = 1_000_000                   # the eRob's only CAN bit rate (the EDS lists BaudRate_1000 only)
+BITRATE = 1_000_000                   # the eRob's only CAN bit rate (ZeroErr's EDS lists BaudRate_1000 only)
 
 # (joint, catalog, node id, load) — config/rigs/erob_demo.toml
 ACTUATORS = (
@@ -51,7 +52,7 @@ COUNTS_PER_REV = 524288               # 19-bit output encoder (ZeroErr's demos: 
 
 
 def variant_config(node_id: int) -> dict:
-    """config/erob/<variant>.toml of the node (the per-variant values the EDS leaves open)."""
+    """config/erob/<variant>.toml of the node (the per-variant values ZeroErr's EDS leaves open)."""
     with (ROOT / "config" / "erob" / f"{VARIANT[node_id]}.toml").open("rb") as fh:
         return tomllib.load(fh)
 
@@ -154,12 +155,29 @@ def patient(node: BaseNode402) -> BaseNode402:
     return node
 
 
+def export_eds(directory: Path) -> dict[int, str]:
+    """`servo-hil actuator export <variant> --eds DIR/<variant>.eds` for each variant, as a user writes the EDS of
+    a drive; node ID → its file."""
+    for variant in sorted(set(VARIANT.values())):
+        path = directory / f"{variant}.eds"
+        r = subprocess.run([*SERVO_HIL, "actuator", "export", variant, "--eds", str(path)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.startswith("CANopen EDS → ") and path.is_file(), r.stdout + r.stderr
+    return {node_id: str(directory / f"{VARIANT[node_id]}.eds") for node_id in NODE_IDS}
+
+
+@pytest.fixture(scope="session")
+def eds(tmp_path_factory) -> dict[int, str]:
+    """The EDS of each node (node ID → file) as `servo-hil actuator export` writes it."""
+    return export_eds(tmp_path_factory.mktemp("eds"))
+
+
 @pytest.fixture(scope="module")
-def nodes(network) -> dict[int, BaseNode402]:
-    """The two eRobs as python-canopen sees them: BaseNode402 from the vendor EDS."""
+def nodes(network, eds) -> dict[int, BaseNode402]:
+    """The two eRobs as python-canopen sees them: BaseNode402 from the EDS the project writes."""
     out = {}
     for node_id in NODE_IDS:
-        node = BaseNode402(node_id, str(EDS))
+        node = BaseNode402(node_id, eds[node_id])
         patient(node)
         network.add_node(node)
         out[node_id] = node

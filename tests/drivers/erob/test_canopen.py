@@ -3,12 +3,12 @@
 The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100 as
 node 2 and an eRob80:50 as node 3 on one 1 Mbit/s CAN bus behind an SLCAN adapter (conftest.py). The client is
 what a controller runs: `canopen.Network().connect(interface="slcan", ...)` and `BaseNode402` nodes built from
-ZeroErr's EDS. Every test that needs a known state starts with an NMT reset of the nodes (CiA 301: every object
-back to its power-up value, boot-up, PRE-OPERATIONAL).
+the EDS `servo-hil actuator export` writes. Every test that needs a known state starts with an NMT reset of the
+nodes (CiA 301: every object back to its power-up value, boot-up, PRE-OPERATIONAL).
 
-Expected values: CiA 301 (services, abort codes), CiA 402-2 (finite state automaton, modes), the EDS ([DeviceInfo],
-defaults), ZeroErr's demo sequence (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python), canopen's BaseNode402
-and config/erob/*.toml; never the code under test.
+Expected values: CiA 301 (services, abort codes), CiA 402-2 (finite state automaton, modes), ZeroErr's EDS V1.5
+([DeviceInfo], defaults), ZeroErr's demo sequence (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python),
+canopen's BaseNode402 and config/erob/*.toml; never the code under test.
 """
 
 from __future__ import annotations
@@ -319,8 +319,8 @@ def test_sdo_identity_and_variant_objects(network, nodes):
 
 
 def test_every_eds_object_is_served(network, nodes):
-    """Every readable object of the EDS uploads with its EDS size: none aborts 0x060A0023 (objects without a
-    DefaultValue in the EDS must be served by the drive, as canopen's LocalNode would abort them). The data-type entries
+    """Every readable object of the EDS uploads with its EDS size: none aborts 0x060A0023 (objects ZeroErr's EDS
+    gives no DefaultValue must be served by the drive, as canopen's LocalNode would abort them). The data-type entries
     below 0x1000 (the EDS's [DummyUsage] 0x0002–0x0007) only name RPDO dummy mappings and are left out."""
     node = nodes[2]
     n = 0
@@ -431,10 +431,11 @@ def test_pdo_remap_by_sdo_as_zeroerr_demo(network, nodes, frames):
     reset_nodes(network)
 
 
-def test_pdo_map_save_cannot_remap_with_the_vendor_eds(network, nodes):
-    """Finding: python-canopen 2.4.1's `PdoMap.save()` cannot remap a PDO of this vendor EDS.
+def test_pdo_map_save_cannot_remap_with_the_eds(network, nodes):
+    """Finding: python-canopen 2.4.1's `PdoMap.save()` cannot remap a PDO of the eRob's EDS.
 
-    The EDS declares the mapping objects 0x1600–0x1A03 as ARRAY (ObjectType=0x8). canopen then accesses them as
+    ZeroErr's EDS, and so the one servo-hil writes, declares the mapping objects 0x1600–0x1A03 as ARRAY
+    (ObjectType=0x8). canopen then accesses them as
     an `SdoArray`, whose length (and so the entries `save()` iterates) comes from sub-index 0, read by SDO. save()
     writes sub 0 = 0 first, so it writes no entry at all, then sub 0 = 2: the device still holds the EDS defaults
     (sub 1 = 6041, sub 2 = 0) and, like any CiA 301 device that checks the count (§7.5.2.37), refuses it with

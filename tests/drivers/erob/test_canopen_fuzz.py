@@ -32,7 +32,7 @@ import serial
 
 from tests.drivers import read_serial
 
-from .conftest import BITRATE, EDS, NODE_IDS, CanLauncher, connect, write_can_rig
+from .conftest import BITRATE, NODE_IDS, CanLauncher, connect, write_can_rig
 
 SEED = 0x5E20B
 
@@ -279,8 +279,8 @@ def test_slcan_fuzz_soak(daemon, raw):
 NO_DOWNLOAD = {0x1014, 0x1016, 0x1029}
 
 
-def _eds_entries() -> list[tuple[int, int]]:
-    od = canopen.objectdictionary.import_od(str(EDS), 2)
+def _eds_entries(eds: str) -> list[tuple[int, int]]:
+    od = canopen.objectdictionary.import_od(eds, 2)
     out = []
     for obj in od.values():
         if isinstance(obj, canopen.objectdictionary.ODVariable):
@@ -434,11 +434,11 @@ def nmt_reset_all(bus: can.BusABC) -> None:
     time.sleep(0.01)
 
 
-def sdo_fuzz(daemon, seed: int, n: int) -> dict:
+def sdo_fuzz(daemon, eds: str, seed: int, n: int) -> dict:
     bus = can.Bus(interface="slcan", channel=daemon.rig.port, bitrate=BITRATE, sleep_after_open=0)
     try:
         nmt_reset_all(bus)
-        fuzzer = SdoFuzzer(bus, random.Random(seed), _eds_entries())
+        fuzzer = SdoFuzzer(bus, random.Random(seed), _eds_entries(eds))
         for k in range(n):
             fuzzer.one(fuzzer.rng.choice(NODE_IDS))
             if k % 200 == 199:                                        # put back what random writes changed
@@ -453,25 +453,25 @@ def sdo_fuzz(daemon, seed: int, n: int) -> dict:
     return fuzzer.stats | fuzzer.kinds
 
 
-def test_sdo_server_fuzz(daemon):
-    stats = sdo_fuzz(daemon, SEED + 3, 400)
+def test_sdo_server_fuzz(daemon, eds):
+    stats = sdo_fuzz(daemon, eds[2], SEED + 3, 400)
     print(f"SDO fuzz: {stats}")
     assert stats["aborts"] > 50 and stats["ok"] > 50 and stats["silent"] > 20
     assert stats["segment"] > 10 and stats["toggle_errors"] > 0
 
 
 @pytest.mark.soak
-def test_sdo_server_fuzz_soak(daemon):
-    stats = sdo_fuzz(daemon, SEED + 4, 10000)
+def test_sdo_server_fuzz_soak(daemon, eds):
+    stats = sdo_fuzz(daemon, eds[2], SEED + 4, 10000)
     print(f"SDO fuzz: {stats}")
 
 
-def test_nodes_serve_after_the_fuzz(daemon):
+def test_nodes_serve_after_the_fuzz(daemon, eds):
     """A controller that connects now finds both nodes working, and the daemon has logged no traceback."""
     network = connect(canopen.Network(), daemon.rig.port)
     try:
         for node_id in NODE_IDS:
-            node = canopen.RemoteNode(node_id, str(EDS))
+            node = canopen.RemoteNode(node_id, eds[node_id])
             network.add_node(node)
             assert node.sdo[0x1000].raw == 0x00420192
             assert node.sdo[0x1018][1].raw == 0x5A65726F

@@ -50,11 +50,11 @@ def daemon(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nodes(daemon):
+def nodes(daemon, eds):
     network = connect(canopen.Network(), daemon.rig.port)
     out = {}
     for node_id in (2, 3):
-        node = patient(canopen.BaseNode402(node_id, str(ROOT / "config" / "erob" / "ZeroErr Driver_V1.5.eds")))
+        node = patient(canopen.BaseNode402(node_id, eds[node_id]))
         network.add_node(node)
         out[node_id] = node
     yield out

@@ -26,7 +26,7 @@ from hil.logs.mcap import read_side_by_side
 from hil.offline.report import report
 from tests.daemon_process import SERVO_HIL
 
-from .conftest import ACTUATORS, EDS, CanLauncher, connect, write_can_rig
+from .conftest import ACTUATORS, CanLauncher, connect, write_can_rig
 from .slcan_tap import SlcanTap
 from .test_canopen import WAIT_S, enable_by_sdo, remap, reset_nodes
 
@@ -82,7 +82,7 @@ def _target(t: float, start: int) -> int:
     return start + round(0.3 * s * s * (3 - 2 * s) / RAD_PER_COUNT)
 
 
-def test_python_canopen_through_the_mirror(tmp_path, record_property):
+def test_python_canopen_through_the_mirror(tmp_path, record_property, eds):
     launcher = MirrorLauncher(tmp_path)
     real_launcher = CanLauncher(tmp_path)
     taps: list[SlcanTap] = []
@@ -103,7 +103,7 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property):
         ctl_tap.start()
 
         connect(net, ctl_tap.path)
-        node = BaseNode402(2, str(EDS))
+        node = BaseNode402(2, eds[2])
         net.add_node(node)
         # an SDO crosses two taps, two python-can readers (the mirror's, the controller's) and three processes on
         # 2 shared cores, each of which a loaded host may stall: how long that takes is not the point here
@@ -202,7 +202,7 @@ def _poll(node: BaseNode402, n: int) -> list[tuple[int, int, int]]:
     return [(node.sdo[0x6041].raw, node.sdo[0x6061].raw, node.sdo[0x6064].raw) for _ in range(n)]
 
 
-def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path):
+def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path, eds):
     """The real eRob was enabled in CSP by an earlier program: the twin reads its statusword and mode display as the
     mirror starts and is in Operation enabled, CSP before the first frame it forwards. Then the real drive faults
     (supply sag, CiA 402 Fault): the twin has no cause for a fault and stays enabled, and the report flags it. The
@@ -212,7 +212,7 @@ def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path)
     try:
         real = real_launcher.start(write_can_rig(tmp_path, "real", actuators=ONE_EROB, model="m6"))
         earlier = connect(canopen.Network(), real.rig.port)
-        node = BaseNode402(2, str(EDS))
+        node = BaseNode402(2, eds[2])
         earlier.add_node(node)
         node.sdo.RESPONSE_TIMEOUT = 3.0
         enable_by_sdo(node, 8)                     # CSP, Operation enabled (CiA 402 modes of operation 8)
@@ -222,7 +222,7 @@ def test_the_twin_takes_the_state_of_a_drive_enabled_before_the_mirror(tmp_path)
                      f'record = "{logs}"\n')
         twin = launcher.start(write_can_rig(tmp_path, "twin", actuators=ONE_EROB, model="m1", bus_extra=bus_extra))
         connect(net, twin.rig.port)
-        node = BaseNode402(2, str(EDS))
+        node = BaseNode402(2, eds[2])
         net.add_node(node)
         node.sdo.RESPONSE_TIMEOUT = 3.0
         assert all(sw & 0x6F == 0x27 and mode == 8 for sw, mode, _ in _poll(node, 4))   # Operation enabled, CSP

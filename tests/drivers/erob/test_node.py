@@ -3,7 +3,7 @@
 Deterministic companions of the live python-canopen tests (test_canopen.py): the time services run
 on synthetic clocks here, so inhibit times, event timers and heartbeat periods are checked exactly.
 Expected frames come from CiA 301 (COB-IDs, SDO command specifiers, abort codes, NMT states) and from
-the vendor EDS defaults (ZeroErr Driver_V1.5.eds), not from the code under test.
+ZeroErr's EDS defaults (ZeroErr Driver_V1.5.eds), not from the code under test.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from drivers.erob import etherban_pb2 as pb
 from hil.logs.mcap import read_side_by_side
 from tests.hil.daemon import free_port
 
-from .conftest import COUNTS_PER_REV, EDS, CanRig, connect, patient
+from .conftest import COUNTS_PER_REV, CanRig, connect, patient
 from .test_canopen import enable_by_sdo, reset_nodes, statusword
 from .test_etherban import Master
 from .test_mirror_etherban import _start, _stop
@@ -128,12 +128,12 @@ def test_an_etherban_client_lifts_the_arm(arm):
     check_kinematics(arm.rig, state)
 
 
-def test_python_canopen_moves_the_shoulder_in_profile_position(arm):
+def test_python_canopen_moves_the_shoulder_in_profile_position(arm, eds):
     """ZeroErr's PP flow by SDO (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python) on node 2, the shoulder: a
     set-point of −0.4 rad from where the arm is; the actual position 0x6064 reaches it and is the hinge's angle."""
     network = connect(canopen.Network(), arm.rig.port)
     try:
-        node = patient(BaseNode402(2, str(EDS)))
+        node = patient(BaseNode402(2, eds[2]))
         network.add_node(node)
         reset_nodes(network, ids=(2, 3))
         sdo = node.sdo
