@@ -145,9 +145,10 @@ def test_step_6_dynamixel_sdk(clone):
 
 
 def test_steps_7_and_8_erob(clone):
-    (_, run), (_, script) = STEPS[7]
+    (_, run), (_, export), (_, script) = STEPS[7]
     (_, record), (_, offline) = STEPS[8]
     with _daemon(run.splitlines()[0], clone, "etherban bus 'ethercat'"):
+        _sh(export, clone)
         out = _py(script, clone, timeout=120).split()
         assert out[0] == "0x5a65726f" and abs(int(out[-1]) - 52_429) < 1000, out
         _sh(record, clone, timeout=300)
