@@ -128,12 +128,12 @@ def test_eds_loads_with_identity_and_variant_values(variant, current_ma, torque_
     assert values[(0x1018, 0)] == 3
     assert values[(0x1000, 0)] == 0x00420192 and values[(0x1000, 0)] & 0xFFFF == 402
     assert values[(0x6502, 0)] == 909 == 0x38D
-    # node-relative COB-IDs ($NODEID in the EDS)
+    # node-relative COB-IDs ($NodeID in ZeroErr's EDS, plus_node_id in objects.toml)
     assert values[(0x1014, 0)] == 0x80 + node
     assert values[(0x1200, 1)] == 0x600 + node and values[(0x1200, 2)] == 0x580 + node
     assert values[(0x1400, 1)] == 0x200 + node and values[(0x1800, 1)] == 0x180 + node
     assert values[(0x1401, 1)] == 0x80000000 | (0x300 + node)          # PDO2..4 invalid (bit 31)
-    # what the EDS leaves open, from config/erob/<variant>.toml
+    # what ZeroErr's EDS leaves open, from config/erob/<variant>.toml
     assert values[(0x6075, 0)] == current_ma and values[(0x6076, 0)] == torque_mnm
     assert values[(0x608F, 1)] == 524288 and values[(0x608F, 2)] == 1
     assert values[(0x6065, 0)] == 32768 and values[(0x605A, 0)] == 2
@@ -142,7 +142,7 @@ def test_eds_loads_with_identity_and_variant_values(variant, current_ma, torque_
         if obj.index >= 0x1000:
             for var in [obj] if isinstance(obj, ODVariable) else obj.values():
                 assert var.default is not None, hex(var.index)
-    # the CiA 402 objects added to the EDS
+    # the CiA 402 objects beyond ZeroErr's EDS (config/erob/objects.toml `added`)
     assert (od[0x6072].data_type, od[0x6072].access_type) == (UNSIGNED16, "rw")
     assert (od[0x605A].data_type, od[0x6066].data_type) == (INTEGER16, UNSIGNED16)
     assert od[0x608F][1].access_type == "ro"
