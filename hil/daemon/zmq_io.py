@@ -149,6 +149,10 @@ class StatePublisher(threading.Thread):
             self._wait_s = min(0.1, live.rig.robot.pose_every / live.rig.loop.rate_hz)
         self.poses_sent = 0
         self._pose_copy = -1   # the number of the last copy of the poses sent (RobotEngine.poses_since)
+        # a copy's t = tick·period: written to the period's decimals (0.57, not the float noise 0.5700000000000001)
+        from hil.offline.simulate import step_decimals
+
+        self._t_decimals = step_decimals(1.0 / live.rig.loop.rate_hz)
         if self.robot is not None:
             self.robot.engine.publish_poses(live.rig.robot.pose_every)
             self._bodies = [self.robot.model.body(i).name for i in range(self.robot.model.nbody)]
@@ -181,7 +185,8 @@ class StatePublisher(threading.Thread):
         now, tick_now = time.time(), self.robot.engine.ticks
         for number, tick, t, poses in copies:
             self._pose_copy = number
-            payload = {"seq": number, "t": t, "tick": tick, "bodies": self._bodies,
+            payload = {"seq": number, "t": t if self._t_decimals is None else round(t, self._t_decimals),
+                       "tick": tick, "bodies": self._bodies,
                        "position": poses[:, :3].ravel().tolist(), "quaternion": poses[:, 3:].ravel().tolist()}
             # real time: the wall-clock time of the copy's tick, counted back from the engine's latest tick
             stamp = t if lockstep else now - (tick_now - tick) / rate_hz
