@@ -505,6 +505,21 @@ def bench_robot(
     _print_json(bench(rig, seconds, repeats, peer), out)
 
 
+@bench_app.command("console")
+@one_line_errors
+def bench_console(
+    seconds: Annotated[float, typer.Option(help="length of each window [s]")] = 5.0,
+    rounds: Annotated[int, typer.Option(help="windows of each kind (no browser, three browsers), alternating")] = 3,
+    actuators: Annotated[int, typer.Option(help="MX-64 pendulums on the rig's Dynamixel bus")] = 4,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """The loop's lateness p50/p99 with three headless Chromium browsers on the web console's live plot against
+    none, in one run, as JSON (needs `make browser`)."""
+    from bench.console import run as bench
+
+    _print_json(bench(seconds, rounds, actuators), out)
+
+
 @bench_app.command("loop")
 @one_line_errors
 def bench_loop(
