@@ -13,6 +13,8 @@ A rig is spelled in one of two ways. With one actuator and no buses (what `simul
                  open_circuit_duration_s, supply_v
     [initial]    theta [rad], omega [rad/s], temperature_c
     [sim]        dt [s], integrator = "euler" | "bam" | "implicitfast"   (the offline step; default: the loop's)
+    exact_bam    true: bam's simulator exactly, as `replay` runs it (in [actuator]/[[actuators]], or at the top
+                 for every actuator)
 
 which is the rig of one `[[actuators]]` entry with joint = "actuator" and those tables. In general
 (`servo-hil run RIG.toml`), N actuators, the loop, ZeroMQ and MQTT settings:
@@ -91,6 +93,8 @@ class ActuatorConfig(DCMotor):
     mjcf: str | None = None
     name: str | None = Field(None, description="<dcmotor> name in the MJCF file")
     firmware: dict[str, Any] | None = None
+    exact_bam: bool | None = Field(None, description="bam's simulator exactly, as `replay` runs it (exact_bam_spec); "
+                                                     "default: the rig's exact_bam")
 
     @model_validator(mode="after")
     def _consistent(self) -> ActuatorConfig:
@@ -414,6 +418,8 @@ class RigSettings(Strict):
     record: RecordConfig | None = None
     console: ConsoleConfig | None = None
     sim: SimConfig | None = Field(None, description="the offline step of `simulate`; default: the loop's")
+    exact_bam: bool = Field(False, description="every actuator runs bam's simulator exactly (an actuator's own "
+                                               "exact_bam overrides)")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -476,6 +482,20 @@ class Rig(RigSettings):
         return self
 
 
+BAM_INTEGRATOR = "bam"   # the step bam's published parameters were identified with (DESIGN.md, Physics)
+
+
+def exact_bam_spec(spec: ActuatorSpec, encoder: EncoderConfig) -> ActuatorSpec:
+    """The actuator as bam's simulator runs it — `ActuatorSpec.bam_only()`, what `replay` runs: no inductance,
+    thermal state (R(T)'s α), saturation, cogging or encoder quantization — to be stepped with BAM_INTEGRATOR.
+    ConfigError for what bam's model cannot have: no bam parameter set, an encoder given."""
+    if spec.friction is None:
+        raise ConfigError("exact_bam: bam's model needs a bam parameter set: catalog = … with model = … or params = …")
+    if encoder.counts_per_rev is not None or encoder.noise_rad > 0:
+        raise ConfigError("exact_bam: bam's model has no encoder: drop encoder.counts_per_rev / encoder.noise_rad")
+    return spec.bam_only()
+
+
 def kernel_params(spec: ActuatorSpec, load: LoadConfig, encoder: EncoderConfig, faults: FaultConfig,
                   integrator: str) -> dict:
     """The full kernel parameter dict of one actuator on its load."""
@@ -526,7 +546,11 @@ def _build_kernel(rig: Rig, path: Path, single: bool, dt: float,
         where = str(path) if single else f"{path}: actuators[{j}] ({a.joint})"
         try:
             spec = a.spec(path.parent)
-            kernel.set_params(j, kernel_params(spec, a.load, a.encoder, a.faults, integrator))
+            exact = rig.exact_bam if a.exact_bam is None else a.exact_bam
+            if exact:
+                spec = exact_bam_spec(spec, a.encoder)
+            kernel.set_params(j, kernel_params(spec, a.load, a.encoder, a.faults,
+                                               BAM_INTEGRATOR if exact else integrator))
         except ConfigError as exc:
             text = str(exc)
             raise ConfigError(text if text.startswith(str(path)) else f"{where}: {text}") from None
