@@ -254,14 +254,22 @@ def test_bad_integrator_exit_code_and_no_output(tmp_path):
 
 
 def test_out_in_missing_directory(tmp_path):
+    """A missing folder of OUT.csv is created (`--out tour/step.csv`); a path through a file is one line."""
     (tmp_path / "rig.toml").write_text(GOOD_RIG)
     (tmp_path / "in.csv").write_text(GOOD_IN)
-    res = subprocess.run([sys.executable, "-m", "hil.cli.main", "simulate", str(tmp_path / "rig.toml"), "--input",
-                          str(tmp_path / "in.csv"), "--out", str(tmp_path / "nodir" / "out.csv")],
-                         capture_output=True, text=True, timeout=60)
+    (tmp_path / "afile").write_text("x")
+
+    def run(out):
+        return subprocess.run([sys.executable, "-m", "hil.cli.main", "simulate", str(tmp_path / "rig.toml"), "--input",
+                               str(tmp_path / "in.csv"), "--out", str(out)], capture_output=True, text=True, timeout=60)
+
+    res = run(tmp_path / "nodir" / "out.csv")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "nodir" / "out.csv").read_text().startswith("t,u,")
+    res = run(tmp_path / "afile" / "out.csv")
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("servo-hil: error: ")
-    assert "nodir" in res.stderr
+    assert "afile" in res.stderr
 
 
 def test_real_entry_point_one_line(tmp_path):
