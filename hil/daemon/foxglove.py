@@ -1,6 +1,7 @@
 """The `[foxglove]` live view: a Foxglove WebSocket server (the foxglove-sdk package) carrying every joint's
 state and the daemon's events, for the Foxglove app (desktop or browser: *Open connection* →
-`ws://127.0.0.1:8765`).
+`ws://127.0.0.1:8765`). foxglove-sdk's handshake accepts the subprotocol `foxglove.sdk.v1` only: a client offering
+just the older name `foxglove.websocket.v1` gets HTTP 400 (docs/configuration.md lists the clients that connect).
 
 Channels, JSON messages described by a JSON schema (Foxglove's Plot and Raw Messages panels read them
 without an extension):

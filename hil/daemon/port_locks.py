@@ -34,7 +34,8 @@ def lock_dir() -> Path:
 
 def bound_ports(rig: Rig, mqtt: bool) -> list[tuple[str, str]]:
     """(lock key, what binds it) for each port the rig's daemon binds: the ZeroMQ endpoints, the embedded
-    MQTT broker (when MQTT is on without a broker URL) and the Foxglove server; port 0 (any free) is none."""
+    MQTT broker (when MQTT is on without a broker URL), the Foxglove server and the web console; port 0 (any
+    free) is none."""
     out = []
     for what, endpoint in (("[zmq] pub", rig.zmq.pub), ("[zmq] command", rig.zmq.command)):
         scheme, _, rest = endpoint.partition("://")
@@ -49,6 +50,8 @@ def bound_ports(rig: Rig, mqtt: bool) -> list[tuple[str, str]]:
         out.append((f"tcp-{rig.mqtt.embedded_port}", f"tcp port {rig.mqtt.embedded_port} ([mqtt] embedded broker)"))
     if rig.foxglove is not None and rig.foxglove.port > 0:
         out.append((f"tcp-{rig.foxglove.port}", f"tcp port {rig.foxglove.port} ([foxglove] port)"))
+    if rig.console is not None and rig.console.port > 0:
+        out.append((f"tcp-{rig.console.port}", f"tcp port {rig.console.port} ([console] port)"))
     return out
 
 
