@@ -199,12 +199,15 @@ def run(
         "--port", help="create the bus at this path (a pty symlink): PATH for a rig with one bus, "
                        "or BUS=PATH; repeatable")] = None,
     log_level: Annotated[LogLevel, typer.Option(help="how much the daemon logs")] = "INFO",
+    console: Annotated[bool, typer.Option(
+        help="serve the web console (docs/console.md) at http://127.0.0.1:8780/ when the rig has no "
+             "[console] table")] = False,
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
     and the rig's servo buses (each prints the port a controller opens)."""
     from hil.daemon.service import serve
 
-    serve(rig, mqtt, port or [], log_level)
+    serve(rig, mqtt, port or [], log_level, console=console)
 
 
 @app.command()

@@ -46,7 +46,8 @@ class Daemon:
     """Everything `servo-hil run` starts, in start order; `stop()` reverses it."""
 
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
-                 real: list[str] = (), record: str | None = None, record_segment_s: float | None = None):
+                 real: list[str] = (), record: str | None = None, record_segment_s: float | None = None,
+                 console: bool = False):
         self.robot = None   # a robot rig: its actuators turn the hinges of a MuJoCo model (docs/robots.md)
         if read_rig(rig_path).robot is not None:
             self.rig, self.specs, self.robot = load_robot_rig(rig_path)
@@ -54,6 +55,8 @@ class Daemon:
         else:
             self.rig, self.specs, kernel = load_rig(rig_path)
         self.rig_dir = Path(rig_path).parent   # relative paths in the rig are from its folder
+        if console and self.rig.console is None:   # `run --console`: the web console at its defaults
+            self.rig = self.rig.model_copy(update={"console": ConsoleConfig()})
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
@@ -269,13 +272,14 @@ def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
 
 
 def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
-          record: str | None = None, record_segment_s: float | None = None) -> None:
+          record: str | None = None, record_segment_s: float | None = None, console: bool = False) -> None:
     """`servo-hil run` / `servo-hil mirror`: log to stderr, run the daemon of `rig` until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s servo-hil %(levelname)s %(message)s")
     logging.getLogger("amqtt").setLevel(logging.WARNING)
     logging.getLogger("transitions").setLevel(logging.WARNING)
-    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record, record_segment_s=record_segment_s)
+    daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record, record_segment_s=record_segment_s,
+                    console=console)
     try:
         daemon.run_until_signal(STOP_WATCHDOG_S)
     except zmq.ZMQError as exc:
