@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.host import STEAL_LIMIT, free_port, stop_process
+from bench.host import STEAL_LIMIT, free_port, loadavg, machine, stop_process
 from hil.daemon.telemetry import StealMeter, percentile_us
 from hil.daemon.zmq_io import request
 from hil.params.config_file import ConfigError
@@ -135,7 +135,8 @@ def run(seconds: float = 5.0, rounds: int = 3, actuators: int = 4) -> dict:
     p0, p1 = none["lateness_p99_us"], browsers["lateness_p99_us"]
     within = p0 is not None and p1 is not None and (p1 <= p0 * (1 + P99_TOLERANCE) or p1 - p0 <= P99_FLOOR_US)
     disturbed = max(none["steal_fraction"], browsers["steal_fraction"]) >= STEAL_LIMIT
-    return {"benchmark": "console", "rate_hz": 1000, "actuators": actuators, "browsers": BROWSERS,
+    return {"benchmark": "console", "machine": machine(), "loadavg": loadavg(), "rate_hz": 1000,
+            "actuators": actuators, "browsers": BROWSERS,
             "window_s": seconds, "rounds": rounds, "no_browser": none, "three_browsers": browsers,
             "plot_frames_per_s": {"min": min(pushed_frames), "median": float(np.median(pushed_frames))},
             "p99_ratio": (p1 / p0) if p0 else None, "p99_within_10_percent": bool(within),
