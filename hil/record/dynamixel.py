@@ -122,8 +122,9 @@ def record(port: str, dxl_id: int, baud: int, trajectories: list[str], gains: li
     check_trajectories(trajectories)
     servo, runs = _Servo(port, baud, dxl_id), []
     try:
-        return record_sweep(trajectories, gains,
-                            lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
+        files = record_sweep(trajectories, gains,
+                             lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
     finally:
         servo.close()
-        warn_if_behind(runs)
+    warn_if_behind(runs)   # after a complete sweep only: an error ends the command with its own one line
+    return files

@@ -115,8 +115,9 @@ def record(link: Link, trajectories: list[str], gains: list[float], damping: flo
     <out>/processed/*.json; one warning line at the end if runs fell behind (excitation.warn_if_behind)."""
     runs: list[GoalPacing] = []
     try:
-        return record_sweep(trajectories, gains, lambda name, kp: record_one(
+        files = record_sweep(trajectories, gains, lambda name, kp: record_one(
             link, name, kp, damping, header, offset, duration, runs), out)
     finally:
         link.close()
-        warn_if_behind(runs)
+    warn_if_behind(runs)   # after a complete sweep only: an error ends the command with its own one line
+    return files
