@@ -161,8 +161,10 @@ def test_recovers_known_parameters(xl330_logs, model):
     spec = catalog.entry(ACTUATOR).actuator(model).bam_only()
     floor = np.mean([replay_log(x.log, spec, "bam", x.name).mae for x in logs])
     assert 0.5e-3 < floor < 1.5e-3
-    fit = run_fit(FitTask(ACTUATOR, model, logs, [], 3000, seed=3, search=Search(start="bam", sigma0=0.25)))
-    assert fit.evaluations <= 3000 and not fit.interrupted
+    # m6 frees the most coordinates: with 3000 evaluations only 3 of seeds 0-7 reach the floor, with 8000 all 8
+    budget = 8000 if model == "m6" else 3000
+    fit = run_fit(FitTask(ACTUATOR, model, logs, [], budget, seed=3, search=Search(start="bam", sigma0=0.25)))
+    assert fit.evaluations <= budget and not fit.interrupted
     assert fit.train < floor + 1.5e-3, (fit.train, floor)
     p = fit.params
     assert p["kt"] / p["R"] == pytest.approx(truth.kt / truth.R, rel=0.04)
