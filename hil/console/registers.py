@@ -1,13 +1,17 @@
-"""A Dynamixel servo's control table for the console: read as a grid, written through the servo's own Write.
+"""A servo's control table or object dictionary for the console: read as a grid, written through its own write path.
 
-A write takes the bus thread's lock and the rig's atomic batch, as a Write packet does (drivers/dynamixel/
-server.py), and calls `DynamixelServo.write`, the entry point the bus gives a packet: the servo's access,
-range, limit and EEPROM-lock checks answer with the Protocol 2.0 error number the status packet would carry.
+Dynamixel: a write takes the bus thread's lock and the rig's atomic batch, as a Write packet does (drivers/
+dynamixel/server.py), and calls `DynamixelServo.write`, the entry point the bus gives a packet: the servo's
+access, range, limit and EEPROM-lock checks answer with the Protocol 2.0 error number the status packet would
+carry. eRob on a CANopen bus: a write takes the drives' lock and calls `CanopenNode.set_data(…,
+check_writable=True)`, what the node's SDO server calls for a download, so a refusal is the SDO abort code
+the drive would send (CiA 301 §7.2.4.3.17).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from firmware_models.dynamixel.errors import ErrorCode
@@ -26,6 +30,76 @@ class RegisterError(CommandError):
     """A console request about a servo's table that cannot be served (no such servo or item, bad value)."""
 
 
+def erob_nodes(daemon) -> dict[str, tuple[Any, Any]]:
+    """{joint: (CANopen bus, CanopenNode)} of every simulated eRob on the daemon's CANopen buses."""
+    out = {}
+    for server in daemon.buses:
+        for node in getattr(server, "nodes", ()):
+            out[daemon.live.names[node.drive.joint.j]] = (server, node)
+    return out
+
+
+def _od_variables(od):
+    """Every object of an eRob's dictionary (records and arrays by their members), as a read lists them."""
+    for obj in od.values():
+        if obj.index < 0x1000:      # the dummy data types of RPDO maps
+            continue
+        yield from (obj.values() if hasattr(obj, "values") else (obj,))
+
+
+def _abort_text(exc: Exception) -> tuple[int, str]:
+    code = getattr(exc, "code", 0)
+    return code, str(exc)
+
+
+def read_od(daemon, joint: str) -> dict:
+    """Every object of the eRob's dictionary: qualified name, index:subindex, size, access, unit, range and its
+    value as an SDO upload reads it (the abort text where the drive refuses the upload)."""
+    server, node = erob_nodes(daemon)[joint]
+    rows = []
+    with server.drives.lock:
+        for var in _od_variables(node.od):
+            try:
+                value = var.decode_raw(node.get_data(var.index, var.subindex))
+            except Exception as exc:   # an SdoAbortedError: shown as the client would see it
+                value = _abort_text(exc)[1]
+            if isinstance(value, bytes):
+                value = value.hex()
+            rows.append({"name": var.qualname, "address": f"0x{var.index:04X}:{var.subindex:02X}",
+                         "size": len(var) // 8, "area": "", "access": var.access_type,
+                         "writable": bool(var.writable), "unit": var.unit or "", "min": var.min, "max": var.max,
+                         "value": value, "si": None})
+        mode = node.drive.values.get((0x6061, 0))
+        status = node.drive.values.get((0x6041, 0))
+    goal = {1: "Target position", 8: "Target position", 3: "Target velocity", 9: "Target velocity",
+            4: "Target torque", 10: "Target torque"}.get(mode, "Target position")
+    goal = next((r["name"] for r in rows if r["name"] == goal), goal)
+    return {"joint": joint, "kind": "erob", "model": node.drive.config.name, "id": node.id, "rows": rows,
+            "torque": int(bool(status is not None and status & 0x6F == 0x27)), "operating_mode": mode,
+            "goal_item": goal, "hardware_error": node.drive.values.get((0x603F, 0))}
+
+
+def write_od(daemon, joint: str, name: str, value: Any) -> dict:
+    """Download `value` to the eRob object `name` as its SDO server does; the abort code and text if refused."""
+    server, node = erob_nodes(daemon)[joint]
+    var = next((v for v in _od_variables(node.od) if v.qualname == name), None)
+    if var is None:
+        raise RegisterError(f"write: the eRob has no object {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RegisterError(f"write {name}: value must be a number")
+    try:
+        data = var.encode_raw(value)
+    except Exception as exc:   # struct.error: the value does not fit the object's type
+        raise RegisterError(f"write {name}: {value} does not fit its type ({exc})") from None
+    with server.drives.lock:
+        try:
+            node.set_data(var.index, var.subindex, data, check_writable=True)
+        except Exception as exc:   # the SdoAbortedError the SDO server would send
+            code, text = _abort_text(exc)
+            return {"error": code or 1, "error_text": text, "alert": False}
+    return {"error": 0, "error_text": "", "alert": False}
+
+
 def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
     """{joint: (bus server, DynamixelServo)} of every simulated Dynamixel servo of the daemon's buses."""
     out = {}
@@ -37,11 +111,16 @@ def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+def table_joints(daemon) -> dict[str, str]:
+    """{joint: "dynamixel" | "erob"} of every actuator with a control table or object dictionary."""
+    return {**{j: "erob" for j in erob_nodes(daemon)}, **{j: "dynamixel" for j in dynamixel_servos(daemon)}}
+
+
 def _servo(daemon, joint: str) -> tuple[Any, Any]:
     servos = dynamixel_servos(daemon)
     if joint not in servos:
-        known = ", ".join(servos) or "none"
-        raise RegisterError(f"no Dynamixel servo for actuator {joint!r} (servos with a control table: {known})")
+        known = ", ".join(table_joints(daemon)) or "none"
+        raise RegisterError(f"no servo with a control table for actuator {joint!r} (servos with one: {known})")
     return servos[joint]
 
 
@@ -53,6 +132,13 @@ def _as_a_packet(server):
 
 
 def read_table(daemon, joint: str) -> dict:
+    """The grid of `joint`: its control table (Dynamixel) or object dictionary (eRob)."""
+    if joint in erob_nodes(daemon):
+        return read_od(daemon, joint)
+    return _read_dynamixel(daemon, joint)
+
+
+def _read_dynamixel(daemon, joint: str) -> dict:
     """Every item of the servo's control table: name, address, size, area, access, unit, range and its value (in
     register units, and SI where the item has a unit), read as a Read packet would (Present items fresh)."""
     server, servo = _servo(daemon, joint)
@@ -64,18 +150,21 @@ def read_table(daemon, joint: str) -> dict:
     for it in spec.items:
         value = it.decode(data[it.address:it.address + it.size]) if len(data) >= it.address + it.size else None
         rows.append({"name": it.name, "address": it.address, "size": it.size, "area": "EEPROM" if it.eeprom else "RAM",
-                     "access": str(it.access), "unit": it.unit, "min": it.min, "max": it.max, "value": value,
+                     "access": str(it.access), "writable": it.access == "RW", "unit": it.unit, "min": it.min,
+                     "max": it.max, "value": value,
                      "si": value * it.si_per_unit if value is not None and it.si_per_unit else None})
     mode = servo.table.get("Operating Mode")
     goal = {0: "Goal Current", 1: "Goal Velocity", 16: "Goal PWM"}.get(mode, "Goal Position")
-    return {"joint": joint, "model": spec.title, "id": servo.table.get("ID"), "rows": rows,
+    return {"joint": joint, "kind": "dynamixel", "model": spec.title, "id": servo.table.get("ID"), "rows": rows,
             "torque": servo.table.get("Torque Enable"), "operating_mode": mode, "goal_item": goal,
             "hardware_error": servo.table.get("Hardware Error Status")}
 
 
 def write_item(daemon, joint: str, name: Any, value: Any) -> dict:
-    """Write `value` (register units) to item `name` as a Write packet would; returns the servo's error (0 and
-    "" when accepted) and the Error byte's Alert bit."""
+    """Write `value` (register units) to item `name` as a Write packet would (an SDO download on an eRob); returns
+    the servo's error (0 and "" when accepted) and the Error byte's Alert bit."""
+    if joint in erob_nodes(daemon):
+        return write_od(daemon, joint, name, value)
     server, servo = _servo(daemon, joint)
     if not isinstance(name, str):
         raise RegisterError("write: name must be the item's name")
@@ -95,7 +184,10 @@ def write_item(daemon, joint: str, name: Any, value: Any) -> dict:
 
 def servo_action(daemon, joint: str, action: str) -> dict:
     """`reboot` or `factory_reset` (option 0x02: all but ID and Baud Rate, Protocol 2.0 §Factory Reset), run as
-    the bus runs those instructions."""
+    the bus runs those instructions. On an eRob, `reboot` is the NMT command Reset Node (CiA 301 §7.2.8.3.2.1)
+    handed to the node as the bus hands it the frame."""
+    if joint in erob_nodes(daemon):
+        return _erob_action(daemon, joint, action)
     server, servo = _servo(daemon, joint)
     with _as_a_packet(server):
         if action == "reboot":
@@ -106,3 +198,14 @@ def servo_action(daemon, joint: str, action: str) -> dict:
             raise RegisterError(f"unknown servo action {action!r} (reboot, factory_reset)")
     code = reply.error & 0x7F
     return {"error": code, "error_text": ERROR_TEXT.get(code, "") if code else ""}
+
+
+def _erob_action(daemon, joint: str, action: str) -> dict:
+    from drivers.can.slcan import CanFrame
+
+    if action != "reboot":
+        raise RegisterError(f"{action}: an eRob has no such service here (reboot: NMT Reset Node)")
+    server, node = erob_nodes(daemon)[joint]
+    with server.drives.lock:
+        node.handle(CanFrame(0x000, bytes([0x81, node.id])), time.monotonic())   # NMT: cs 0x81 = reset node
+    return {"error": 0, "error_text": ""}

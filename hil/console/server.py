@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from hil.console.registers import RegisterError, dynamixel_servos, read_table, servo_action, write_item
+from hil.console.registers import RegisterError, read_table, servo_action, table_joints, write_item
 from hil.daemon.arguments import CommandError
 from hil.daemon.faults import KERNEL_FAULTS
 from hil.params.config_file import ConfigError
@@ -268,10 +268,10 @@ class Console:
             ids = [a.id for a in rig.actuators if a.bus == cfg.name]
             buses.append({"name": cfg.name, "protocol": cfg.protocol, "path": server.path, "baud": cfg.baud,
                           "ids": ids, "joints": [a.joint for a in rig.actuators if a.bus == cfg.name]})
-        actuators = []
+        actuators, tables = [], table_joints(self.daemon)
         for a in rig.actuators:
             actuators.append({"joint": a.joint, "catalog": a.catalog, "bus": a.bus, "id": a.id,
-                              "table": a.joint in dynamixel_servos(self.daemon)})
+                              "table": tables.get(a.joint)})
         return _ok({"rig": rig.name, "rate_hz": rig.loop.rate_hz, "lockstep": rig.loop.lockstep,
                     "buses": buses, "actuators": actuators, "status": live.status(), "robot": live.robot is not None})
 

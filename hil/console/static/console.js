@@ -123,9 +123,11 @@ async function loadServo(quiet) {
     const t = await api(`/api/servo/${encodeURIComponent(joint)}`);
     if (!t.ok) { showMessage("#servo-message", t); return; }
     state.servo = t;
-    $("#servo-model").textContent = `${t.model}, ID ${t.id}, hardware error ${t.hardware_error}`;
+    $("#servo-model").textContent = t.kind === "erob" ? `${t.model}, node ${t.id}, error code ${fmt(t.hardware_error)}`
+      : `${t.model}, ID ${t.id}, hardware error ${t.hardware_error}`;
     $("#torque-toggle").textContent = t.torque ? "Torque off" : "Torque on";
-    $("#goal-label").textContent = `${t.goal_item} [register]`;
+    $("#goal-label").textContent = `${t.goal_item} [${t.kind === "erob" ? "object unit" : "register"}]`;
+    $("#factory-reset").hidden = t.kind === "erob";
     const tb = $("#register-table tbody");
     if (tb.children.length !== t.rows.length || tb.dataset.joint !== joint) {
       tb.replaceChildren(); tb.dataset.joint = joint;
@@ -134,8 +136,8 @@ async function loadServo(quiet) {
         tr.append(el("td", r.name), el("td", r.address, "num"), el("td", r.size, "num"), el("td", r.area), el("td", r.access),
           el("td", r.unit), el("td", `${r.min}..${r.max}`), el("td", "", "num value"), el("td", "", "num si"));
         const td = el("td");
-        if (r.access === "RW") {
-          const input = el("input", undefined, "write"); input.type = "number"; input.step = "1"; input.dataset.name = r.name;
+        if (r.writable) {
+          const input = el("input", undefined, "write"); input.type = "number"; input.step = "any"; input.dataset.name = r.name;
           input.addEventListener("keydown", (e) => { if (e.key === "Enter") writeItem(r.name, input.value); });
           td.append(input);
         }
@@ -158,7 +160,14 @@ async function writeItem(name, value) {
 }
 
 $("#servo-select").addEventListener("change", () => loadServo());
-$("#torque-toggle").addEventListener("click", () => state.servo && writeItem("Torque Enable", state.servo.torque ? 0 : 1));
+$("#torque-toggle").addEventListener("click", async () => {
+  const t = state.servo;
+  if (!t) return;
+  if (t.kind !== "erob") return writeItem("Torque Enable", t.torque ? 0 : 1);
+  // CiA 402 controlword: shutdown (6), switch on (7), enable operation (15); disable operation (7)
+  const cw = t.rows.find((r) => r.address === "0x6040:00").name;
+  for (const v of t.torque ? [7] : [6, 7, 15]) await writeItem(cw, v);
+});
 $("#goal-send").addEventListener("click", () => state.servo && writeItem(state.servo.goal_item, $("#goal-input").value));
 for (const action of ["reboot", "factory-reset"]) {
   $(`#${action}`).addEventListener("click", async () => {

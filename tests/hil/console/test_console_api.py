@@ -112,3 +112,30 @@ def test_port_in_use_is_a_one_line_error(tmp_path):
                              timeout=60, env=daemon_env())
     assert run.returncode == 2, run.stderr
     assert "console: cannot listen on 127.0.0.1" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_erob_object_dictionary_through_its_sdo_path(tmp_path):
+    """An eRob's objects as an SDO upload reads them; writes as its SDO server takes a download (abort codes)."""
+    launcher = Launcher(tmp_path)
+    rig, url = console_rig(tmp_path / "erob.toml", "console-erob", joints=("erob",))
+    rig.path.write_text(rig.path.read_text().replace(
+        'catalog = "erob80_100"', 'catalog = "erob80_100"\nbus = "can"\nid = 2') + (
+        f'\n[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{tmp_path / "can"}"\nbaud = 1000000\n'))
+    rig.path.write_text(rig.path.read_text().replace(
+        f'[[buses]]\nname = "dxl"\nprotocol = "dynamixel"\nport = "{tmp_path / "console-erob-dxl"}"\n'
+        'baud = 1000000\nfast = true\n', ""))
+    launcher.start(rig)
+    try:
+        erob = f"{url}api/servo/erob"
+        table = fetch(erob)[1]
+        assert table["kind"] == "erob" and table["id"] == 2
+        rows = {r["address"]: r for r in table["rows"]}
+        assert rows["0x6041:00"]["access"] == "ro" and rows["0x6040:00"]["writable"]
+        status, reply = fetch(erob + "/write", {"name": rows["0x6041:00"]["name"], "value": 0})
+        assert status == 200 and reply["error"] == 0x06010002 and "read only" in reply["error_text"].lower()
+        reply = fetch(erob + "/write", {"name": rows["0x6060:00"]["name"], "value": 8})[1]   # cyclic sync position
+        assert reply["error"] == 0
+        assert {r["address"]: r for r in fetch(erob)[1]["rows"]}["0x6061:00"]["value"] == 8   # mode display
+        assert fetch(erob + "/reboot", {})[1]["error"] == 0
+    finally:
+        launcher.finish()
