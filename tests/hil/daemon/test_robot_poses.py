@@ -32,7 +32,8 @@ def poses_of(messages: list[list[bytes]], rig: str, framing: str) -> list[dict]:
             assert len(frames) == 1, f"single framing sent a {len(frames)}-frame message (the poses?)"
             message = msgpack.unpackb(frames[0])
             if "poses" in message[rig]:
-                assert isinstance(message["timestamp"], float) and message["timestamp"] == message[rig]["poses"]["t"]
+                stamp, t = message["timestamp"], message[rig]["poses"]["t"]
+                assert isinstance(stamp, float) and stamp == pytest.approx(t, abs=1e-12)   # lock-step: sim time
                 out.append(message[rig]["poses"])
     return out
 
