@@ -59,7 +59,7 @@ def test_write_path_gives_the_servos_own_errors(console_daemon):
     status, reply = fetch(mx + "/write", {"name": "No Such Item", "value": 1})
     assert status == 400 and "no item 'No Such Item'" in reply["error"] and "\n" not in reply["error"]
     status, reply = fetch(f"{url}api/servo/arm")
-    assert status == 404 and "no Dynamixel servo for actuator 'arm'" in reply["error"]
+    assert status == 404 and "no servo with a control table for actuator 'arm'" in reply["error"]
     status, reply = fetch(f"{url}api/command", {"cmd": "set_goal", "actuator": "nope", "value": 0})
     assert status == 400 and "nope" in reply["error"]
 
