@@ -129,9 +129,9 @@ def test_step_5_offline_tools(clone):
     for lang, code in STEPS[5]:
         assert lang == "sh"
         _sh(code, clone, timeout=600)
-    for produced in ("erob.png", "out.csv"):
+    for produced in ("tour/erob.png", "tour/out.csv"):
         assert (clone / produced).stat().st_size > 0, produced
-    assert len((clone / "out.csv").read_text().splitlines()) == 2001
+    assert len((clone / "tour" / "out.csv").read_text().splitlines()) == 2001
 
 
 def test_step_6_dynamixel_sdk(clone):
@@ -152,15 +152,15 @@ def test_steps_7_and_8_erob(clone):
         out = _py(script, clone, timeout=120).split()
         assert out[0] == "0x5a65726f" and abs(int(out[-1]) - 52_429) < 1000, out
         _sh(record, clone, timeout=300)
-    assert (clone / "rep-erob" / "report.json").stat().st_size > 0
+    assert (clone / "tour" / "rep-erob" / "report.json").stat().st_size > 0
     _sh(offline, clone, timeout=300)   # replay and identify of the recorded logs, the daemon stopped
-    published, fitted = (json.loads((clone / name).read_text())["mae"] for name in ("r.json", "r-fit.json"))
+    published, fitted = (json.loads((clone / "tour" / name).read_text())["mae"] for name in ("r.json", "r-fit.json"))
     assert fitted < 0.5 * published, (fitted, published)   # the fit to the servo's own logs beats bam's set
-    assert json.loads((clone / "fit" / "params.json").read_text())["model"] == "m1"
+    assert json.loads((clone / "tour" / "fit" / "params.json").read_text())["model"] == "m1"
 
 
 def test_step_9_mirror_demo(clone):
     (_, code), = STEPS[9]
     (clone / "examples").symlink_to(REPO / "examples")
     _sh(code, clone, timeout=300)
-    assert (clone / "mirror-demo" / "report" / "report.json").stat().st_size > 0
+    assert (clone / "tour" / "mirror-demo" / "report" / "report.json").stat().st_size > 0
