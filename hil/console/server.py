@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
+from hil.console.busmon import attach
 from hil.console.registers import RegisterError, read_table, servo_action, table_joints, write_item
 from hil.daemon.arguments import CommandError
 from hil.daemon.faults import KERNEL_FAULTS
@@ -87,6 +88,7 @@ class Console:
         self._error: BaseException | None = None
         self._stop: asyncio.Event | None = None   # set in the server's loop: it ends
         self.pushed = 0                  # state batches sent (all browsers)
+        self.packet_logs: dict | None = None   # bus name → busmon.PacketLog (None: a bus that has none)
         self._sending: set[asyncio.Future] = set()   # sends in flight (a task nobody holds may be collected)
 
     # ----------------------------------------------------------------- sinks (the tap's thread)
@@ -257,6 +259,9 @@ class Console:
         """Until the daemon has opened its buses (≤ 10 s): the console listens before they exist."""
         for _ in range(200):
             if self.daemon.started:
+                if self.packet_logs is None:   # the bus monitor counts from the first request on
+                    self.packet_logs = {cfg.name: attach(server) for server, cfg
+                                        in zip(self.daemon.buses, self.live.rig.buses, strict=True)}
                 return
             await asyncio.sleep(0.05)
 
@@ -362,8 +367,10 @@ class Console:
         out = []
         for server, cfg in zip(self.daemon.buses, self.live.rig.buses, strict=True):
             wire = getattr(server, "wire_stats", None)
+            packets = self.packet_logs.get(cfg.name) if self.packet_logs else None
             out.append({"name": cfg.name, "protocol": cfg.protocol, "errors_isolated": server.errors_isolated,
-                        "wire": wire if isinstance(wire, dict) else {}, "t_wall": time.time()})
+                        "wire": wire if isinstance(wire, dict) else {}, "t_wall": time.time(),
+                        **(packets.report() if packets is not None else {})})
         return _ok({"buses": out})
 
 

@@ -313,9 +313,22 @@ async function loadBus() {
   const tb = $("#busmon-table tbody"); tb.replaceChildren();
   for (const bus of b.buses) {
     const tr = el("tr");
-    tr.append(el("td", bus.name), el("td", bus.protocol), el("td", bus.errors_isolated, "num"),
+    tr.dataset.bus = bus.name;
+    tr.append(el("td", bus.name), el("td", bus.protocol), el("td", fmt(bus.packets), "num packets"),
+      el("td", bus.packets_per_s === undefined ? "–" : bus.packets_per_s.toFixed(1), "num pps"),
+      el("td", bus.errors_isolated, "num"),
       el("td", Object.entries(bus.wire).map(([k, v]) => `${k} ${fmt(v, 2)}`).join(", ") || "–"));
     tb.append(tr);
+  }
+  const box = $("#busmon-last"); box.replaceChildren();
+  for (const bus of b.buses) {
+    if (!bus.last) continue;
+    box.append(el("h2", `${bus.name}: last packets`));
+    const t = el("table"); t.dataset.bus = bus.name;
+    const head = el("tr"); for (const h of ["age [s]", "ID", "instruction", "parameters (first 16 bytes)"]) head.append(el("th", h));
+    t.append(head);
+    for (const p of bus.last) { const tr = el("tr"); tr.append(el("td", p.age_s.toFixed(3), "num"), el("td", p.id, "num"), el("td", p.instruction), el("td", p.params)); t.append(tr); }
+    box.append(t);
   }
   if (state.page === "bus") setTimeout(loadBus, 1000);
 }

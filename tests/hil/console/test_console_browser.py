@@ -158,8 +158,26 @@ def test_recording_started_from_the_page_is_a_readable_mcap(page, shots):
     page.screenshot(path=shots / "recording.png")
 
 
-def test_bus_monitor_shows_the_bus(page, shots):
+def test_bus_monitor_counts_and_decodes_a_controllers_packets(page, console_daemon, shots):
+    from dynamixel_sdk import PacketHandler, PortHandler
+
+    d, _ = console_daemon
     goto(page, "bus")
-    page.wait_for_selector("#busmon-table tbody tr")
-    assert "dynamixel" in page.locator("#busmon-table").inner_text()
+    page.wait_for_selector("#busmon-table tbody tr[data-bus='dxl']")
+    port = PortHandler(str(d.rig.path.parent / f"{d.rig.name}-dxl"))   # the controller's side, as a script opens it
+    assert port.openPort() and port.setBaudRate(1000000)
+    try:
+        packets = PacketHandler(2.0)
+        for _ in range(20):
+            model, result, _err = packets.ping(port, 1)
+            assert result == 0 and model == 311   # MX-64(2.0)
+        position, result, _err = packets.read4ByteTxRx(port, 1, 132)   # Present Position
+        assert result == 0 and 0 < position < 4096   # within one turn around 2048 (0 rad)
+    finally:
+        port.closePort()
+    page.wait_for_function("Number(document.querySelector(\"#busmon-table tr[data-bus='dxl'] .packets\")"
+                           ".textContent) >= 21", timeout=5_000)
+    page.wait_for_selector("#busmon-last table[data-bus='dxl'] td:text('READ')")
+    first = page.locator("#busmon-last table[data-bus='dxl'] tr").nth(1).inner_text()
+    assert "READ" in first and "84 00 04 00" in first   # address 132, length 4, little-endian
     page.screenshot(path=shots / "bus.png")
