@@ -61,7 +61,7 @@ async function loadOverview() {
   }
   for (const sel of ["#servo-select", "#fault-actuator", "#param-actuator"]) {
     const s = $(sel); s.replaceChildren();
-    for (const a of o.actuators) if (sel !== "#servo-select" || a.table) s.append(new Option(a.joint, a.joint));
+    for (const a of o.actuators) s.append(new Option(a.joint, a.joint));
   }
   buildPlotChoices(o.actuators.map((a) => a.joint));
   renderLoop(o.status);
@@ -117,7 +117,8 @@ function onState(msg) {
 // ------------------------------------------------------------------ servo: control table, torque, goal
 async function loadServo(quiet) {
   const joint = $("#servo-select").value;
-  if (!joint) { $("#servo-model").textContent = "no servo of this rig has a control table"; return; }
+  const actuator = state.overview.actuators.find((a) => a.joint === joint);
+  if (actuator && !actuator.table) return showLawControls(joint);
   state.servoBusy = true;
   try {
     const t = await api(`/api/servo/${encodeURIComponent(joint)}`);
@@ -127,7 +128,7 @@ async function loadServo(quiet) {
       : `${t.model}, ID ${t.id}, hardware error ${t.hardware_error}`;
     $("#torque-toggle").textContent = t.torque ? "Torque off" : "Torque on";
     $("#goal-label").textContent = `${t.goal_item} [${t.kind === "erob" ? "object unit" : "register"}]`;
-    $("#factory-reset").hidden = t.kind === "erob";
+    $("#factory-reset").hidden = t.kind === "erob"; $("#reboot").hidden = false;
     const tb = $("#register-table tbody");
     if (tb.children.length !== t.rows.length || tb.dataset.joint !== joint) {
       tb.replaceChildren(); tb.dataset.joint = joint;
@@ -163,12 +164,33 @@ $("#servo-select").addEventListener("change", () => loadServo());
 $("#torque-toggle").addEventListener("click", async () => {
   const t = state.servo;
   if (!t) return;
+  if (t.kind === "law") {   // not on a bus: the daemon's set_enable
+    return showMessage("#servo-message", await api("/api/command", { cmd: "set_enable", actuator: t.joint, value: !t.torque }), "torque switched");
+  }
   if (t.kind !== "erob") return writeItem("Torque Enable", t.torque ? 0 : 1);
   // CiA 402 controlword: shutdown (6), switch on (7), enable operation (15); disable operation (7)
   const cw = t.rows.find((r) => r.address === "0x6040:00").name;
   for (const v of t.torque ? [7] : [6, 7, 15]) await writeItem(cw, v);
 });
-$("#goal-send").addEventListener("click", () => state.servo && writeItem(state.servo.goal_item, $("#goal-input").value));
+$("#goal-send").addEventListener("click", async () => {
+  const t = state.servo;
+  if (!t) return;
+  if (t.kind !== "law") return writeItem(t.goal_item, $("#goal-input").value);
+  showMessage("#servo-message", await api("/api/command", { cmd: "set_goal", actuator: t.joint, value: Number($("#goal-input").value) }), "goal sent");
+});
+
+// an actuator on no bus: torque and goal through the daemon's commands, in the firmware law's unit
+const LAW_UNITS = { voltage: "V", position: "gear·rad", velocity: "rad/s", dxl_pwm: "rad", erob_pd: "rad", current: "A", torque: "N·m", dxl: "rad" };
+function showLawControls(joint) {
+  const s = state.latest[joint] || {};
+  const mode = MODES[s.mode] || s.mode;
+  state.servo = { kind: "law", joint, torque: s.enable ? 1 : 0 };
+  $("#servo-model").textContent = `${joint}: no control table (not on a bus); firmware law ${mode}`;
+  $("#torque-toggle").textContent = s.enable ? "Torque off" : "Torque on";
+  $("#goal-label").textContent = `goal [${LAW_UNITS[mode] || "law unit"}]`;
+  $("#factory-reset").hidden = true; $("#reboot").hidden = true;
+  const tb = $("#register-table tbody"); tb.replaceChildren(); tb.dataset.joint = joint;
+}
 for (const action of ["reboot", "factory-reset"]) {
   $(`#${action}`).addEventListener("click", async () => {
     const reply = await api(`/api/servo/${encodeURIComponent($("#servo-select").value)}/${action.replace("-", "_")}`, {});

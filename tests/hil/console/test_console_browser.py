@@ -42,6 +42,7 @@ def test_overview_lists_the_actuators_live(page, console_daemon, shots):
 def test_goal_position_edit_moves_the_servo(page, console_daemon, shots):
     d, _ = console_daemon
     goto(page, "servo")
+    page.select_option("#servo-select", "mx")
     page.wait_for_selector("#register-table tr[data-name='Goal Position']")
     torque = page.locator("#torque-toggle")
     if torque.inner_text() == "Torque on":
@@ -64,6 +65,7 @@ def test_goal_position_edit_moves_the_servo(page, console_daemon, shots):
 
 def test_eeprom_write_with_torque_on_shows_the_servos_error(page, console_daemon):
     goto(page, "servo")
+    page.select_option("#servo-select", "mx")
     page.wait_for_selector("#torque-toggle:text('Torque off')")   # torque is on (previous test)
     box = page.locator("#register-table tr[data-name='Max Position Limit'] input")
     box.fill("3000")
@@ -71,6 +73,38 @@ def test_eeprom_write_with_torque_on_shows_the_servos_error(page, console_daemon
     page.wait_for_selector("#servo-message.error")
     assert "Access Error" in page.locator("#servo-message").inner_text()   # Protocol 2.0 error 7: EEPROM locked
     assert page.locator("#register-table tr[data-name='Max Position Limit'] .value").inner_text() == "4095"
+
+
+def test_an_actuator_on_no_bus_has_torque_and_goal_controls(page, console_daemon):
+    d, _ = console_daemon
+    goto(page, "servo")
+    page.select_option("#servo-select", "arm")
+    page.wait_for_selector("#servo-model:text('no control table')")
+    assert page.locator("#goal-label").inner_text() == "goal [gear·rad]"   # the dcmotor position law's unit
+    with Stream(d.rig.pub, d.rig.name + "/arm") as stream:
+        stream.first()
+        page.fill("#goal-input", "5")
+        page.click("#goal-send")
+        stream.wait_for("arm", lambda p: p["goal"] == 5.0, 5.0, "arm's goal 5 gear·rad")
+        page.click("#torque-toggle")   # on → off
+        stream.wait_for("arm", lambda p: p["enable"] == 0, 5.0, "arm's torque off")
+    ok(d.rig.cmd, "set_enable", actuator="arm", value=True)
+    ok(d.rig.cmd, "set_goal", actuator="arm", value=0.0)
+
+
+def test_reboot_from_the_page_powers_the_servo_up_again(page, console_daemon):
+    d, _ = console_daemon
+    goto(page, "servo")
+    page.select_option("#servo-select", "mx")
+    page.wait_for_selector("#torque-toggle:text('Torque off')")   # torque on since the goal test
+    with Stream(d.rig.pub, d.rig.name + "/mx") as stream:
+        stream.first()
+        page.click("#reboot")
+        page.wait_for_selector("#servo-message:text('reboot done')")
+        stream.wait_for("mx", lambda p: p["enable"] == 0, 5.0, "mx's torque off after the reboot")
+    page.wait_for_selector("#torque-toggle:text('Torque on')")
+    page.click("#torque-toggle")   # torque on again for the tests that follow
+    page.wait_for_selector("#torque-toggle:text('Torque off')")
 
 
 def test_plot_values_change_as_the_servo_moves(page, console_daemon, shots):
