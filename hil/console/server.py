@@ -142,6 +142,7 @@ class Console:
             web.get("/api/params/{joint}", self._params), web.get("/api/record", self._record_list),
             web.post("/api/record/start", self._record_start), web.post("/api/record/stop", self._record_stop),
             web.get("/api/record/file/{name}", self._record_file), web.get("/api/bus", self._bus),
+            web.get("/api/robot", self._robot),
         ]
         app.add_routes(routes)
         app.router.add_static("/static/", STATIC)
@@ -361,6 +362,18 @@ class Console:
         if "/" in name or not name.endswith(".mcap") or not path.is_file():
             return _error(f"no recording {name!r}", 404)
         return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+    async def _robot(self, request: web.Request) -> web.Response:
+        """A robot rig's bodies (MJCF names, `body<i>` if unnamed) and each one's parent, for the 3D view."""
+        robot = self.daemon.robot
+        if robot is None:
+            return _ok({"robot": None})
+        from hil.daemon.foxglove import body_frames
+
+        model = robot.model
+        return _ok({"robot": robot.mjcf.name, "bodies": body_frames(model),
+                    "parents": [int(model.body_parentid[i]) for i in range(model.nbody)],
+                    "pose_every": self.live.rig.robot.pose_every})
 
     async def _bus(self, request: web.Request) -> web.Response:
         await self._ready()

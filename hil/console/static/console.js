@@ -39,6 +39,7 @@ function showPage(page) {
   if (page === "record") loadRecordings();
   if (page === "bus") loadBus();
   if (page === "plot" && state.plot) state.plot.setSize(plotSize());
+  window.dispatchEvent(new CustomEvent("console-page", { detail: page }));
 }
 
 // ------------------------------------------------------------------ overview
@@ -64,6 +65,7 @@ async function loadOverview() {
     for (const a of o.actuators) s.append(new Option(a.joint, a.joint));
   }
   buildPlotChoices(o.actuators.map((a) => a.joint));
+  $("#robot-tab").hidden = !o.robot;
   renderLoop(o.status);
 }
 
@@ -102,6 +104,7 @@ function connect() {
 
 function onState(msg) {
   Object.assign(state.latest, msg.latest);
+  if (msg.poses) window.dispatchEvent(new CustomEvent("console-poses", { detail: msg.poses }));
   for (const [joint, cols] of Object.entries(msg.series)) {
     const buf = state.buffers[joint] || (state.buffers[joint] = { t: [], ...Object.fromEntries(FIELDS.map((f) => [f, []])) });
     for (const k of ["t", ...FIELDS]) buf[k].push(...cols[k]);
