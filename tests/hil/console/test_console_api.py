@@ -4,6 +4,7 @@ WebSocket handshakes and POSTs, the servo's own error through the write path, on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -139,3 +140,19 @@ def test_erob_object_dictionary_through_its_sdo_path(tmp_path):
         assert fetch(erob + "/reboot", {})[1]["error"] == 0
     finally:
         launcher.finish()
+
+
+def test_run_console_flag_serves_the_default_console(tmp_path):
+    """`run --console` on a rig without [console] takes 127.0.0.1:8780: held here, the start fails saying so."""
+    from tests.hil.daemon.conftest import write_rig
+
+    rig = write_rig(tmp_path / "plain.toml", "console-flag", joints=("arm",))
+    with contextlib.ExitStack() as stack:
+        busy = stack.enter_context(socket.socket())
+        with contextlib.suppress(OSError):   # already taken by another process: busy all the same
+            busy.bind(("127.0.0.1", 8780))
+            busy.listen()
+        run = subprocess.run([*SERVO_HIL, "run", str(rig.path), "--no-mqtt", "--console"], capture_output=True,
+                             text=True, timeout=60, env=daemon_env())
+    assert run.returncode == 2, run.stderr
+    assert "console: cannot listen on 127.0.0.1:8780" in run.stderr and "Traceback" not in run.stderr
