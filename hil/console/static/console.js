@@ -114,7 +114,11 @@ function onState(msg) {
     if (cut) for (const k of ["t", ...FIELDS]) buf[k].splice(0, cut);
   }
   if (state.page === "overview") { renderActuators(); renderLoop(msg.stats); }
-  if (state.page === "servo" && $("#servo-live").checked && !state.servoBusy) loadServo(true);
+  // the grid's live values: at most 5 reads a second (each reads the table as a Read packet would)
+  if (state.page === "servo" && $("#servo-live").checked && !state.servoBusy && performance.now() - (state.servoRead || 0) > 200) {
+    state.servoRead = performance.now();
+    loadServo(true);
+  }
 }
 
 // ------------------------------------------------------------------ servo: control table, torque, goal
