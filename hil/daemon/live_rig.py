@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from drivers.faults import BUS_FAULTS, BUS_FLAG_BITS, BusFaults
 from hil.daemon.arguments import CommandError, number, only, shown
 from hil.daemon.faults import KERNEL_FAULTS, inject_bus_fault, kernel_fault_clear, kernel_fault_params
+from hil.daemon.hand import RELEASE, default_feel, hand_from_command, hand_shown
 from hil.daemon.telemetry import LoopStats
 from hil.kernel import FAULT_BITS, LAWS, Kernel
 from hil.loop.rt import COMMANDS, RealtimeLoop
@@ -174,12 +175,13 @@ class LiveRig:
                 log.exception("event sink failed")
 
     # ------------------------------------------------------------------ host → loop
-    def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None) -> None:
+    def _push(self, kind: str, index: int = 0, a: float = 0.0, b: float = 0.0, params: dict | None = None,
+              hand: dict | None = None) -> None:
         with self._push_lock:
-            if self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None):
+            if self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None, hand):
                 return
             deadline = time.monotonic() + 1.0   # the ring is full: wait for the loop to drain it
-            while not self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None):
+            while not self.loop.push(COMMANDS[kind], index, a, b, params, self.batch_thread is None, hand):
                 if time.monotonic() > deadline or not self.running:
                     raise CommandError("the loop is not taking commands (stopped or stalled)")
                 time.sleep(1e-4)
@@ -213,6 +215,7 @@ class LiveRig:
                 "velocity": s["omega"], "torque": s["torque"], "current": s["i_out"], "voltage": s["v_out"],
                 "temperature": None if math.isnan(s["temperature"]) else s["temperature"],
                 "goal": i["u"], "enable": bool(i["enable"]), "external_torque": i["external_torque"],
+                "hand": hand_shown(i["hand"]),
                 "mode": LAW_NAMES[p["law"]], "fault_flags": flags, "faults": fault_names(flags),
             }
         return out
@@ -294,6 +297,12 @@ class LiveRig:
         _check_args(cmd, ("actuator", "value"))
         j = self._actuator(cmd)
         self._push("set_external", j, _finite(cmd, "value", -1e5, 1e5))
+        return {}
+
+    def _cmd_hand(self, cmd: dict) -> dict:
+        """A person's hand on a joint: drags it toward `target` or along `path` through its physics; `release`."""
+        j = self._actuator(cmd)
+        self._push("set_hand", j, hand=hand_from_command(cmd, default_feel()))
         return {}
 
     def _cmd_set_mode(self, cmd: dict) -> dict:
@@ -444,6 +453,7 @@ class LiveRig:
             self._push("set_u", j, theta * self.params[j]["gear"] if self.params[j]["law"] == LAWS["position"]
                        else theta if self.params[j]["law"] in POSITION_LAWS else 0.0)
             self._push("set_external", j, 0.0)
+            self._push("set_hand", j, hand=RELEASE)
             self._push("set_enable", j, 1.0)
             self.bus_faults[j].reset()
             self.active[j] = {}

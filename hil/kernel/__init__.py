@@ -13,8 +13,9 @@ from hil.kernel.core import (
     Kernel,
     default_params,
     friction_budget,
+    hand_record,
     peak_spent,
 )
 
 __all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget",
-           "peak_spent"]
+           "hand_record", "peak_spent"]

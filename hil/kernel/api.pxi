@@ -129,6 +129,23 @@ OUTPUTS = ("theta", "omega", "theta_meas", "torque", "friction_torque", "current
            "temperature", "fault_flags")
 
 
+def hand_record(path, double speed, double stiffness, double damping, double max_torque) -> dict:
+    """A hand's record (core.pxd `Hand`) for `Kernel.set_hand` and the loop's set_hand command: a spring of
+    `stiffness` [N·m/rad] toward a setpoint that moves through the waypoints `path` [rad, at most HAND_PATH] at
+    `speed` [rad/s] (0: to the last at once), a damper of `damping` [N·m·s/rad] on the shaft's speed relative to it,
+    the sum within ±`max_torque` [N·m]. stiffness 0: no hand. Raises ValueError naming what is out of range."""
+    waypoints = [float(x) for x in ([path] if isinstance(path, (int, float)) else path)]
+    if not 1 <= len(waypoints) <= HAND_PATH:
+        raise ValueError(f"path: 1 to {HAND_PATH} waypoints, got {len(waypoints)}")
+    for name, value in (("path", max(map(abs, waypoints))), ("speed", speed), ("stiffness", stiffness),
+                        ("damping", damping), ("max_torque", max_torque)):
+        if not (value >= 0.0 and value < 1e9):
+            raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return {"stiffness": stiffness, "damping": damping, "max_torque": max_torque, "speed": speed, "start": 0.0,
+            "t0": 0.0, "count": len(waypoints),   # (no negative indices here: the module turns wraparound off)
+            "path": waypoints + [waypoints[len(waypoints) - 1]] * (HAND_PATH - len(waypoints))}
+
+
 cdef class Kernel:
     """N actuators stepped together at a fixed dt [s].
 
@@ -233,6 +250,25 @@ cdef class Kernel:
     def time(self):
         return self.states[0].k * self.dt
 
+    def set_hand(self, Py_ssize_t j, dict hand):
+        """Put a person's hand on actuator j's output from this step on (`hand_record`'s record; stiffness 0 lets
+        go): it leads the shaft from where it holds it now (a hand already there carries on from its setpoint)."""
+        self._check(j)
+        cdef double rate, t = self.states[j].k * self.dt
+        cdef Hand h = hand
+        h.start = hand_setpoint(&self.inputs[j].hand, t, &rate) if self.inputs[j].hand.stiffness > 0.0 \
+            else self.states[j].theta
+        h.t0 = t
+        self.inputs[j].hand = h
+
+    def hand_torque(self, Py_ssize_t j):
+        """The torque [N·m] actuator j's hand puts on its output at the next step (0 without a hand)."""
+        self._check(j)
+        if self.inputs[j].hand.stiffness <= 0.0:
+            return 0.0
+        return hand_torque(&self.inputs[j].hand, self.states[j].theta, self.states[j].omega,
+                           self.states[j].k * self.dt)
+
     def step(self, u, enable=None, external_torque=None):
         """Advance one step; arguments are scalars or length-n sequences."""
         cdef Py_ssize_t j
@@ -295,6 +331,7 @@ cdef class Kernel:
                         b.cmd[j] = uu[k, j0 + j]
                         b.enable[j] = ee[k, j0 + j]
                         b.ext[j] = xx[k, j0 + j]
+                        hand_load(b, &self.inputs[j0 + j].hand, j, self.dt)
                         if rec_state:
                             o_th[k, j0 + j] = b.theta[j]
                             o_w[k, j0 + j] = b.omega[j]

@@ -91,10 +91,54 @@ cdef packed struct State:
     double temperature         # absolute winding temperature at the start of the step [°C]
 
 
+cdef enum:
+    HAND_PATH = 8              # waypoints a hand's path holds
+
+
+cdef packed struct Hand:
+    # A person's hand on the output shaft (docs/commands.md, `hand`): a spring toward a setpoint that moves
+    # from `start` through the waypoints at `speed`, a damper on the shaft's speed relative to it, the sum
+    # within ±max_torque (a grip slips past it). stiffness 0: no hand.
+    double stiffness           # [N·m/rad]
+    double damping             # [N·m·s/rad]
+    double max_torque          # [N·m]
+    double speed               # [rad/s] of the setpoint; 0: the setpoint is the last waypoint at once
+    double start               # [rad] the setpoint when the hand took this path (set by the loop)
+    double t0                  # [s] the simulation time it did (set by the loop)
+    int64_t count              # waypoints in path, 1 … HAND_PATH
+    double path[8]             # [rad] the waypoints, in order (HAND_PATH)
+
+
 cdef packed struct Input:
     double u
     double enable
     double external_torque     # [N·m] at the output
+    Hand hand                  # added to external_torque, from the state at the start of each step
+
+
+cdef inline double hand_setpoint(const Hand* h, double t, double* rate) noexcept nogil:
+    """Where the hand leads the shaft at simulation time t [rad], and how fast it moves there (`rate`, rad/s)."""
+    cdef double at = h.start, left, leg
+    cdef int64_t w
+    rate[0] = 0.0
+    if h.speed <= 0.0:
+        return h.path[h.count - 1]
+    left = h.speed * (t - h.t0)
+    for w in range(h.count):
+        leg = h.path[w] - at
+        if left < (leg if leg >= 0.0 else -leg):
+            rate[0] = h.speed if leg >= 0.0 else -h.speed
+            return at + (left if leg >= 0.0 else -left)
+        left -= (leg if leg >= 0.0 else -leg)
+        at = h.path[w]
+    return at
+
+
+cdef inline double hand_torque(const Hand* h, double theta, double omega, double t) noexcept nogil:
+    """The hand's torque on the output [N·m] for the shaft at θ [rad], ω [rad/s], at simulation time t [s]."""
+    cdef double rate
+    cdef double tau = h.stiffness * (hand_setpoint(h, t, &rate) - theta) - h.damping * (omega - rate)
+    return -h.max_torque if tau < -h.max_torque else (h.max_torque if tau > h.max_torque else tau)
 
 
 cdef struct Plan:

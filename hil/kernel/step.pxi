@@ -182,7 +182,7 @@ cdef void step_all(const Params* p, const Plan* plan, State* s, const Input* inp
         m = <int>(n - j0 if n - j0 < BLOCK else BLOCK)
         mech = plan_mech(plan, n) + MECH_STATE * j0 if <int>plan_block(plan, j0)[PL_BLOCK_KINDS * BLOCK] & USES_MECH_X else NULL
         lanes_load(b, &s[j0], m, mech)
-        inputs_load(b, &inp[j0], m)
+        inputs_load(b, &inp[j0], m, dt)
         hil_step(b, plan_block(plan, j0), &p[j0], &s[j0], m, padded(m), dt, path)
         lanes_store(b, &s[j0], m, mech)
         j0 += m
@@ -288,12 +288,19 @@ cdef inline void lanes_store(const Block* b, State* s, int m, double* mech) noex
             mech[MECH_STATE * j + MECH_DWELL] = b.dwell[j]
 
 
-cdef inline void inputs_load(Block* b, const Input* inp, int m) noexcept nogil:
+cdef inline void inputs_load(Block* b, const Input* inp, int m, double dt) noexcept nogil:
     cdef int j
     for j in range(m):
         b.cmd[j] = inp[j].u
         b.enable[j] = inp[j].enable
         b.ext[j] = inp[j].external_torque
+        hand_load(b, &inp[j].hand, j, dt)
+
+
+cdef inline void hand_load(Block* b, const Hand* h, int j, double dt) noexcept nogil:
+    """A hand's torque joins lane j's external torque, from the state on the lanes before the step."""
+    if h.stiffness > 0.0:
+        b.ext[j] += hand_torque(h, b.theta[j], b.omega[j], b.k[j] * dt)
 
 
 cdef inline void step_block(void* lanes, const double* P, const void* params, void* states, int m, int mv,

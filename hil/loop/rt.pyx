@@ -29,8 +29,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hil.kernel.core cimport (Kernel, Params, Plan, State, Input, actuator_at_start, motor_side_at_rest, prepare,
-                              step_all)
+from hil.kernel.core cimport (Hand, Kernel, Params, Plan, State, Input, actuator_at_start, hand_setpoint,
+                              motor_side_at_rest, prepare, step_all)
 from hil.loop.primitives cimport (hil_add, hil_fence, hil_load, hil_now_ns, hil_sleep_until, hil_store,
                                   hil_wait_readable)
 from hil.loop.publisher cimport Sample, SampleRing, publish_ring
@@ -53,6 +53,7 @@ cdef enum:
     CMD_PAUSE = 8
     CMD_RESUME = 9
     CMD_RESET_STATE = 10       # the actuator's state as a new kernel starts it (`actuator_at_start`)
+    CMD_SET_HAND = 11          # hand = a hand's path and feel (stiffness 0: let go); the loop sets start, t0
 
 cdef uint64_t _ONE = 1
 
@@ -62,6 +63,7 @@ cdef packed struct Command:
     double a
     double b
     Params params
+    Hand hand
 
 cdef struct Shared:
     int64_t stop
@@ -254,6 +256,7 @@ cdef class RealtimeLoop:
         cdef int64_t head = hil_load(&self.sh.cmd_head)
         cdef int64_t tail = self.sh.cmd_tail
         cdef Command* c
+        cdef double t, rate
         while tail < head:
             c = &self.cmds[tail % self.cmd_cap]
             if c.kind == CMD_PAUSE:
@@ -288,6 +291,15 @@ cdef class RealtimeLoop:
                     self.S[c.index].temp_rise = c.a - self.P[c.index].ambient
                 elif c.kind == CMD_RESET_STATE:
                     actuator_at_start(self.P, self.plan, self.S, self.n, c.index)
+                elif c.kind == CMD_SET_HAND:
+                    # a hand that holds the shaft already carries on from where it leads it, else from the shaft
+                    t = self.S[c.index].k * self.dt
+                    if self.I[c.index].hand.stiffness > 0.0:
+                        c.hand.start = hand_setpoint(&self.I[c.index].hand, t, &rate)
+                    else:
+                        c.hand.start = self.S[c.index].theta
+                    c.hand.t0 = t
+                    self.I[c.index].hand = c.hand
             tail += 1
         if tail != self.sh.cmd_tail:
             self._snapshot()   # readers see commands applied even while paused / between steps
@@ -403,15 +415,18 @@ cdef class RealtimeLoop:
         if self.lockstep:   # the idle lock-step loop sleeps on wake_fd until the host has news
             os.eventfd_write(self.wake_fd, 1)
 
-    def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None, bint commit=True):
-        """Queue one command (callers serialise pushes); False when the ring is full.
+    def push(self, int kind, int64_t index=0, double a=0.0, double b=0.0, dict params=None, bint commit=True,
+             dict hand=None):
+        """Queue one command (callers serialise pushes); False when the ring is full. `params`: a Params record
+        (set_params), `hand`: a Hand record (set_hand).
 
         With commit=False the command is staged: it and every command staged before it reach the loop
         together at the next `commit()`, so the loop applies all of them at the same tick or none.
         """
-        return self._push(kind, index, a, b, params, commit) == 1
+        return self._push(kind, index, a, b, params, commit, hand) == 1
 
-    cdef int _push(self, int kind, int64_t index, double a, double b, dict params, bint commit) except -1:
+    cdef int _push(self, int kind, int64_t index, double a, double b, dict params, bint commit,
+                   dict hand=None) except -1:
         """push(): 1 if queued, 0 when the ring is full."""
         cdef int64_t head = self.sh.cmd_head + self.staged
         if head - hil_load(&self.sh.cmd_tail) >= self.cmd_cap:
@@ -423,6 +438,8 @@ cdef class RealtimeLoop:
         c.b = b
         if params is not None:
             c.params = params
+        if hand is not None:
+            c.hand = hand
         self.staged += 1
         if commit:
             self.commit()
@@ -563,5 +580,5 @@ cdef int push_command(object loop, int kind, int64_t index, double a, double b, 
 COMMANDS = {"set_u": CMD_SET_U, "set_enable": CMD_SET_ENABLE, "set_external": CMD_SET_EXTERNAL,
             "set_params": CMD_SET_PARAMS, "set_state": CMD_SET_STATE, "clear_latches": CMD_CLEAR_LATCHES,
             "set_temperature": CMD_SET_TEMPERATURE, "reset_state": CMD_RESET_STATE, "pause": CMD_PAUSE,
-            "resume": CMD_RESUME}
+            "resume": CMD_RESUME, "set_hand": CMD_SET_HAND}
 

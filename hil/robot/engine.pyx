@@ -8,8 +8,9 @@ One physics step, for every bound joint at once, as bam's `MujocoController.upda
 2. the kernel steps all actuators (firmware law, motor, thermal, faults): its torque at the output
    goes to the joint's motor actuator (`ctrl`);
 3. bam's friction budget, from the previous step's actuator torque (`qfrc_actuator`) and external
-   torque (`−qfrc_bias + qfrc_constraint` less the joint's own friction-loss force), becomes the
-   joint's `dof_frictionloss`; the viscous term is the joint's `dof_damping`;
+   torque (`−qfrc_bias + qfrc_constraint` less the joint's own friction-loss force, plus what is applied),
+   becomes the joint's `dof_frictionloss`; the viscous term is the joint's `dof_damping`; the actuator's
+   external torque and hand act on the hinge as `qfrc_applied`;
 4. `mj_step` (the MJCF's integrator, `<option timestep>`), and the new qpos / qvel are written back
    as the kernel's state.
 
@@ -26,7 +27,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from hil.kernel.core cimport Input, Kernel, Params, Plan, State, step_all
+from hil.kernel.core cimport Input, Kernel, Params, Plan, State, hand_torque, step_all
 from hil.loop.rt cimport TickHook
 
 
@@ -67,6 +68,7 @@ cdef extern from "mujoco/mujoco.h" nogil:
         mjtNum* ctrl
         mjtNum* qfrc_actuator
         mjtNum* qfrc_bias
+        mjtNum* qfrc_applied
         mjtNum* qfrc_constraint
         mjtNum* efc_force
         int* efc_id
@@ -167,7 +169,7 @@ cdef void physics_step(Coupling* c) noexcept nogil:
     cdef mjData* d = c.d
     cdef Py_ssize_t j, i, a
     cdef int dof
-    cdef double tau_e
+    cdef double tau_e, applied
     cdef const double* col
     cdef int64_t t0 = hil_robot_now_ns(), t1
     cdef bint moved = sync_hinges(c)
@@ -179,6 +181,12 @@ cdef void physics_step(Coupling* c) noexcept nogil:
             moved = True
     if moved:
         mj_forward(m, d)   # the forces the friction budget reads belong to the new state and model
+    for j in range(c.n):
+        # the kernel's own load step is not the robot's: what acts on the output from outside acts on the hinge
+        applied = c.inputs[j].external_torque
+        if c.inputs[j].hand.stiffness > 0.0:
+            applied += hand_torque(&c.inputs[j].hand, c.states[j].theta, c.states[j].omega, c.states[j].k * c.dt)
+        d.qfrc_applied[c.dof_adr[j]] = applied
     step_all(c.params, c.plan, c.states, c.inputs, c.n, c.dt)
     for j in range(c.n):
         d.ctrl[c.act_id[j]] = c.states[j].torque
@@ -193,6 +201,8 @@ cdef void physics_step(Coupling* c) noexcept nogil:
         if c.budget[j]:
             dof = c.dof_adr[j]
             tau_e = -d.qfrc_bias[dof] + d.qfrc_constraint[dof] - c.friction[j]
+            if d.qfrc_applied[dof] != 0.0:
+                tau_e += d.qfrc_applied[dof]
             # w = 0: the viscous term is the joint's dof_damping, not part of the friction loss
             col = c.plan.col + (j // HIL_BLOCK) * HIL_PLAN_COLUMNS * HIL_BLOCK
             # scaled by the winding temperature as the kernel's own load scales it (friction_tempcoef)
