@@ -41,7 +41,8 @@ EVENTS_KEPT = 200       # events the console keeps for a page that opens later
 PLOT_KEYS = ("position", "position_measured", "velocity", "torque", "current", "voltage", "temperature", "goal")
 # the commands the console sends to LiveRig.execute (it validates every argument)
 COMMANDS = frozenset({"set_goal", "set_enable", "set_mode", "set_param", "inject_fault", "clear_fault", "faults",
-                      "pause", "resume", "reset", "status", "state"})
+                      "pause", "resume", "reset", "status", "state", "hand"})
+HAND_READ_S = 0.25      # how often the push reads the hands on the joints (the state stream does not carry them)
 FAULT_ARGS = {   # each fault's arguments and their units (hil/daemon/faults.py)
     "open_circuit": [("fraction", "0–1"), ("at_s", "s"), ("current_a", "A"), ("duration_s", "s")],
     "supply_sag": [("voltage_v", "V")], "encoder_noise": [("std_rad", "rad")], "encoder_stuck": [],
@@ -49,6 +50,9 @@ FAULT_ARGS = {   # each fault's arguments and their units (hil/daemon/faults.py)
     "drop": [("probability", "0–1")], "corrupt": [("probability", "0–1")], "delay": [("seconds", "s")],
     "wrong_baud": [],
 }
+# web apps that open a recording by URL (?ds=remote-file&ds.url=…): the file route answers them with CORS
+FOXGLOVE_ORIGINS = frozenset({"https://app.foxglove.dev", "https://embed.foxglove.dev"})
+FILE_ROUTE = "/api/record/file/"
 
 
 def console_token(cfg: ConsoleConfig) -> str | None:
@@ -90,6 +94,8 @@ class Console:
         self.pushed = 0                  # state batches sent (all browsers)
         self.packet_logs: dict | None = None   # bus name → busmon.PacketLog (None: a bus that has none)
         self._sending: set[asyncio.Future] = set()   # sends in flight (a task nobody holds may be collected)
+        self.hands: dict[str, dict | None] = {}   # joint → its hand as the `state` command shows it
+        self._hands_read = 0.0
 
     # ----------------------------------------------------------------- sinks (the tap's thread)
     def state(self, joint: str, stamp_ns: int, state: dict) -> None:
@@ -183,6 +189,8 @@ class Console:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler):
+        if request.method == "OPTIONS" and request.path.startswith(FILE_ROUTE):
+            return _preflight(request)   # a CORS preflight carries no credentials and reveals nothing
         if self.token is not None:
             given = (request.query.get("token") or request.headers.get("X-Console-Token")
                      or request.cookies.get("console_token") or "")
@@ -225,8 +233,11 @@ class Console:
                 for k in PLOT_KEYS:
                     cols[k].append(st.get(k))
                 self.latest[joint] = st
+            if time.monotonic() - self._hands_read > HAND_READ_S:   # one snapshot of the loop's inputs
+                self._hands_read = time.monotonic()
+                self.hands = {j: s["hand"] for j, s in self.live.state().items()}
             latest = {j: {k: s.get(k) for k in ("position", "velocity", "temperature", "enable", "mode", "goal",
-                                                  "fault_flags", "current", "torque")}
+                                                  "fault_flags", "current", "torque")} | {"hand": self.hands.get(j)}
                       for j, s in self.latest.items()}
             message = {"type": "state", "series": series, "latest": latest, "stats": self.live.stats.status(
                 self.live.rig.name, self.live.rig.loop.lockstep)}
@@ -361,7 +372,8 @@ class Console:
         path = self.record_dir / name
         if "/" in name or not name.endswith(".mcap") or not path.is_file():
             return _error(f"no recording {name!r}", 404)
-        return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        headers = {"Content-Disposition": f'attachment; filename="{name}"', **_cors(request)}
+        return web.FileResponse(path, headers=headers)   # answers Range requests (206) itself
 
     async def _robot(self, request: web.Request) -> web.Response:
         """A robot rig's bodies (MJCF names, `body<i>` if unnamed) and each one's parent, for the 3D view."""
@@ -385,6 +397,27 @@ class Console:
                         "wire": wire if isinstance(wire, dict) else {}, "t_wall": time.time(),
                         **(packets.report() if packets is not None else {})})
         return _ok({"buses": out})
+
+
+def _cors(request: web.Request) -> dict:
+    """CORS headers for a Foxglove origin: it reads the MCAP with Range requests and needs to see their answer."""
+    origin = request.headers.get("Origin")
+    if origin not in FOXGLOVE_ORIGINS:
+        return {}
+    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin",
+            "Access-Control-Expose-Headers": "Accept-Ranges, Content-Range, Content-Length"}
+
+
+def _preflight(request: web.Request) -> web.Response:
+    """The answer to a CORS preflight for a recording: GET and HEAD with a Range header, and Chrome's Private
+    Network Access opt-in (an https page reading a loopback server; WICG private-network-access)."""
+    headers = _cors(request)
+    if headers:
+        headers.update({"Access-Control-Allow-Methods": "GET, HEAD", "Access-Control-Allow-Headers": "Range",
+                        "Access-Control-Max-Age": "600"})
+        if request.headers.get("Access-Control-Request-Private-Network") == "true":
+            headers["Access-Control-Allow-Private-Network"] = "true"
+    return web.Response(status=204, headers=headers)
 
 
 def _plain(value: Any) -> Any:

@@ -60,7 +60,7 @@ async function loadOverview() {
     for (const k of ["mode", "enable", "position", "velocity", "temperature", "faults"]) { const td = el("td", "", "num"); td.dataset.key = k; tr.append(td); }
     acts.append(tr);
   }
-  for (const sel of ["#servo-select", "#fault-actuator", "#param-actuator"]) {
+  for (const sel of ["#servo-select", "#fault-actuator", "#param-actuator", "#robot-hand .hand-joint"]) {
     const s = $(sel); s.replaceChildren();
     for (const a of o.actuators) s.append(new Option(a.joint, a.joint));
   }
@@ -114,6 +114,7 @@ function onState(msg) {
     if (cut) for (const k of ["t", ...FIELDS]) buf[k].splice(0, cut);
   }
   if (state.page === "overview") { renderActuators(); renderLoop(msg.stats); }
+  if (state.page === "servo" || state.page === "robot") document.querySelectorAll(".hand-bar").forEach(renderHand);
   // the grid's live values: at most 5 reads a second (each reads the table as a Read packet would)
   if (state.page === "servo" && $("#servo-live").checked && !state.servoBusy && performance.now() - (state.servoRead || 0) > 200) {
     state.servoRead = performance.now();
@@ -204,6 +205,42 @@ for (const action of ["reboot", "factory-reset"]) {
     showMessage("#servo-message", reply, `${action} done`); loadServo(true);
   });
 }
+
+// ------------------------------------------------------------------ a hand on a joint (the daemon's `hand` command)
+// A spring toward a setpoint that moves at `speed` to the target: a torque-off joint follows, a holding one
+// resists (docs/commands.md). The slider sends on release; the box takes degrees or rad.
+function handBar(bar, jointOf, messageSel) {
+  const joint = bar.id === "robot-hand" ? el("select", undefined, "hand-joint") : null;
+  const slider = el("input", undefined, "hand-slider"); slider.type = "range"; slider.min = -180; slider.max = 180; slider.step = 1; slider.value = 0;
+  const box = el("input", undefined, "hand-target"); box.type = "number"; box.step = "any"; box.value = 0;
+  const unit = el("select", undefined, "hand-unit"); unit.append(new Option("°", "deg"), new Option("rad", "rad"));
+  const speed = el("input", undefined, "hand-speed"); speed.type = "number"; speed.step = "any"; speed.min = 0; speed.value = 1;
+  const drag = el("button", "Drag to target", "hand-drag"); const release = el("button", "Release", "hand-release");
+  const shown = el("span", "no hand", "hand-state");
+  const toRad = (v) => unit.value === "deg" ? v * Math.PI / 180 : v;
+  const send = async (body, okText) => showMessage(messageSel, await api("/api/command", { cmd: "hand", actuator: jointOf(), ...body }), okText);
+  const dragTo = () => send({ target: toRad(Number(box.value)), speed: Number(speed.value) }, `hand dragging ${jointOf()}`);
+  slider.addEventListener("input", () => { box.value = unit.value === "deg" ? slider.value : (slider.value * Math.PI / 180).toFixed(3); });
+  slider.addEventListener("change", dragTo);
+  box.addEventListener("keydown", (e) => { if (e.key === "Enter") dragTo(); });
+  drag.addEventListener("click", dragTo);
+  release.addEventListener("click", () => send({ release: true }, `hand released ${jointOf()}`));
+  const label = (text, input) => { const l = el("label", `${text} `); l.append(input); return l; };
+  bar.append(el("strong", "hand"), ...(joint ? [label("joint", joint)] : []), slider, label("target", box), unit,
+    label("speed [rad/s]", speed), drag, release, shown);
+}
+function renderHand(bar) {
+  const joint = bar.id === "robot-hand" ? bar.querySelector(".hand-joint").value : $("#servo-select").value;
+  const s = state.latest[joint];
+  if (!s) return;
+  const h = s.hand;
+  bar.querySelector(".hand-state").textContent = h
+    ? `hand on ${joint}: toward ${h.path.map((x) => fmt(x, 3)).join(" → ")} rad at ${fmt(h.speed, 2)} rad/s; joint at ${fmt(s.position, 3)} rad`
+    : `no hand on ${joint}; joint at ${fmt(s.position, 3)} rad`;
+  bar.dataset.held = h ? "1" : "0";
+}
+handBar($("#servo-hand"), () => $("#servo-select").value, "#servo-message");
+handBar($("#robot-hand"), () => $("#robot-hand .hand-joint").value, "#robot-message");
 
 // ------------------------------------------------------------------ plot (uPlot)
 function buildPlotChoices(joints) {
@@ -329,8 +366,17 @@ function renderRecordings(r) {
   const tb = $("#record-table tbody"); tb.replaceChildren();
   for (const f of r.files) {
     const tr = el("tr"); const a = el("a", f.name); a.href = `/api/record/file/${encodeURIComponent(f.name)}`;
-    const td = el("td"); td.append(a); tr.append(td, el("td", f.bytes, "num")); tb.append(tr);
+    const td = el("td"); td.append(a); tr.append(td, el("td", f.bytes, "num"), foxgloveCell(a.href)); tb.append(tr);
   }
+}
+// Foxglove opens a remote MCAP by URL (it reads it with Range requests; the file route answers with CORS)
+const FOXGLOVE_APP = "https://app.foxglove.dev/";
+function foxgloveCell(fileUrl) {
+  const token = new URLSearchParams(location.search).get("token");   // Foxglove cannot send the console's cookie
+  const url = token ? `${fileUrl}?token=${encodeURIComponent(token)}` : fileUrl;
+  const a = el("a", "Open in Foxglove", "foxglove");
+  a.href = `${FOXGLOVE_APP}?ds=remote-file&ds.url=${encodeURIComponent(url)}`; a.target = "_blank"; a.rel = "noopener";
+  const td = el("td"); td.append(a); return td;
 }
 async function loadRecordings() { renderRecordings(await api("/api/record")); }
 $("#record-start").addEventListener("click", async () => renderRecordings(await api("/api/record/start", {})));

@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -156,3 +157,28 @@ def test_run_console_flag_serves_the_default_console(tmp_path):
                              text=True, timeout=60, env=daemon_env())
     assert run.returncode == 2, run.stderr
     assert "console: cannot listen on 127.0.0.1:8780" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_recording_opens_in_foxglove_with_cors_and_ranges(console_daemon):
+    _, url = console_daemon
+    fetch(f"{url}api/record/start", {})
+    time.sleep(0.5)
+    files = fetch(f"{url}api/record/stop", {})[1]["files"]
+    name = files[0]["name"]
+    file_url = f"{url}api/record/file/{name}"
+    origin = "https://app.foxglove.dev"
+    request = urllib.request.Request(file_url, headers={"Origin": origin, "Range": "bytes=0-7"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert (r.status, r.read()) == (206, b"\x89MCAP0\r\n")   # the MCAP magic (mcap.dev/spec)
+        assert r.headers["Access-Control-Allow-Origin"] == origin
+        assert "Content-Range" in r.headers["Access-Control-Expose-Headers"]
+        assert r.headers["Content-Range"] == f"bytes 0-7/{files[0]['bytes']}"
+    preflight = urllib.request.Request(file_url, method="OPTIONS", headers={
+        "Origin": origin, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "range",
+        "Access-Control-Request-Private-Network": "true"})
+    with urllib.request.urlopen(preflight, timeout=10) as r:
+        assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == origin
+        assert r.headers["Access-Control-Allow-Headers"] == "Range"
+        assert r.headers["Access-Control-Allow-Private-Network"] == "true"
+    with urllib.request.urlopen(urllib.request.Request(file_url, headers={"Origin": "http://evil.example"})) as r:
+        assert "Access-Control-Allow-Origin" not in r.headers   # other sites' pages cannot read it

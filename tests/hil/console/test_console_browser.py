@@ -4,6 +4,7 @@ state stream, the events log and the files the daemon writes. A screenshot of ea
 from __future__ import annotations
 
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from mcap.reader import make_reader
@@ -189,6 +190,9 @@ def test_recording_started_from_the_page_is_a_readable_mcap(page, shots):
     with dl.value.path().open("rb") as f:
         topics = {channel.topic for _, channel, _ in make_reader(f).iter_messages()}
     assert {"/sim/arm/state", "/sim/mx/state"} <= topics
+    foxglove = urlsplit(page.locator("#record-table a.foxglove").first.get_attribute("href"))
+    assert (foxglove.netloc, parse_qs(foxglove.query)["ds"]) == ("app.foxglove.dev", ["remote-file"])
+    assert parse_qs(foxglove.query)["ds.url"] == [link.evaluate("a => a.href")]   # the console's own file URL
     page.screenshot(path=shots / "recording.png")
 
 
@@ -215,3 +219,33 @@ def test_bus_monitor_counts_and_decodes_a_controllers_packets(page, console_daem
     first = page.locator("#busmon-last table[data-bus='dxl'] tr").nth(1).inner_text()
     assert "READ" in first and "84 00 04 00" in first   # address 132, length 4, little-endian
     page.screenshot(path=shots / "bus.png")
+
+
+def test_hand_drags_a_torque_off_servo_and_lets_go(page, console_daemon, shots):
+    d, _ = console_daemon
+    goto(page, "servo")
+    page.select_option("#servo-select", "mx")
+    page.wait_for_selector("#register-table tr[data-name='Goal Position']")
+    if page.locator("#torque-toggle").inner_text() == "Torque off":
+        page.click("#torque-toggle")   # on → off: the hand moves it freely
+        page.wait_for_selector("#torque-toggle:text('Torque on')")
+    hand = page.locator("#servo-hand")
+    with Stream(d.rig.pub, d.rig.name + "/mx") as stream:
+        start = stream.latest("mx")["position"]
+        hand.locator(".hand-unit").select_option("rad")
+        hand.locator(".hand-target").fill(f"{start + 3.0:.3f}")
+        hand.locator(".hand-speed").fill("0.5")   # rad/s: the setpoint takes 6 s to reach the target
+        hand.locator(".hand-drag").click()
+        page.wait_for_selector("#servo-message.ok:text('hand dragging mx')")
+        moved = stream.wait_for("mx", lambda p: p["position"] > start + 0.4, 5.0, "mx dragged 0.4 rad")
+        assert moved["enable"] == 0
+        page.wait_for_selector("#servo-hand[data-held='1'] .hand-state:text('hand on mx')")
+        page.screenshot(path=shots / "servo-hand.png")
+        hand.locator(".hand-release").click()
+        page.wait_for_selector("#servo-message.ok:text('hand released mx')")
+        assert ok(d.rig.cmd, "state", actuator="mx")["state"]["mx"]["hand"] is None
+        let_go = stream.latest("mx")["position"]
+        time.sleep(1.5)   # held, the setpoint would lead it 0.75 rad further on
+        after = stream.latest("mx")["position"]
+    assert after < let_go + 0.1   # let go: it stops or falls back under its load, no longer dragged on
+    page.wait_for_selector("#servo-hand[data-held='0'] .hand-state:text('no hand on mx')")
