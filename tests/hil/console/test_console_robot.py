@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.hil.daemon import free_port, ok
@@ -34,6 +35,21 @@ def test_robot_page_draws_the_bodies_where_the_poses_put_them(tmp_path, browser,
         frames = page.evaluate("window.consoleRobot.frames()")
         page.wait_for_function(f"window.consoleRobot.frames() > {frames + 10}")   # drawn continuously
         page.screenshot(path=shots / "robot.png")
+        hand = page.locator("#robot-hand")   # drag the torque-off elbow by hand from the Robot page
+        ok(cmd, "set_enable", actuator="elbow", value=False)
+        hand.locator(".hand-joint").select_option("elbow")
+        hand.locator(".hand-target").fill("60")   # degrees
+        hand.locator(".hand-speed").fill("2")
+        hand.locator(".hand-drag").click()
+        page.wait_for_selector("#robot-message.ok:text('hand dragging elbow')")
+        page.wait_for_selector("#robot-hand[data-held='1'] .hand-state:text('hand on elbow')")
+        assert abs(ok(cmd, "state", actuator="elbow")["state"]["elbow"]["hand"]["path"][-1] - 1.0472) < 1e-3
+        deadline = time.monotonic() + 10.0   # the forearm's frame is at the elbow: the angle shows the drag
+        while ok(cmd, "state", actuator="elbow")["state"]["elbow"]["position"] < 0.5:
+            assert time.monotonic() < deadline, "the hand did not drag the elbow past 0.5 rad"
+            time.sleep(0.05)
+        hand.locator(".hand-release").click()
+        page.wait_for_selector("#robot-hand[data-held='0'] .hand-state:text('no hand on elbow')")
     finally:
         page.close()
         launcher.finish()
