@@ -400,9 +400,13 @@ async function loadBus() {
     if (!bus.last) continue;
     box.append(el("h2", `${bus.name}: last packets`));
     const t = el("table"); t.dataset.bus = bus.name;
-    const head = el("tr"); for (const h of ["age [s]", "ID", "instruction", "parameters (first 16 bytes)"]) head.append(el("th", h));
+    const head = el("tr"); for (const h of ["age [s]", ...bus.columns.map(([, h]) => h)]) head.append(el("th", h));
     t.append(head);
-    for (const p of bus.last) { const tr = el("tr"); tr.append(el("td", p.age_s.toFixed(3), "num"), el("td", p.id, "num"), el("td", p.instruction), el("td", p.params)); t.append(tr); }
+    for (const p of bus.last) {
+      const tr = el("tr"); tr.append(el("td", p.age_s.toFixed(3), "num"));
+      for (const [k] of bus.columns) tr.append(el("td", fmt(p[k]), k));
+      t.append(tr);
+    }
     box.append(t);
   }
   if (state.page === "bus") setTimeout(loadBus, 1000);

@@ -9,7 +9,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from mcap.reader import make_reader
 
-from tests.hil.daemon import Stream, ok
+from tests.hil.console.conftest import console_rig
+from tests.hil.daemon import Stream, free_port, ok
+from tests.hil.daemon.conftest import Launcher
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +251,59 @@ def test_hand_drags_a_torque_off_servo_and_lets_go(page, console_daemon, shots):
         after = stream.latest("mx")["position"]
     assert after < let_go + 0.1   # let go: it stops or falls back under its load, no longer dragged on
     page.wait_for_selector("#servo-hand[data-held='0'] .hand-state:text('no hand on mx')")
+
+
+def test_bus_monitor_decodes_canopen_frames_and_etherban_requests(browser, tmp_path, shots):
+    """A python-canopen controller on the SLCAN bus and a REQ client on the Etherban server, seen on the page."""
+    import canopen
+    import zmq
+
+    from drivers.erob import etherban_pb2 as pb
+
+    launcher = Launcher(tmp_path)
+    rig, url = console_rig(tmp_path / "buses.toml", "console-buses", joints=("erob",))
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    text = rig.path.read_text().replace('catalog = "erob80_100"', 'catalog = "erob80_100"\nbus = "can"\nid = 2')
+    text = text.replace(f'[[buses]]\nname = "dxl"\nprotocol = "dynamixel"\nport = "{tmp_path / "console-buses-dxl"}"\n'
+                        'baud = 1000000\nfast = true\n', "")
+    rig.path.write_text(text + f'\n[[buses]]\nname = "can"\nprotocol = "canopen"\nport = "{tmp_path / "can"}"\n'
+                        'baud = 1000000\n'
+                        f'\n[[buses]]\nname = "ethercat"\nprotocol = "etherban"\nbind = "{bind}"\njoints = ["eb"]\n'
+                        '\n[[actuators]]\njoint = "eb"\ncatalog = "erob80_50"\nmodel = "m6"\n')
+    launcher.start(rig)
+    page = browser.new_page()
+    net = canopen.Network()
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#link.link-up")
+        goto(page, "bus")
+        page.wait_for_selector("#busmon-table tbody tr[data-bus='ethercat']")
+        net.connect(interface="slcan", channel=str(tmp_path / "can"), bitrate=1000000, sleep_after_open=0)
+        node = canopen.RemoteNode(2, canopen.ObjectDictionary())
+        net.add_node(node)
+        assert int.from_bytes(node.sdo.upload(0x1000, 0), "little") & 0xFFFF == 402   # device type: CiA 402
+        net.sync.transmit()
+        sock.setsockopt(zmq.RCVTIMEO, 5000)
+        sock.connect(bind)
+        for _ in range(5):
+            request = pb.Request()
+            request.orders.add(device=0, operation_mode=pb.POSITION, target=0.0)
+            sock.send(request.SerializeToString())
+            assert len(pb.Response.FromString(sock.recv()).statuses) == 1
+        can = "#busmon-last table[data-bus='can']"
+        page.wait_for_selector(f"{can} td.service:text('SDO (client)')", timeout=5_000)
+        page.wait_for_selector(f"{can} td.service:text('SDO (server)')")
+        page.wait_for_selector(f"{can} td.service:text('SYNC')")
+        request_row = page.locator(f"{can} tr", has=page.locator("td.service:text('SDO (client)')")).first
+        assert request_row.locator("td.cob_id").inner_text() == "0x602"   # 0x600 + node 2
+        assert request_row.locator("td.data").inner_text().startswith("40 00 10 00")   # upload 0x1000:00
+        page.wait_for_function("Number(document.querySelector(\"#busmon-table tr[data-bus='ethercat'] .packets\")"
+                               ".textContent) >= 5")
+        page.wait_for_selector("#busmon-last table[data-bus='ethercat'] td.orders:text('0: POSITION 0')")
+        page.screenshot(path=shots / "bus-canopen.png")
+    finally:
+        sock.close(0)
+        net.disconnect()
+        page.close()
+        launcher.finish()
