@@ -310,8 +310,8 @@ def record(
     """Identification run on a real servo: drive it (Dynamixel, or an eRob through Etherban or CANopen with bam's
     host PD) through bam's excitation trajectories at each gain and record bam's raw and processed JSON logs
     (for `replay`, `report`, `identify` and bam's own fitting)."""
-    from hil.logs.bam import check_trajectories
     from hil.record.excitation import TRAJECTORIES
+    from hil.record.sweep import check_trajectories
 
     trajectories = trajectory or list(TRAJECTORIES)
     check_trajectories(trajectories)

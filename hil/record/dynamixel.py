@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.logs.bam import check_trajectories, record_sweep
 from hil.params.config_file import ConfigError
 from hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
+from hil.record.sweep import check_trajectories, record_sweep
 
 # Protocol 2.0 control table (MX(2.0), X series, XL330: the same addresses; e-manual §Control Table of RAM Area)
 _TORQUE_ENABLE, _OPERATING_MODE, _P_GAIN, _I_GAIN, _D_GAIN, _GOAL = 64, 11, 84, 82, 80, 116

@@ -21,8 +21,8 @@ from collections import deque
 from pathlib import Path
 
 from drivers.erob.host_link import PERIOD_S, Link, Sample
-from hil.logs.bam import record_sweep
 from hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
+from hil.record.sweep import record_sweep
 
 __all__ = ["BAM_DAMPING", "pd_amps", "record"]
 
