@@ -5,13 +5,14 @@ dynamixel/server.py), and calls `DynamixelServo.write`, the entry point the bus 
 access, range, limit and EEPROM-lock checks answer with the Protocol 2.0 error number the status packet would
 carry. eRob on a CANopen bus: a write takes the drives' lock and calls `CanopenNode.set_data(…,
 check_writable=True)`, what the node's SDO server calls for a download, so a refusal is the SDO abort code
-the drive would send (CiA 301 §7.2.4.3.17).
+the drive would send (CiA 301 §7.2.4.3.17). An eRob served over Etherban: the same, on its dictionary.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from typing import Any
 
 from firmware_models.dynamixel.errors import ErrorCode
@@ -24,18 +25,32 @@ ERROR_TEXT = {
     ErrorCode.DATA_LIMIT: "Data Limit Error", ErrorCode.ACCESS: "Access Error",
 }
 ALERT = 0x80   # the Error byte's Alert bit: the servo has a Hardware Error Status set
+ETHERBAN_NODE_ID = 1   # an Etherban-only drive's dictionary is built as node 1 (hil/buses/erob.py)
 
 
 class RegisterError(CommandError):
     """A console request about a servo's table that cannot be served (no such servo or item, bad value)."""
 
 
+_ETHERBAN_NODES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drive → its dictionary's SDO side
+
+
 def erob_nodes(daemon) -> dict[str, tuple[Any, Any]]:
-    """{joint: (CANopen bus, CanopenNode)} of every simulated eRob on the daemon's CANopen buses."""
+    """{joint: (bus, CanopenNode)} of every simulated eRob: the CANopen buses' nodes, and for a drive served over
+    Etherban a node that sends nothing, built on the drive's object dictionary as its CAN node would be (an
+    EtherCAT master reads and writes that dictionary with CoE SDO transfers, the same services: ETG.1000.6)."""
+    from drivers.canopen.node import CanopenNode
+
     out = {}
     for server in daemon.buses:
         for node in getattr(server, "nodes", ()):
             out[daemon.live.names[node.drive.joint.j]] = (server, node)
+        if not hasattr(server, "nodes"):
+            for drive in getattr(server, "devices", ()):
+                node = _ETHERBAN_NODES.get(drive)
+                if node is None:
+                    node = _ETHERBAN_NODES[drive] = CanopenNode(drive, ETHERBAN_NODE_ID, lambda frame: None)
+                out[daemon.live.names[drive.joint.j]] = (server, node)
     return out
 
 
@@ -206,6 +221,8 @@ def _erob_action(daemon, joint: str, action: str) -> dict:
     if action != "reboot":
         raise RegisterError(f"{action}: an eRob has no such service here (reboot: NMT Reset Node)")
     server, node = erob_nodes(daemon)[joint]
+    if _ETHERBAN_NODES.get(node.drive) is node:
+        raise RegisterError("reboot: an eRob served over Etherban has no NMT Reset Node (a CANopen service)")
     with server.drives.lock:
         node.handle(CanFrame(0x000, bytes([0x81, node.id])), time.monotonic())   # NMT: cs 0x81 = reset node
     return {"error": 0, "error_text": ""}

@@ -3,7 +3,10 @@ state stream, the events log and the files the daemon writes. A screenshot of ea
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -23,6 +26,16 @@ def page(browser, console_daemon):
     page.wait_for_selector("#link.link-up", timeout=10_000)
     yield page
     page.close()
+
+
+def post(url: str, body: dict) -> dict:
+    """The JSON answer to a POST of `body` (an error status's body too)."""
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
 
 
 def goto(page, name: str) -> None:
@@ -254,7 +267,8 @@ def test_hand_drags_a_torque_off_servo_and_lets_go(page, console_daemon, shots):
 
 
 def test_bus_monitor_decodes_canopen_frames_and_etherban_requests(browser, tmp_path, shots):
-    """A python-canopen controller on the SLCAN bus and a REQ client on the Etherban server, seen on the page."""
+    """A python-canopen controller on the SLCAN bus and a REQ client on the Etherban server, seen on the page; the
+    Etherban drive's object dictionary in the grid."""
     import canopen
     import zmq
 
@@ -302,6 +316,14 @@ def test_bus_monitor_decodes_canopen_frames_and_etherban_requests(browser, tmp_p
                                ".textContent) >= 5")
         page.wait_for_selector("#busmon-last table[data-bus='ethercat'] td.orders:text('0: POSITION 0')")
         page.screenshot(path=shots / "bus-canopen.png")
+        # the Etherban drive's object dictionary in the grid: the mode its orders set, writes as SDO downloads
+        table = json.loads(urllib.request.urlopen(f"{url}api/servo/eb", timeout=10).read())
+        rows = {r["address"]: r for r in table["rows"]}
+        assert table["kind"] == "erob" and rows["0x6061:00"]["value"] == 8   # POSITION orders: CSP
+        reply = post(f"{url}api/servo/eb/write", {"name": rows["0x6041:00"]["name"], "value": 0})
+        assert reply["error"] == 0x06010002   # Attempt to write a read only object
+        reply = post(f"{url}api/servo/eb/reboot", {})
+        assert not reply["ok"] and "no NMT" in reply["error"] and "\n" not in reply["error"]
     finally:
         sock.close(0)
         net.disconnect()
