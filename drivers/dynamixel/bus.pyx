@@ -9,8 +9,8 @@ Protocol 2.0 §Packet ID (broadcast), §Instruction Details (§Fast Sync Read, �
 
 In C (Cython) as the only implementation: a Sync Read of 12 loops over its IDs here, each servo's
 Read runs in its C core (firmware_models/dynamixel/servo_core.pyx) and each status packet is encoded
-by codec.pyx without a Python call in between; Python remains only where the firmware does (writes,
-reboot, housekeeping: servo.py).
+by codec.pyx without a Python call in between, as does a Write whose only effect is a new goal; the bus
+hands the rest (other writes, reads of 64..70, a Bus Watchdog trip, reboot) to the firmware in servo.py.
 """
 
 from libc.math cimport fabs
@@ -92,6 +92,25 @@ cdef inline bint _due(ServoCore servo, int instruction) noexcept:
     if instruction == PING:
         return True
     return servo.status_return_level >= 1 if instruction == READ else servo.status_return_level >= 2
+
+
+cdef inline Reply _read(ServoCore servo, Py_ssize_t address, Py_ssize_t length):
+    """The servo's Read: its C core's, or its firmware's (servo.py) when the core leaves it to that."""
+    cdef Reply r = servo.read_at(address, length)
+    return r if r is not None else servo.read(address, length)
+
+
+cdef inline Reply _write(ServoCore servo, Py_ssize_t address, bytes data):
+    """The servo's Write: its C core's (a new goal at most), or its firmware's (servo.py) for the rest."""
+    cdef Reply r = servo.write_at(address, data)
+    return r if r is not None else servo.write(address, data)
+
+
+cdef inline int _note(ServoCore servo, double now_s) except -1:
+    """An instruction reached the servo: its Bus Watchdog restarts, or trips (servo.py) after too long a silence."""
+    if servo.note(now_s):
+        servo.trip_watchdog()
+    return 0
 
 
 cdef inline int _error_byte(ServoCore servo, int error) noexcept:
@@ -196,7 +215,7 @@ cdef class DynamixelBus:
             targets = [i for i in self._addressed.get(pid, ()) if listening is self._all or i in listening]
         now = (<ServoCore> self.servos[targets[0]]).link.time_s() if targets else 0.0
         for i in targets:
-            (<ServoCore> self.servos[i]).note(now)
+            _note(self.servos[i], now)
         cdef int ins = packet.instruction
         try:
             self._now = now
@@ -260,10 +279,10 @@ cdef class DynamixelBus:
             reply = Reply(ErrorCode.INSTRUCTION)
         elif ins == READ:
             address, length = decode_read(p)
-            reply = servo.read_at(address, length)
+            reply = _read(servo, address, length)
         elif ins == WRITE:
             address, data = decode_write(p)
-            reply = servo.write_at(address, data)
+            reply = _write(servo, address, data)
         elif ins == REG_WRITE:
             reply = servo.reg_write(*decode_write(p))
         elif ins == ACTION:
@@ -330,8 +349,8 @@ cdef class DynamixelBus:
             return
         cdef ServoCore s = self.servos[i]
         if to != BROADCAST:   # broadcast: handle() has noted the instruction on every listener
-            s.note(self._now)
-        s.write_at(address, data)
+            _note(s, self._now)
+        _write(s, address, data)
 
     cdef list _ping(self, int pid, list listening, long bps):
         cdef ServoCore s
@@ -383,7 +402,7 @@ cdef class DynamixelBus:
         cdef ServoCore s = self.servos[i]   # handle() has noted the instruction on every target (broadcast)
         if s.status_return_level < 1:
             return 0
-        cdef Reply r = s.read_at(address, length)
+        cdef Reply r = _read(s, address, length)
         # each servo starts its Return Delay Time after the previous status packet ends
         t[0] += s.return_delay_s
         tx = self._status(s, i, r.error, r.params, t[0])
@@ -407,7 +426,7 @@ cdef class DynamixelBus:
             s = self.servos[i]
             if s.status_return_level < 1:
                 continue
-            r = s.read_at(address, length)
+            r = _read(s, address, length)
             if r.error and length > len(s.table.data):
                 # a segment is `length` bytes whatever the error: no device can fill more than its control table
                 # holds, the chain breaks and nobody completes the packet (as for a missing member above)

@@ -1,7 +1,8 @@
 """One simulated Dynamixel servo: its control table and what its firmware does with it.
 
-The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (Read and
-Write are in the C base class, servo_core.pyx); this module turns register writes into kernel parameters and
+The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (a Read, and a
+Write whose only effect is a new goal, run in the C base class, servo_core.pyx, without calling back here); this
+module turns register writes into kernel parameters and
 goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual
 (<model> §Control Table Description, one section per item); where it is silent the choice is ours and says so.
 """
@@ -10,15 +11,25 @@ from __future__ import annotations
 
 import math
 
-from firmware_models.dynamixel.control_table import ControlTable, ModelSpec
+from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
-from firmware_models.dynamixel.servo_core import POSITION_MODES, Reply, ServoCore
+from firmware_models.dynamixel.servo_core import (
+    EFFECT_CACHE,
+    EFFECT_GOAL,
+    EFFECT_MODE,
+    EFFECT_PARAMS,
+    EFFECT_TORQUE,
+    EFFECT_WATCHDOG,
+    POSITION_MODES,
+    Reply,
+    ServoCore,
+    effects_of,
+)
 from hil.joint import Joint
 from hil.kernel import DXL_MODES, FAULT_BITS, LAWS, peak_spent
 
 ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0   # Profile Acceleration [rad/s² per unit]
-BUS_WATCHDOG_UNIT_S = 0.020
 # Operating Mode register value (e-manual "Operating Mode") → what the kernel's Dynamixel law regulates;
 # extended position differs from position only in the Present Position register, not in the law
 KERNEL_MODES = {0: DXL_MODES["current"], 1: DXL_MODES["velocity"], 3: DXL_MODES["position"],
@@ -43,10 +54,11 @@ BACKUP_KEY = b"CTRL"                                  # after 0x01 (store) or 0x
 class DynamixelServo(ServoCore):
     """A Dynamixel servo of model `spec` driving actuator `joint` of the kernel.
 
-    Read, Write (with what the firmware does because of it, `apply`, and the goal in SI, `_kernel_goal`) and the
-    Bus Watchdog's note of each instruction are C (`ServoCore`, servo_core.pyx), as are the per-packet fields the
-    bus reads (`id`, `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`, `_hw_error` behind
-    `alert`); this class keeps them up to date and does the rest of what the firmware does.
+    The bus's common packets run in C (`ServoCore`, servo_core.pyx): a Read, a Write whose only effect is a new
+    goal, the Bus Watchdog's note of each instruction, and the per-packet fields the bus reads (`id`,
+    `secondary_id`, `baud_bps`, `return_delay_s`, `status_return_level`, `_hw_error` behind `alert`). The core
+    calls nothing here: when a packet needs more, the bus calls `read`, `write` or `trip_watchdog`, which call
+    the core's pieces and do the rest of what the firmware does.
 
     `registers` overrides EEPROM defaults at power-up (ID, Baud Rate, Return Delay Time, …) as a
     rig file gives them; they survive Reboot but not Factory Reset, like values written by a user.
@@ -96,6 +108,38 @@ class DynamixelServo(ServoCore):
         u.moving_threshold = t.get("Moving Threshold")
 
     # ------------------------------------------------------------------ instructions
+    def read(self, address: int, length: int) -> Reply:
+        """Read `length` bytes at `address`: Torque Enable .. Hardware Error Status as of now, the Present items
+        as of the loop's latest state, then the table's bytes."""
+        if address <= 70 and address + length > 64:
+            self.housekeeping()
+        return self.read_now(address, length)
+
+    def write(self, address: int, data: bytes) -> Reply:
+        """Write `data` at `address` as a Write instruction does: checked, applied all or nothing, then acted on."""
+        data = bytes(data)
+        end = address + len(data)
+        if address <= 64 < end:
+            self.housekeeping()   # a torque-on must see the hardware errors as of now
+        wakes = self.torque_on_by_goal(address, end)
+        if wakes:
+            self.table.set("Torque Enable", 1)
+        try:
+            changed = self.write_table(address, data)
+        except ControlTableError as exc:
+            if wakes:
+                self.table.set("Torque Enable", 0)
+            return Reply(exc.code)
+        if wakes:
+            changed = ["Torque Enable", *changed]
+        return Reply(self._apply(changed, wakes) if changed else 0)
+
+    def note_instruction(self, now_s: float | None = None) -> None:
+        """An instruction packet reached this servo at simulation time `now_s` [s] (default: now): the Bus
+        Watchdog restarts, or trips if the silence before it already exceeded it (e-manual §Bus Watchdog(98))."""
+        if self.note_at(self.link_time_s() if now_s is None else now_s):
+            self.trip_watchdog()
+
     def ping(self) -> Reply:
         return Reply(0, self.table.get("Model Number").to_bytes(2, "little")
                      + bytes([self.table.get("Firmware Version")]))
@@ -181,6 +225,32 @@ class DynamixelServo(ServoCore):
         self._units.turn_offset = (raw // PULSES_PER_REV) * PULSES_PER_REV
 
     # ------------------------------------------------------------------ write side effects
+    def _apply(self, changed: list[str], goal_wakes: bool) -> int:
+        """What the firmware does because the items named in `changed` changed; the reply's error number."""
+        effects = effects_of(changed)
+        if effects & EFFECT_CACHE:
+            self._cache()
+        if effects & EFFECT_TORQUE:
+            on = self.table.get("Torque Enable") == 1
+            if on and self._hw_shutdown():
+                # Only a reboot allows torque on after a shutdown (e-manual §Shutdown(63)); silent on the reply.
+                self.table.set("Torque Enable", 0)
+                return 1
+            self._torque(on, keep_goal=goal_wakes)
+        if effects & EFFECT_MODE:
+            for name, value in self.table.mode_defaults(self._units.mode).items():
+                self.table.set(name, value)
+            if self.table.get("Operating Mode") == 3:
+                self._single_turn()
+            self._set_goal_from_present()
+        if effects & EFFECT_WATCHDOG and self.table.get("Bus Watchdog") == 0:
+            self._last_instruction_s = self.link_time_s()
+        if effects & EFFECT_PARAMS:
+            self.joint.command(params=self._kernel_params())
+        if effects & EFFECT_GOAL:
+            self.send_goal()
+        return 0
+
     def _torque(self, on: bool, keep_goal: bool = False) -> None:
         if on:
             mode = self.table.get("Operating Mode")
@@ -333,10 +403,8 @@ class DynamixelServo(ServoCore):
     def _check_watchdog(self, now: float) -> None:
         """Bus Watchdog: torque on and no instruction for value × 20 ms of simulation time (e-manual
         §Bus Watchdog(98))."""
-        data = self.table.data
-        wd = data[self._a_watchdog]
-        if 0 < wd < 128 and data[64] and now - self._last_instruction_s > wd * BUS_WATCHDOG_UNIT_S:
-            self._trip_watchdog()
+        if self.watchdog_expired(now):
+            self.trip_watchdog()
 
     def _hw_shutdown(self) -> bool:
         return bool(self._hw_error & self.table.get("Shutdown"))
@@ -344,7 +412,7 @@ class DynamixelServo(ServoCore):
     def _watchdog_tripped(self) -> bool:
         return self.spec.has("Bus Watchdog") and self.table.get("Bus Watchdog") in (-1, 255)
 
-    def _trip_watchdog(self) -> None:
+    def trip_watchdog(self) -> None:
         """No instruction for the watchdog time with torque on: stop at once and read −1 (e-manual
         §Bus Watchdog(98))."""
         t = self.table

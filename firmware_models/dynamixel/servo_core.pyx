@@ -1,13 +1,13 @@
 # cython: language_level=3
 """The part of a simulated Dynamixel servo the bus touches on every packet, in C: its only implementation.
 
-`ServoCore` is the base class of `DynamixelServo` (servo.py). It holds what the bus reads per servo and packet
-(ID, secondary ID, Baud Rate, Return Delay Time, Status Return Level, the latched Hardware Error Status behind
-the alert bit) as C fields, and runs the per-servo steps that the bus (drivers/dynamixel/bus.pyx) calls from C: noting an instruction for the Bus
-Watchdog, executing a Read, and a Write: its checks (write_checks.pyx, through the ControlTable), the torque-on
-by a goal write and what the firmware does because of it (`apply`; a new goal, the common case, is one kernel
-command). servo.py keeps the rarer steps `apply` calls (torque, mode switch, kernel parameters), reboot and
-hardware errors, and keeps these fields up to date (`_cache`).
+`ServoCore` is the base class of `DynamixelServo` (servo.py) and never calls into it. It holds what the bus reads
+per servo and packet (ID, secondary ID, Baud Rate, Return Delay Time, Status Return Level, the latched Hardware
+Error Status behind the alert bit) as C fields, and runs from C what a packet needs of the firmware in the common
+case: noting an instruction for the Bus Watchdog (saying whether the silence before it trips the watchdog), a Read,
+and a Write whose only effect is a new goal (its checks, write_checks.pyx, and one kernel command). A packet that
+needs more (housekeeping first, a torque, mode or parameter change) gets None from `read_at` / `write_at`, and the
+caller hands it to servo.py's `read` / `write`, which call the pieces below and act on what changed.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
@@ -34,7 +34,7 @@ cdef frozenset _PARAM_ITEMS = frozenset({
 # items whose change moves the kernel goal
 cdef frozenset _GOAL_INPUTS = frozenset({*GOAL_ITEMS, "Homing Offset", "Drive Mode", "Operating Mode"})
 
-# what a change of each item makes `apply` do, as bits: one lookup per changed item instead of a set test per effect
+# what a change of each item makes the firmware do, as bits (servo.py acts on all but GOAL, which this core does)
 cdef enum:
     CACHE = 1
     TORQUE = 2
@@ -42,11 +42,25 @@ cdef enum:
     WATCHDOG = 8
     PARAMS = 16
     GOAL = 32
+    FIRMWARE = 64        # per byte only: Indirect Data / Address, whose item is known only at the write
+EFFECT_CACHE, EFFECT_TORQUE, EFFECT_MODE, EFFECT_WATCHDOG, EFFECT_PARAMS, EFFECT_GOAL = (
+    CACHE, TORQUE, MODE, WATCHDOG, PARAMS, GOAL)
 cdef dict _EFFECTS = {}
 for _bit, _names in ((CACHE, _CACHED_ITEMS), (TORQUE, ("Torque Enable",)), (MODE, ("Operating Mode",)),
                      (WATCHDOG, ("Bus Watchdog",)), (PARAMS, _PARAM_ITEMS), (GOAL, _GOAL_INPUTS)):
     for _name in _names:
         _EFFECTS[_name] = _EFFECTS.get(_name, 0) | _bit
+
+cdef double _WATCHDOG_UNIT_S = 0.020   # Bus Watchdog(98) unit [s] (e-manual §Bus Watchdog(98))
+BUS_WATCHDOG_UNIT_S = _WATCHDOG_UNIT_S
+
+
+def effects_of(changed):
+    """The EFFECT_* bits of a write that changed the items named in `changed`."""
+    cdef int effects = 0
+    for name in changed:
+        effects |= <int> _EFFECTS.get(name, 0)
+    return effects
 
 
 cdef class Reply:
@@ -79,10 +93,8 @@ cdef class ServoCore:
     """The per-packet core of a servo on `joint` with control table `table` and Present items `units`.
 
     The subclass (servo.py) sets `id`, `secondary_id` (None if unused), `baud_bps`, `identity` (what the bus
-    indexes servos by), `return_delay_s` [s], `status_return_level`, `_hw_error` (latched HW_* bits), the addresses of Bus Watchdog,
-    Torque Enable, Drive Mode and the goal items, and provides `housekeeping()`, `_check_watchdog(now_s)`,
-    `_hw_shutdown()`, `_cache()`, `_torque(on, keep_goal)`, `_single_turn()`, `_set_goal_from_present()` and
-    `_kernel_params()`."""
+    indexes servos by), `return_delay_s` [s], `status_return_level`, `_hw_error` (latched HW_* bits) and the
+    addresses of Bus Watchdog, Torque Enable and Drive Mode; this class calls none of its methods."""
 
     def __init__(self, joint, table, PresentItems units):
         self.joint = joint
@@ -99,6 +111,16 @@ cdef class ServoCore:
             self._goal_addr[k] = it.address if it is not None else -1
             self._goal_size[k] = it.size if it is not None else 0
             self._goal_signed[k] = it is not None and it.signed
+        self._a_shutdown = spec.item("Shutdown").address
+        # per byte, the effects of a write to the item there (FIRMWARE on Indirect Data and Address bytes)
+        effect_at = bytearray(spec.size)
+        for it in spec.items:
+            effect_at[it.address:it.address + it.size] = bytes([_EFFECTS.get(it.name, 0)]) * it.size
+        for b in spec.indirect:
+            for a in (*range(b.data, b.data + b.count), *range(b.address, b.address + 2 * b.count)):
+                if a < spec.size:
+                    effect_at[a] |= FIRMWARE
+        self._effect_at = bytes(effect_at)
 
     cpdef bint supports(self, int instruction):
         """Whether the model executes `instruction` (its control table's instruction list)."""
@@ -110,26 +132,47 @@ cdef class ServoCore:
         §Status Packet, Alert)."""
         return self._hw_error != 0
 
-    def note_instruction(self, now_s=None):
-        """An instruction packet reached this servo at simulation time `now_s` [s] (default: now):
-        the Bus Watchdog restarts (e-manual §Bus Watchdog(98))."""
-        self.note(self.link.time_s() if now_s is None else now_s)
+    # ------------------------------------------------------------------ Bus Watchdog
+    def note_at(self, double now_s):
+        """An instruction reached this servo at simulation time `now_s` [s]: the Bus Watchdog restarts (e-manual
+        §Bus Watchdog(98)). True when the silence before it had already tripped the watchdog (the caller trips it)."""
+        return self.note(now_s)
 
-    cdef int note(self, double now_s) except -1:
-        if (<unsigned char*> PyByteArray_AS_STRING(self.regs))[self._a_watchdog]:   # Bus Watchdog on (or tripped)
-            self._check_watchdog(now_s)   # a silence that already exceeded the watchdog trips it first
+    cdef bint note(self, double now_s) except -1:
+        cdef bint trips = self.expired(now_s)
         self._last_instruction_s = now_s
-        return 0
+        return trips
 
-    def read(self, Py_ssize_t address, Py_ssize_t length):
-        """Read `length` bytes at `address`: the Present items as of the loop's latest state, then the table's bytes."""
-        return self.read_at(address, length)
+    def watchdog_expired(self, double now_s):
+        """Bus Watchdog on, torque on and no instruction for its value × 20 ms of simulation time up to `now_s` [s]
+        (e-manual §Bus Watchdog(98)); a tripped watchdog (-1) expires no more."""
+        return self.expired(now_s)
 
+    cdef bint expired(self, double now_s):
+        cdef const unsigned char* regs = <const unsigned char*> PyByteArray_AS_STRING(self.regs)
+        cdef unsigned char wd = regs[self._a_watchdog]
+        return (0 < wd < 128 and regs[self._a_torque] != 0
+                and now_s - self._last_instruction_s > wd * _WATCHDOG_UNIT_S)
+
+    cdef bint shutdown_latched(self):
+        """A latched hardware error is one the Shutdown item (63) names: torque stays off until a reboot."""
+        return (self._hw_error & (<const unsigned char*> PyByteArray_AS_STRING(self.regs))[self._a_shutdown]) != 0
+
+    # ------------------------------------------------------------------ Read
     cdef Reply read_at(self, Py_ssize_t address, Py_ssize_t length):
-        cdef Py_ssize_t end = address + length
-        if address <= 70 and end > 64:
-            self.housekeeping()   # Torque Enable / Hardware Error Status as of now
-        params = self._units.read(self.link, self.regs, address, end)   # refresh() and the plain bytes
+        """The Read of `length` bytes at `address`, or None when it covers Torque Enable .. Hardware Error Status
+        (64..70): those need the firmware's housekeeping as of now first (servo.py's `read`)."""
+        if address <= 70 and address + length > 64:
+            return None
+        return self._read(address, length)
+
+    def read_now(self, Py_ssize_t address, Py_ssize_t length):
+        """Read `length` bytes at `address`: the Present items as of the loop's latest state, then the table's
+        bytes (as they stand: housekeeping is the caller's)."""
+        return self._read(address, length)
+
+    cdef Reply _read(self, Py_ssize_t address, Py_ssize_t length):
+        params = self._units.read(self.link, self.regs, address, address + length)   # refresh() and the plain bytes
         if params is not None:
             return reply(0, params)
         try:
@@ -137,36 +180,47 @@ cdef class ServoCore:
         except ControlTableError as exc:
             return reply(exc.code, b"")   # an error reply has no parameters (Protocol 2.0 §Status Packet)
 
-    def write(self, Py_ssize_t address, data):
-        """Write `data` at `address` as a Write instruction does: checked, applied all or nothing, then acted on."""
-        return self.write_at(address, data if type(data) is bytes else bytes(data))
-
+    # ------------------------------------------------------------------ Write
     cdef Reply write_at(self, Py_ssize_t address, bytes data):
-        cdef Py_ssize_t end = address + len(data)
-        if address <= 64 < end:
-            self.housekeeping()   # a torque-on must see the hardware errors as of now
-        cdef bint wakes = self._torque_on_by_goal(address, end)
-        if wakes:
-            self.table.set("Torque Enable", 1)
+        """The Write of `data` at `address` when at most a new goal follows from it: checked, applied all or
+        nothing, and the kernel goal set. None, with nothing done, when it may need more of the firmware
+        (housekeeping, a torque-on by a goal write, a torque, mode, parameter or identity change, Indirect
+        items): servo.py's `write` does those."""
+        cdef Py_ssize_t end = address + len(data), a
+        if address <= 64 < end or self._torque_on_by_goal(address, end):
+            return None
+        if 0 <= address and end <= len(self._effect_at):   # else write_direct says why it is refused
+            for a in range(address, end):
+                if (<const unsigned char*> self._effect_at)[a] & ~GOAL:
+                    return None
         try:
-            # in C unless the write touches Indirect Data or an Indirect Address (the table does those)
             changed = self._checks.write_direct(self.regs, address, data)
-            if changed is None:
-                changed = self.table.write_indirect(address, data)
         except ControlTableError as exc:
-            if wakes:
-                self.table.set("Torque Enable", 0)
             return reply(exc.code, b"")
-        if wakes:
-            changed = ["Torque Enable", *changed]
-        return reply(self.apply(changed, wakes) if changed else 0, b"")
+        cdef int effects = 0
+        for name in changed:
+            effects |= <int> _EFFECTS.get(name, 0)
+        if effects & GOAL:
+            self.link.set_goal(self.kernel_goal())
+        return reply(0, b"")
+
+    def write_table(self, Py_ssize_t address, bytes data):
+        """Check and apply `data` at `address`, all or nothing (the ControlTable's rules); the names of the items
+        whose value changed. Raises ControlTableError. What the firmware does because of it is the caller's."""
+        # in C unless the write touches Indirect Data or an Indirect Address (the table does those)
+        changed = self._checks.write_direct(self.regs, address, data)
+        return changed if changed is not None else self.table.write_indirect(address, data)
+
+    def torque_on_by_goal(self, Py_ssize_t address, Py_ssize_t end):
+        """Whether a write of address..end turns the torque on (Drive Mode bit 3, e-manual §Drive Mode(10))."""
+        return self._torque_on_by_goal(address, end)
 
     cdef bint _torque_on_by_goal(self, Py_ssize_t address, Py_ssize_t end) except -1:
         """Drive Mode bit 3 (FW45+): a write to a goal item turns the torque on (e-manual §Drive Mode(10))."""
         if address > 116 or end <= 100:
             return False                          # no goal item (100..119) in the write
         cdef const unsigned char* regs = <const unsigned char*> PyByteArray_AS_STRING(self.regs)
-        if regs[self._a_torque] or not regs[self._a_drive] & 0x08 or self._hw_shutdown():
+        if regs[self._a_torque] or not regs[self._a_drive] & 0x08 or self.shutdown_latched():
             return False
         cdef int k
         for k in range(4):
@@ -174,32 +228,13 @@ cdef class ServoCore:
                 return True
         return False
 
-    cdef int apply(self, list changed, bint goal_wakes) except -1:
-        cdef int effects = 0
-        for name in changed:
-            effects |= <int> _EFFECTS.get(name, 0)
-        if effects & CACHE:
-            self._cache()
-        if effects & TORQUE:
-            on = self.table.get("Torque Enable") == 1
-            if on and self._hw_shutdown():
-                # Only a reboot allows torque on after a shutdown (e-manual §Shutdown(63)); silent on the reply.
-                self.table.set("Torque Enable", 0)
-                return 1
-            self._torque(on, keep_goal=goal_wakes)
-        if effects & MODE:
-            for name, value in self.table.mode_defaults(self._units.mode).items():
-                self.table.set(name, value)
-            if self.table.get("Operating Mode") == 3:
-                self._single_turn()
-            self._set_goal_from_present()
-        if effects & WATCHDOG and self.table.get("Bus Watchdog") == 0:
-            self._last_instruction_s = self.link.time_s()
-        if effects & PARAMS:
-            self.joint.command(params=self._kernel_params())
-        if effects & GOAL:
-            self.link.set_goal(self.kernel_goal())
-        return 0
+    def link_time_s(self):
+        """Simulation time [s] as the joint link reads it (the running loop's)."""
+        return self.link.time_s()
+
+    def send_goal(self):
+        """Set the kernel goal from the goal register the Operating Mode uses."""
+        self.link.set_goal(self.kernel_goal())
 
     def _kernel_goal(self):
         """The kernel goal u (SI) of the goal register the Operating Mode uses."""
