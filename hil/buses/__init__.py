@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from drivers.server import BusServer
-    from hil.daemon.live_rig import LiveRig
+    from hil.buses.live import RunningRig
     from hil.rig import BusConfig
 
 
-def open_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> BusServer:
+def open_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> BusServer:
     """The server of bus `cfg` for the rig running in `live` (not started); `port` overrides its path."""
     if cfg.protocol == "dynamixel":
         from hil.buses.dynamixel import open_dynamixel_bus

@@ -15,16 +15,14 @@ from hil.buses.mirror import open_recorder
 from hil.params.config_file import ConfigError
 
 if TYPE_CHECKING:
-    from hil.daemon.live_rig import LiveRig
+    from hil.buses.live import RunningRig
     from hil.rig import BusConfig
 
 log = logging.getLogger("servo-hil")
 
 
-def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> DynamixelServer | MirrorServer:
+def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> DynamixelServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    from hil.daemon.live_rig import LiveJoint
-
     servos, faults = [], []
     for j, a in enumerate(live.rig.actuators):
         if a.bus != cfg.name:
@@ -41,7 +39,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
             registers[name] = _power_up_value(spec, a.catalog, where, name, value)
-        servo = DynamixelServo(spec, LiveJoint(live, j), registers)
+        servo = DynamixelServo(spec, live.joint(j), registers)
         if problem := servo.supply_outside_limits():   # as the real servo on that supply: said once, not refused
             log.warning("%s: %s; give firmware = { supply_v = ... } or the limits in registers", where, problem)
         servos.append(servo)
@@ -92,7 +90,7 @@ def _power_up_value(spec: ModelSpec, model: str, where: str, name: str, value: i
     return value
 
 
-def _mirror(cfg: BusConfig, live: LiveRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:
+def _mirror(cfg: BusConfig, live: RunningRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:
     """The bus as a proxy mirror: the controller's packets go to the real bus at cfg.real, and drive `twin`."""
     recorder = open_recorder(cfg, live)
     joints = {a.id: a.joint for a in live.rig.actuators if a.bus == cfg.name}

@@ -13,13 +13,13 @@ if TYPE_CHECKING:
     from drivers.erob.etherban import EtherbanServer
     from drivers.erob.etherban_mirror import EtherbanMirror
     from firmware_models.erob.cia402 import Cia402Drive
-    from hil.daemon.live_rig import LiveRig
+    from hil.buses.live import RunningRig
     from hil.rig import BusConfig
 
 _ETHERCAT_NODE_ID = 1   # an Etherban-only drive has no CAN node: its dictionary is built as node 1
 
 
-def rig_drives(live: LiveRig) -> ErobDrives:
+def rig_drives(live: RunningRig) -> ErobDrives:
     """The rig's eRob drive set (created on first use; buses and the Etherban server share it)."""
     from drivers.erob.drives import ErobDrives
 
@@ -40,15 +40,13 @@ def _variant(catalog: str, where: str) -> str:
                       f"drive in config/erob/), got {catalog!r}")
 
 
-def _drive(live: LiveRig, j: int, node_id: int) -> Cia402Drive:
-    from hil.daemon.live_rig import LiveJoint
-
+def _drive(live: RunningRig, j: int, node_id: int) -> Cia402Drive:
     a = live.rig.actuators[j]
     variant = _variant(a.catalog, f"actuators[{j}] ({a.joint})")
-    return rig_drives(live).drive(j, variant, node_id, LiveJoint(live, j))
+    return rig_drives(live).drive(j, variant, node_id, live.joint(j))
 
 
-def _can_node_id(live: LiveRig, j: int) -> int:
+def _can_node_id(live: RunningRig, j: int) -> int:
     """The CAN node ID of actuator j if it sits on a canopen bus, else the EtherCAT-only default."""
     a = live.rig.actuators[j]
     buses = {b.name: b for b in live.rig.buses}
@@ -57,7 +55,7 @@ def _can_node_id(live: LiveRig, j: int) -> int:
     return _ETHERCAT_NODE_ID
 
 
-def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> CanopenBus:
+def open_canopen_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> CanopenBus:
     """The eRob nodes of bus `cfg` behind an SLCAN adapter on a pty at `port` (or cfg.port / cfg.device);
     with cfg.real, the same adapter in front of the real bus, the nodes being the real ones' twins."""
     from drivers.can.slcan import BITRATES
@@ -87,7 +85,7 @@ def open_canopen_bus(cfg: BusConfig, live: LiveRig, port: str | None = None) -> 
                       fifo_priority=live.rig.loop.io_priority)
 
 
-def _mirror(cfg: BusConfig, live: LiveRig, nodes: list, controller) -> CanopenBus:
+def _mirror(cfg: BusConfig, live: RunningRig, nodes: list, controller) -> CanopenBus:
     """The bus as a proxy mirror: the controller's frames go to the python-can bus cfg.real, and drive `nodes`."""
     from drivers.can.interface import can_bus_kwargs, open_can_bus
     from drivers.canopen.mirror import CanMirror
@@ -103,7 +101,7 @@ def _mirror(cfg: BusConfig, live: LiveRig, nodes: list, controller) -> CanopenBu
                      bitrate=cfg.baud, name=cfg.name)
 
 
-def open_etherban(cfg: BusConfig, live: LiveRig) -> EtherbanServer | EtherbanMirror:
+def open_etherban(cfg: BusConfig, live: RunningRig) -> EtherbanServer | EtherbanMirror:
     """The Etherban server of `cfg`: devices 0, 1, … are the drives of `cfg.joints` in that order; with
     cfg.real, a proxy mirror of the real Etherban server there, the drives being the real ones' twins."""
     from drivers.erob.etherban import EtherbanServer

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hil.daemon.live_rig import LiveRig
+    from hil.buses.live import RunningRig
     from hil.logs.mcap import SideBySideRecorder
     from hil.rig import BusConfig
 
@@ -18,7 +18,7 @@ def real_label(cfg: BusConfig) -> str:
     return cfg.real if isinstance(cfg.real, str) else json.dumps(cfg.real, sort_keys=True)
 
 
-def open_recorder(cfg: BusConfig, live: LiveRig) -> SideBySideRecorder | None:
+def open_recorder(cfg: BusConfig, live: RunningRig) -> SideBySideRecorder | None:
     """The MCAP recorder of mirrored bus `cfg` (files `<rig>-<bus>-….mcap` in cfg.record), or None."""
     if not cfg.record:
         return None

@@ -165,6 +165,10 @@ class LiveRig:
             self._shared[key] = create()
         return self._shared[key]
 
+    def joint(self, j: int) -> LiveJoint:
+        """Actuator j as a bus's firmware model drives it (hil.buses.live.RunningRig)."""
+        return LiveJoint(self, j)
+
     def emit(self, event: dict) -> None:
         event.setdefault("t_wall", time.time())
         log.info("event %s", event)
