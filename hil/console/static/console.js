@@ -342,11 +342,18 @@ function addEvent(ev) {
 // ------------------------------------------------------------------ parameters
 async function loadParams() {
   const joint = $("#param-actuator").value;
+  const seq = state.paramSeq = (state.paramSeq || 0) + 1;
   const p = await api(`/api/params/${encodeURIComponent(joint)}`);
-  const tb = $("#param-table tbody"); tb.replaceChildren();
+  if (seq !== state.paramSeq) return;   // a newer load is under way: an older answer must not overwrite it
+  const tb = $("#param-table tbody");
+  // what the user has typed survives a reload of the same actuator's table
+  const typed = tb.dataset.joint === joint
+    ? Object.fromEntries([...tb.querySelectorAll("tr")].map((tr) => [tr.dataset.param, tr.querySelector("input").value])) : {};
+  tb.replaceChildren(); tb.dataset.joint = joint;
   for (const r of p.params) {
     const tr = el("tr"); tr.dataset.param = r.name; tr.title = r.doc;
     const input = el("input", undefined, "write"); input.type = "number"; input.step = "any"; input.min = r.min; input.max = r.max;
+    if (typed[r.name]) input.value = typed[r.name];
     const set = el("button", "Set", "set"); set.addEventListener("click", () => setParam(r.name, Number(input.value)));
     const reset = el("button", "Reset", "reset"); reset.addEventListener("click", () => setParam(r.name, r.configured));
     const tdI = el("td"); tdI.append(input, set); const tdR = el("td"); tdR.append(reset);
