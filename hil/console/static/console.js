@@ -222,6 +222,7 @@ function handBar(bar, jointOf, messageSel) {
   const dragTo = () => send({ target: toRad(Number(box.value)), speed: Number(speed.value) }, `hand dragging ${jointOf()}`);
   slider.addEventListener("input", () => { box.value = unit.value === "deg" ? slider.value : (slider.value * Math.PI / 180).toFixed(3); });
   slider.addEventListener("change", dragTo);
+  box.addEventListener("input", () => { slider.value = unit.value === "deg" ? box.value : Number(box.value) * 180 / Math.PI; });
   box.addEventListener("keydown", (e) => { if (e.key === "Enter") dragTo(); });
   drag.addEventListener("click", dragTo);
   release.addEventListener("click", () => send({ release: true }, `hand released ${jointOf()}`));
