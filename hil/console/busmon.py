@@ -15,6 +15,7 @@ import time
 from collections import deque
 
 from drivers.dynamixel.protocol import Instruction
+from drivers.erob import etherban_pb2 as pb
 
 KEPT = 20            # last packets kept per bus
 PARAMS_SHOWN = 16    # parameter bytes shown per packet
@@ -127,8 +128,6 @@ class RequestLog(PacketLog):
         self._next = next(self._counter) + 1
 
     def report(self) -> dict:
-        from drivers.erob import etherban_pb2 as pb
-
         self.count = self._next
         out = self._rate()
         rows = []

@@ -15,6 +15,8 @@ import time
 import weakref
 from typing import Any
 
+from drivers.can.slcan import CanFrame
+from drivers.canopen.node import CanopenNode
 from firmware_models.dynamixel.errors import ErrorCode
 from hil.daemon.arguments import CommandError
 
@@ -39,8 +41,6 @@ def erob_nodes(daemon) -> dict[str, tuple[Any, Any]]:
     """{joint: (bus, CanopenNode)} of every simulated eRob: the CANopen buses' nodes, and for a drive served over
     Etherban a node that sends nothing, built on the drive's object dictionary as its CAN node would be (an
     EtherCAT master reads and writes that dictionary with CoE SDO transfers, the same services: ETG.1000.6)."""
-    from drivers.canopen.node import CanopenNode
-
     out = {}
     for server in daemon.buses:
         for node in getattr(server, "nodes", ()):
@@ -216,8 +216,6 @@ def servo_action(daemon, joint: str, action: str) -> dict:
 
 
 def _erob_action(daemon, joint: str, action: str) -> dict:
-    from drivers.can.slcan import CanFrame
-
     if action != "reboot":
         raise RegisterError(f"{action}: an eRob has no such service here (reboot: NMT Reset Node)")
     server, node = erob_nodes(daemon)[joint]

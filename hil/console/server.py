@@ -27,7 +27,9 @@ from aiohttp import WSMsgType, web
 from hil.console.busmon import attach
 from hil.console.registers import RegisterError, read_table, servo_action, table_joints, write_item
 from hil.daemon.arguments import CommandError
-from hil.daemon.faults import KERNEL_FAULTS
+from hil.daemon.faults import FAULT_ARGUMENTS, KERNEL_FAULTS
+from hil.daemon.foxglove import body_frames
+from hil.daemon.zmq_io import StateRecording
 from hil.params.config_file import ConfigError
 from hil.rig import ConsoleConfig, loopback
 
@@ -43,13 +45,6 @@ PLOT_KEYS = ("position", "position_measured", "velocity", "torque", "current", "
 COMMANDS = frozenset({"set_goal", "set_enable", "set_mode", "set_param", "inject_fault", "clear_fault", "faults",
                       "pause", "resume", "reset", "status", "state", "hand"})
 HAND_READ_S = 0.25      # how often the push reads the hands on the joints (the state stream does not carry them)
-FAULT_ARGS = {   # each fault's arguments and their units (hil/daemon/faults.py)
-    "open_circuit": [("fraction", "0–1"), ("at_s", "s"), ("current_a", "A"), ("duration_s", "s")],
-    "supply_sag": [("voltage_v", "V")], "encoder_noise": [("std_rad", "rad")], "encoder_stuck": [],
-    "encoder_slip": [("rate_rad_s", "rad/s")], "overheat": [("temperature_c", "°C")],
-    "drop": [("probability", "0–1")], "corrupt": [("probability", "0–1")], "delay": [("seconds", "s")],
-    "wrong_baud": [],
-}
 # web apps that open a recording by URL (?ds=remote-file&ds.url=…): the file route answers them with CORS
 FOXGLOVE_ORIGINS = frozenset({"https://app.foxglove.dev", "https://embed.foxglove.dev"})
 FILE_ROUTE = "/api/record/file/"
@@ -327,10 +322,8 @@ class Console:
             return _error(str(exc))
 
     async def _faults(self, request: web.Request) -> web.Response:
-        from drivers.faults import BUS_FAULTS
-
-        catalog = [{"fault": f, "kind": "kernel" if f in KERNEL_FAULTS else "bus", "args": FAULT_ARGS.get(f, [])}
-                   for f in (*KERNEL_FAULTS, *BUS_FAULTS)]
+        catalog = [{"fault": f, "kind": "kernel" if f in KERNEL_FAULTS else "bus", "args": FAULT_ARGUMENTS[f]}
+                   for f in FAULT_ARGUMENTS]
         active = {n: self.live.active[j] for j, n in enumerate(self.live.names)}
         return _ok({"catalog": catalog, "active": active, "events": list(self.events)})
 
@@ -351,8 +344,6 @@ class Console:
 
     async def _record_start(self, request: web.Request) -> web.Response:
         if self.recording is None:
-            from hil.daemon.zmq_io import StateRecording
-
             robot = self.daemon.robot
             self.recording = StateRecording(self.record_dir, 3600.0, self.live.rig.name,
                                             robot.model if robot is not None else None)
@@ -380,8 +371,6 @@ class Console:
         robot = self.daemon.robot
         if robot is None:
             return _ok({"robot": None})
-        from hil.daemon.foxglove import body_frames
-
         model = robot.model
         return _ok({"robot": robot.mjcf.name, "bodies": body_frames(model),
                     "parents": [int(model.body_parentid[i]) for i in range(model.nbody)],
