@@ -98,35 +98,44 @@ def _tty_speed(fd: int, buf: array.array | None = None) -> int | None:
     return buf[_TERMIOS2_OSPEED] if buf[_TERMIOS2_OSPEED] > 0 else None
 
 
-def _lock_link(link: str) -> int:
-    """An fd holding an exclusive flock(2) on `<link>.lock`, the file holding the holder's pid; PortError
-    naming the holder when another process has it. A lock file removed by its holder between our open and
-    our lock is not the file at that path any more: opened again (the inode check)."""
-    path = f"{link}.lock"
-    parent = os.path.dirname(os.path.abspath(link))
-    if not os.path.isdir(parent):
-        raise PortError(f"cannot create pty link {link!r}: directory {parent!r} does not exist")
+def hold_lock_file(path: str | os.PathLike, note: str, mode: int = 0o644) -> int | str:
+    """Take an exclusive flock(2) on the file `path` (created) and write `note` into it: the fd that holds it, or,
+    where another process holds it, the note that process wrote. A lock file its holder removed between our open
+    and our lock is not the file at that path any more: opened again (the inode check). OSError where the file
+    cannot be created (with `mode`)."""
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise PortError(f"cannot create the lock of pty link {link!r}: {exc.strerror}") from exc
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise PortError(f"pty link {link!r} is in use by another servo-hil (pid {holder}): stop it or "
-                            "give another port path") from None
+            return holder
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if same:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.pwrite(fd, f"{note}\n".encode(), 0)
             return fd
         os.close(fd)
+
+
+def _lock_link(link: str) -> int:
+    """An fd holding an exclusive flock(2) on `<link>.lock`, the file holding the holder's pid; PortError
+    naming the holder when another process has it."""
+    parent = os.path.dirname(os.path.abspath(link))
+    if not os.path.isdir(parent):
+        raise PortError(f"cannot create pty link {link!r}: directory {parent!r} does not exist")
+    try:
+        held = hold_lock_file(f"{link}.lock", str(os.getpid()))
+    except OSError as exc:
+        raise PortError(f"cannot create the lock of pty link {link!r}: {exc.strerror}") from exc
+    if isinstance(held, str):
+        raise PortError(f"pty link {link!r} is in use by another servo-hil (pid {held or '?'}): stop it or "
+                        "give another port path")
+    return held
 
 
 def _unlock_link(link: str, fd: int) -> None:

@@ -13,13 +13,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from drivers.ports import hold_lock_file
 from hil.params.config_file import ConfigError
 from hil.rig import Rig
-
-try:
-    import fcntl
-except ImportError:   # not POSIX: no locks, the binds report a busy port themselves
-    fcntl = None
 
 
 def lock_dir() -> Path:
@@ -73,8 +69,6 @@ def lock_ports(rig: Rig, mqtt: bool) -> PortLocks:
     """Lock every port of `bound_ports`; ConfigError naming the port and the servo-hil (pid, rig) holding it
     when another one does (the locks taken so far are released)."""
     locks = PortLocks([])
-    if fcntl is None:
-        return locks
     directory = lock_dir()
     try:
         for key, what in dict(bound_ports(rig, mqtt)).items():
@@ -87,26 +81,13 @@ def lock_ports(rig: Rig, mqtt: bool) -> PortLocks:
 
 
 def _lock(path: Path, what: str, rig_name: str) -> int:
-    """An fd with an exclusive flock on `path`, which then holds "pid rig"; ConfigError naming the holder. A file
-    its holder removed between our open and our lock is not the file at that path any more: opened again."""
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the lock file {path} of {what}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid, _, holder_rig = os.pread(fd, 256, 0).decode(errors="replace").strip().partition(" ")
-            os.close(fd)
-            raise ConfigError(f"{what} is held by another servo-hil (pid {pid or '?'}, rig {holder_rig or '?'!r}): "
-                              f"stop it, or give rig {rig_name!r} other ports") from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {rig_name}\n".encode(), 0)
-            return fd
-        os.close(fd)
+    """An fd with an exclusive flock on `path`, which then holds "pid rig"; ConfigError naming the holder."""
+    try:
+        held = hold_lock_file(path, f"{os.getpid()} {rig_name}", 0o666)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the lock file {path} of {what}: {exc.strerror}") from None
+    if isinstance(held, str):
+        pid, _, holder_rig = held.partition(" ")
+        raise ConfigError(f"{what} is held by another servo-hil (pid {pid or '?'}, rig {holder_rig or '?'!r}): "
+                          f"stop it, or give rig {rig_name!r} other ports")
+    return held
