@@ -209,9 +209,10 @@ def run(
 ) -> None:
     """Run the emulator daemon: real-time loop, ZeroMQ joint state and commands, MQTT control plane,
     and the rig's servo buses (each prints the port a controller opens)."""
+    from hil.console.server import Console
     from hil.daemon.service import serve
 
-    serve(rig, mqtt, port or [], log_level, console=console)
+    serve(rig, mqtt, port or [], log_level, console=console, console_factory=Console)
 
 
 @app.command()
@@ -240,6 +241,7 @@ def mirror(
 
     if not real and not any(b.real for b in read_rig(rig).buses):
         raise ConfigError(f"{rig}: no bus has real = ...: give --real REAL or BUS=REAL")
+    from hil.console.server import Console
     from hil.daemon.service import serve
 
     # a mirror that fails to start (the real port will not open) leaves no empty log folder behind
@@ -247,7 +249,7 @@ def mirror(
     created = [_first_missing(f) for f in folders if not f.exists()]
     try:
         serve(rig, mqtt, port or [], log_level, real=real or [], record=None if record is None else str(record),
-              record_segment_s=record_segment_s)
+              record_segment_s=record_segment_s, console_factory=Console)
     except BaseException:
         for top in created:
             if top.is_dir() and not any(p.is_file() for p in top.rglob("*")):

@@ -9,7 +9,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import zmq
 
@@ -38,6 +40,10 @@ log = logging.getLogger("servo-hil")
 STOP_WATCHDOG_S = 8.0
 
 
+ConsoleFactory = Callable[["Daemon", ConsoleConfig], Any]
+"""What builds the web console of a rig with [console] (hil.console.server.Console): started with the viewers."""
+
+
 class DaemonFailure(RuntimeError):
     """A thread the daemon needs has ended: the daemon stops with exit status 1 and this one-line reason."""
 
@@ -47,7 +53,10 @@ class Daemon:
 
     def __init__(self, rig_path: str | Path, mqtt: bool | None = None, ports: list[str] = (),
                  real: list[str] = (), record: str | None = None, record_segment_s: float | None = None,
-                 console: bool = False):
+                 console: bool = False, console_factory: ConsoleFactory | None = None):
+        """`console_factory` builds the web console of a rig with [console] (the application passes
+        hil.console.server.Console: the daemon imports no console)."""
+        self.console_factory = console_factory
         self.robot = None   # a robot rig: its actuators turn the hinges of a MuJoCo model (docs/robots.md)
         if read_rig(rig_path).robot is not None:
             self.rig, self.specs, self.robot = load_robot_rig(rig_path)
@@ -57,6 +66,8 @@ class Daemon:
         self.rig_dir = Path(rig_path).parent   # relative paths in the rig are from its folder
         if console and self.rig.console is None:   # `run --console`: the web console at its defaults
             self.rig = self.rig.model_copy(update={"console": ConsoleConfig()})
+        if self.rig.console is not None and console_factory is None:
+            raise ConfigError(f"{rig_path}: console: this program serves no web console (`servo-hil run` does)")
         self.ports = _bus_ports(self.rig, ports, "--port")
         for name, device in _bus_ports(self.rig, real, "--real").items():   # `servo-hil mirror`
             k = next(k for k, b in enumerate(self.rig.buses) if b.name == name)
@@ -160,9 +171,7 @@ class Daemon:
             sinks.append((self._every(rig.record), self.recording))
             log.info("recording the state stream to %s", self.rig_dir / rig.record.dir)
         if rig.console is not None:   # the web console (docs/console.md): state at a UI rate
-            from hil.console.server import Console
-
-            self.console = Console(self, rig.console)
+            self.console = self.console_factory(self, rig.console)
             self.console.start()
             sinks.append((self._every(rig.console), self.console.state))
             print(f"servo-hil: console at {self.console.url}", flush=True)
@@ -272,14 +281,15 @@ def _bus_ports(rig: Rig, ports: list[str], option: str) -> dict[str, str]:
 
 
 def serve(rig: Path, mqtt: bool | None, ports: list[str], log_level: str, real: list[str] = (),
-          record: str | None = None, record_segment_s: float | None = None, console: bool = False) -> None:
+          record: str | None = None, record_segment_s: float | None = None, console: bool = False,
+          console_factory: ConsoleFactory | None = None) -> None:
     """`servo-hil run` / `servo-hil mirror`: log to stderr, run the daemon of `rig` until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s servo-hil %(levelname)s %(message)s")
     logging.getLogger("amqtt").setLevel(logging.WARNING)
     logging.getLogger("transitions").setLevel(logging.WARNING)
     daemon = Daemon(rig, mqtt=mqtt, ports=ports, real=list(real), record=record, record_segment_s=record_segment_s,
-                    console=console)
+                    console=console, console_factory=console_factory)
     try:
         daemon.run_until_signal(STOP_WATCHDOG_S)
     except zmq.ZMQError as exc:
