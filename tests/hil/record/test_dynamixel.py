@@ -24,18 +24,19 @@ def test_trajectories_have_bams_shape():
     assert sin_sin(1.0)[0] == pytest.approx(math.sin(1) * math.pi / 2 + math.sin(5) * 0.5 * math.sin(2))
 
 
-def test_record_then_replay_round_trip(tmp_path):
+def _record(tmp_path, head: str, bus_extra: str, *record_args: str, during=None) -> subprocess.CompletedProcess:
+    """`servo-hil record` of sin_sin at kp 400 into tmp_path/logs, from a daemon of one XL330 (bam m6) on a pty, the
+    rig's head `head` and its bus's extra lines `bus_extra`; `during()` runs once the daemon is up."""
     rig = tmp_path / "xl.toml"
-    rig.write_text(rig_head("realxl") + """[[buses]]
+    rig.write_text(head + f"""[[buses]]
 name = "dxl"
 protocol = "dynamixel"
-fast = true
-[[actuators]]
+{bus_extra}[[actuators]]
 joint = "xl330"
 catalog = "xl330_m288"
 model = "m6"
-firmware = { supply_v = 5.0 }
-load = { mass = 0.49, length = 0.1 }
+firmware = {{ supply_v = 5.0 }}
+load = {{ mass = 0.49, length = 0.1 }}
 bus = "dxl"
 id = 1
 """)
@@ -44,15 +45,21 @@ id = 1
                               stderr=subprocess.PIPE, text=True)
     try:
         assert "dynamixel bus" in daemon.stdout.readline()
-        out = tmp_path / "logs"
-        rec = subprocess.run([*SERVO_HIL, "record", "--port", str(port), "--out", str(out), "--mass", "0.49",
-                              "--length", "0.1", "--motor", "xl330", "--kp", "400", "--trajectory", "sin_sin"],
-                             capture_output=True, text=True, timeout=60)
-        assert rec.returncode == 0, rec.stderr
-        assert "run 1/1: sin_sin at kp 400" in rec.stderr   # progress, one line per run
+        if during is not None:
+            during()
+        return subprocess.run([*SERVO_HIL, "record", "--port", str(port), "--out", str(tmp_path / "logs"), "--mass",
+                               "0.49", "--length", "0.1", "--motor", "xl330", "--kp", "400", "--trajectory",
+                               "sin_sin", *record_args], capture_output=True, text=True, timeout=60)
     finally:
         daemon.terminate()
         assert daemon.wait(STOP_TIMEOUT_S) == 0
+
+
+def test_record_then_replay_round_trip(tmp_path):
+    rec = _record(tmp_path, rig_head("realxl"), "fast = true\n")
+    assert rec.returncode == 0, rec.stderr
+    assert "run 1/1: sin_sin at kp 400" in rec.stderr   # progress, one line per run
+    out = tmp_path / "logs"
     raw = json.loads(next((out / "raw").glob("*.json")).read_text())
     assert raw["kp"] == 400 and raw["trajectory"] == "sin_sin" and raw["vin"] == pytest.approx(5.0)
     assert len(raw["entries"]) > 1000 and {"position", "speed", "load", "input_volts", "temp", "goal_position",
@@ -72,32 +79,12 @@ def test_a_recording_that_falls_behind_says_so(tmp_path):
     adapter, a loaded host) gets its goals more than 10 ms apart: every update is late, the log's header counts
     them, and `record` ends with one warning line."""
     command = f"tcp://127.0.0.1:{free_port()}"
-    rig = tmp_path / "xl.toml"
-    rig.write_text(rig_head("slowxl", command) + """[[buses]]
-name = "dxl"
-protocol = "dynamixel"
-[[actuators]]
-joint = "xl330"
-catalog = "xl330_m288"
-model = "m6"
-firmware = { supply_v = 5.0 }
-load = { mass = 0.49, length = 0.1 }
-bus = "dxl"
-id = 1
-""")
-    port = tmp_path / "tty"
-    daemon = subprocess.Popen([*SERVO_HIL, "run", str(rig), "--port", str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        assert "dynamixel bus" in daemon.stdout.readline()
+
+    def delayed() -> None:
         ok(command, "inject_fault", actuator="xl330", fault="delay", args={"seconds": 0.015})
-        out = tmp_path / "logs"
-        rec = subprocess.run([*SERVO_HIL, "record", "--port", str(port), "--out", str(out), "--mass", "0.49",
-                              "--length", "0.1", "--motor", "xl330", "--kp", "400", "--trajectory", "sin_sin",
-                              "--duration", "1"], capture_output=True, text=True, timeout=60)
-    finally:
-        daemon.terminate()
-        assert daemon.wait(STOP_TIMEOUT_S) == 0
+
+    rec = _record(tmp_path, rig_head("slowxl", command), "", "--duration", "1", during=delayed)
+    out = tmp_path / "logs"
     assert rec.returncode == 0, rec.stderr
     warnings = [line for line in rec.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "1 of 1 runs fell behind" in warnings[0], rec.stderr
