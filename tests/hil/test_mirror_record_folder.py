@@ -3,30 +3,18 @@ an existing folder is kept."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
 from tests.daemon_process import SERVO_HIL, assert_one_cli_line
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.hil.daemon import rig_head
 
 
 def _rig(tmp_path: Path, record: str = "") -> Path:
     path = tmp_path / "mirror.toml"
-    path.write_text(f"""name = "m"
-[loop]
+    path.write_text(rig_head("m") + f"""[loop]
 mlockall = false
 fifo_priority = 0
-[zmq]
-pub = "tcp://127.0.0.1:{_free_port()}"
-command = "tcp://127.0.0.1:{_free_port()}"
-[mqtt]
-enabled = false
 [[buses]]
 name = "dxl"
 protocol = "dynamixel"
