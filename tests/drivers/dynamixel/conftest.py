@@ -29,7 +29,7 @@ import pytest
 
 from tests.daemon_process import BusDaemon, BusLauncher
 from tests.drivers import read_serial
-from tests.hil.daemon import free_port
+from tests.hil.daemon import free_port, rig_head
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
@@ -48,6 +48,26 @@ CATALOG = {s[2]: s[1] for s in SERVOS}
 MODEL = {s[2]: s[3] for s in SERVOS}
 X_IDS = (3, 4)       # Fast Sync / Bulk Read: X430 FW45+, X330 FW46+ (e-manual Protocol 2.0 §Fast Sync Read)
 MX_IDS = (1, 2)      # MX(2.0): no fast reads
+
+
+def mx64_pendulum_rig(tmp: Path, name: str, model: str) -> tuple[Path, str]:
+    """A rig `name` in `tmp`: one MX-64 (bam `model`) lifting a pendulum at ID 1 on a fast Dynamixel bus; the
+    rig's path and its command endpoint."""
+    cmd = f"tcp://127.0.0.1:{free_port()}"
+    path = tmp / f"{name}.toml"
+    path.write_text(rig_head(name, cmd) + f"""[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+fast = true
+[[actuators]]
+joint = "mx64"
+catalog = "mx64"
+model = "{model}"
+load = {{ mass = 0.5, length = 0.1 }}
+bus = "dxl"
+id = 1
+""")
+    return path, cmd
 
 
 def firmware_version(dxl_id: int) -> int:

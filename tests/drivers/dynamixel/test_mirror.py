@@ -11,7 +11,6 @@ import math
 import os
 import select
 import time
-from pathlib import Path
 
 import pytest
 import serial
@@ -30,9 +29,8 @@ from hil.offline.report import report
 from hil.params.catalog import entry
 from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import start_cli, stop_cli
-from tests.hil.daemon import free_port, rig_head
 
-from .conftest import DEFAULT_SLACK_MS, SlackPortHandler
+from .conftest import DEFAULT_SLACK_MS, SlackPortHandler, mx64_pendulum_rig
 
 
 def _read_exactly(fd: int, n: int, timeout: float = 2.0) -> bytes:
@@ -194,30 +192,11 @@ def test_a_sync_write_of_torque_makes_the_real_state_unknown(tmp_path):
         real_end.close()
 
 
-def _rig(tmp: Path, name: str, model: str) -> tuple[Path, str]:
-    cmd = f"tcp://127.0.0.1:{free_port()}"
-    text = rig_head(name, cmd) + f"""[[buses]]
-name = "dxl"
-protocol = "dynamixel"
-fast = true
-[[actuators]]
-joint = "mx64"
-catalog = "mx64"
-model = "{model}"
-load = {{ mass = 0.5, length = 0.1 }}
-bus = "dxl"
-id = 1
-"""
-    path = tmp / f"{name}.toml"
-    path.write_text(text)
-    return path, cmd
-
-
 def test_sdk_through_the_mirror_drives_the_real_servo_and_its_twin(tmp_path):
     from dynamixel_sdk import GroupSyncRead, PacketHandler
 
-    real_rig, real_cmd = _rig(tmp_path, "real", "m6")        # the "real" servo: bam m6
-    twin_rig, twin_cmd = _rig(tmp_path, "twin", "m1")        # its twin: bam m1
+    real_rig, real_cmd = mx64_pendulum_rig(tmp_path, "real", "m6")        # the "real" servo: bam m6
+    twin_rig, twin_cmd = mx64_pendulum_rig(tmp_path, "twin", "m1")        # its twin: bam m1
     real = start_cli(["run", str(real_rig), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
     try:
         mirror = start_cli(["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),

@@ -11,34 +11,17 @@ from typer.testing import CliRunner
 from hil.cli.main import app
 from hil.logs.mcap import read_side_by_side
 from tests.daemon_process import start_cli, stop_cli
-from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler
-from tests.hil.daemon import free_port, rig_head
-
-
-def _rig(tmp, name: str, model: str):
-    path = tmp / f"{name}.toml"
-    path.write_text(rig_head(name, f"tcp://127.0.0.1:{free_port()}") + f"""[[buses]]
-name = "dxl"
-protocol = "dynamixel"
-fast = true
-[[actuators]]
-joint = "mx64"
-catalog = "mx64"
-model = "{model}"
-load = {{ mass = 0.5, length = 0.1 }}
-bus = "dxl"
-id = 1
-""")
-    return path
+from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler, mx64_pendulum_rig
 
 
 def test_mirror_report_names_the_twin_and_plots_the_goal(tmp_path, monkeypatch):
     from dynamixel_sdk import GroupSyncRead, PacketHandler
 
-    real = start_cli(["run", str(_rig(tmp_path, "real", "m6")), "--port", str(tmp_path / "real")],
+    (real_rig, _), (twin_rig, _) = mx64_pendulum_rig(tmp_path, "real", "m6"), mx64_pendulum_rig(tmp_path, "twin", "m1")
+    real = start_cli(["run", str(real_rig), "--port", str(tmp_path / "real")],
                      "at " + str(tmp_path / "real"))
     try:
-        mirror = start_cli(["mirror", str(_rig(tmp_path, "twin", "m1")), "--real", str(tmp_path / "real"),
+        mirror = start_cli(["mirror", str(twin_rig), "--real", str(tmp_path / "real"),
                             "--port", str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring")
         try:
             port = SlackPortHandler(str(tmp_path / "ctl"), DEFAULT_SLACK_MS)
