@@ -43,6 +43,12 @@ def goto(page, name: str) -> None:
     page.wait_for_selector(f"#page-{name}.active")
 
 
+def open_servo(page, joint: str) -> None:
+    """The servo page, showing `joint`."""
+    goto(page, "servo")
+    page.select_option("#servo-select", joint)
+
+
 def test_overview_lists_the_actuators_live(page, console_daemon, shots):
     d, _ = console_daemon
     goto(page, "overview")
@@ -57,8 +63,7 @@ def test_overview_lists_the_actuators_live(page, console_daemon, shots):
 
 def test_goal_position_edit_moves_the_servo(page, console_daemon, shots):
     d, _ = console_daemon
-    goto(page, "servo")
-    page.select_option("#servo-select", "mx")
+    open_servo(page, "mx")
     page.wait_for_selector("#register-table tr[data-name='Goal Position']")
     torque = page.locator("#torque-toggle")
     if torque.inner_text() == "Torque on":
@@ -80,8 +85,7 @@ def test_goal_position_edit_moves_the_servo(page, console_daemon, shots):
 
 
 def test_eeprom_write_with_torque_on_shows_the_servos_error(page, console_daemon):
-    goto(page, "servo")
-    page.select_option("#servo-select", "mx")
+    open_servo(page, "mx")
     page.wait_for_selector("#torque-toggle:text('Torque off')")   # torque is on (previous test)
     box = page.locator("#register-table tr[data-name='Max Position Limit'] input")
     box.fill("3000")
@@ -93,8 +97,7 @@ def test_eeprom_write_with_torque_on_shows_the_servos_error(page, console_daemon
 
 def test_an_actuator_on_no_bus_has_torque_and_goal_controls(page, console_daemon):
     d, _ = console_daemon
-    goto(page, "servo")
-    page.select_option("#servo-select", "arm")
+    open_servo(page, "arm")
     page.wait_for_selector("#servo-model:text('no control table')")
     assert page.locator("#goal-label").inner_text() == "goal [gear·rad]"   # the dcmotor position law's unit
     with Stream(d.rig.pub, d.rig.name + "/arm") as stream:
@@ -110,8 +113,7 @@ def test_an_actuator_on_no_bus_has_torque_and_goal_controls(page, console_daemon
 
 def test_reboot_from_the_page_powers_the_servo_up_again(page, console_daemon):
     d, _ = console_daemon
-    goto(page, "servo")
-    page.select_option("#servo-select", "mx")
+    open_servo(page, "mx")
     page.wait_for_selector("#torque-toggle:text('Torque off')")   # torque on since the goal test
     with Stream(d.rig.pub, d.rig.name + "/mx") as stream:
         stream.first()
@@ -238,8 +240,7 @@ def test_bus_monitor_counts_and_decodes_a_controllers_packets(page, console_daem
 
 def test_hand_drags_a_torque_off_servo_and_lets_go(page, console_daemon, shots):
     d, _ = console_daemon
-    goto(page, "servo")
-    page.select_option("#servo-select", "mx")
+    open_servo(page, "mx")
     page.wait_for_selector("#register-table tr[data-name='Goal Position']")
     if page.locator("#torque-toggle").inner_text() == "Torque off":
         page.click("#torque-toggle")   # on → off: the hand moves it freely
