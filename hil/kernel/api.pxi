@@ -254,12 +254,7 @@ cdef class Kernel:
         """Put a person's hand on actuator j's output from this step on (`hand_record`'s record; stiffness 0 lets
         go): it leads the shaft from where it holds it now (a hand already there carries on from its setpoint)."""
         self._check(j)
-        cdef double rate, t = self.states[j].k * self.dt
-        cdef Hand h = hand
-        h.start = hand_setpoint(&self.inputs[j].hand, t, &rate) if self.inputs[j].hand.stiffness > 0.0 \
-            else self.states[j].theta
-        h.t0 = t
-        self.inputs[j].hand = h
+        hand_take(&self.inputs[j], &self.states[j], hand, self.dt)
 
     def hand_torque(self, Py_ssize_t j):
         """The torque [N·m] actuator j's hand puts on its output at the next step (0 without a hand)."""

@@ -134,6 +134,15 @@ cdef inline double hand_setpoint(const Hand* h, double t, double* rate) noexcept
     return at
 
 
+cdef inline void hand_take(Input* inp, const State* s, Hand h, double dt) noexcept nogil:
+    """Put the hand `h` on the output now: it leads the shaft from where it holds it (a hand already there
+    carries on from its setpoint, so a new path starts without a jump)."""
+    cdef double rate, t = s.k * dt
+    h.start = hand_setpoint(&inp.hand, t, &rate) if inp.hand.stiffness > 0.0 else s.theta
+    h.t0 = t
+    inp.hand = h
+
+
 cdef inline double hand_torque(const Hand* h, double theta, double omega, double t) noexcept nogil:
     """The hand's torque on the output [N·m] for the shaft at θ [rad], ω [rad/s], at simulation time t [s]."""
     cdef double rate

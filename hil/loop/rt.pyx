@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hil.kernel.core cimport (Hand, Kernel, Params, Plan, State, Input, actuator_at_start, hand_setpoint,
+from hil.kernel.core cimport (Hand, Kernel, Params, Plan, State, Input, actuator_at_start, hand_take,
                               motor_side_at_rest, prepare, step_all)
 from hil.loop.primitives cimport (hil_add, hil_fence, hil_load, hil_now_ns, hil_sleep_until, hil_store,
                                   hil_wait_readable)
@@ -256,7 +256,6 @@ cdef class RealtimeLoop:
         cdef int64_t head = hil_load(&self.sh.cmd_head)
         cdef int64_t tail = self.sh.cmd_tail
         cdef Command* c
-        cdef double t, rate
         while tail < head:
             c = &self.cmds[tail % self.cmd_cap]
             if c.kind == CMD_PAUSE:
@@ -292,14 +291,7 @@ cdef class RealtimeLoop:
                 elif c.kind == CMD_RESET_STATE:
                     actuator_at_start(self.P, self.plan, self.S, self.n, c.index)
                 elif c.kind == CMD_SET_HAND:
-                    # a hand that holds the shaft already carries on from where it leads it, else from the shaft
-                    t = self.S[c.index].k * self.dt
-                    if self.I[c.index].hand.stiffness > 0.0:
-                        c.hand.start = hand_setpoint(&self.I[c.index].hand, t, &rate)
-                    else:
-                        c.hand.start = self.S[c.index].theta
-                    c.hand.t0 = t
-                    self.I[c.index].hand = c.hand
+                    hand_take(&self.I[c.index], &self.S[c.index], c.hand, self.dt)
             tail += 1
         if tail != self.sh.cmd_tail:
             self._snapshot()   # readers see commands applied even while paused / between steps
