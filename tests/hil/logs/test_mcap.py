@@ -499,11 +499,10 @@ def test_a_killed_mirror_daemon_recovers_its_log_on_the_next_start(tmp_path):
     from dynamixel_sdk import GroupSyncRead, PacketHandler
 
     from tests.daemon_process import start_cli, stop_cli
-    from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler
-    from tests.drivers.dynamixel.test_mirror import _rig
+    from tests.drivers.dynamixel.conftest import DEFAULT_SLACK_MS, SlackPortHandler, mx64_pendulum_rig
 
-    real_rig, _ = _rig(tmp_path, "real", "m1")
-    twin_rig, _ = _rig(tmp_path, "twin", "m1")
+    real_rig, _ = mx64_pendulum_rig(tmp_path, "real", "m1")
+    twin_rig, _ = mx64_pendulum_rig(tmp_path, "twin", "m1")
     logs = tmp_path / "logs"
     args = ["mirror", str(twin_rig), "--real", str(tmp_path / "real"), "--port", str(tmp_path / "ctl"),
             "--record", str(logs), "--record-segment-s", "1.5"]
