@@ -99,6 +99,7 @@ def test_an_actuator_on_no_bus_has_torque_and_goal_controls(page, console_daemon
     d, _ = console_daemon
     open_servo(page, "arm")
     page.wait_for_selector("#servo-model:text('no control table')")
+    page.wait_for_function("document.querySelector('#goal-label').textContent.startsWith('goal')")  # drawn after
     assert page.locator("#goal-label").inner_text() == "goal [gear·rad]"   # the dcmotor position law's unit
     with Stream(d.rig.pub, d.rig.name + "/arm") as stream:
         stream.first()
