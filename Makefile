@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 RIG     ?= config/rigs/default.toml
-PYX     := $(wildcard bench/*.pyx hil/*/*.pyx hil/*/*.pxd hil/*/*.pxi hil/*/*.h hil/*/*.def drivers/*/*.pyx drivers/*/*.pxd firmware_models/*/*.pyx firmware_models/*/*.pxd)
+PYX     := $(shell git ls-files '*.pyx' '*.pxd' '*.pxi' 'hil/kernel/*.h' 'hil/kernel/*.def' 2>/dev/null)
 
 .PHONY: run test lint soak bench clean
 
@@ -47,16 +47,16 @@ soak: .stamp-install
 container-test: .stamp-install
 	$(BIN)/pytest -q -s -m container
 
-# drivers/erob/etherban_pb2.py is generated and committed (the runtime needs only protobuf); its gencode
+# drivers/emulated/etherban/etherban_pb2.py is generated and committed (the runtime needs only protobuf); its gencode
 # version must not exceed the protobuf lower bound in pyproject.toml.
 .PHONY: proto
 proto: .stamp-install
-	$(BIN)/python -m grpc_tools.protoc -I drivers/erob --python_out=drivers/erob drivers/erob/etherban.proto
+	$(BIN)/python -m grpc_tools.protoc -I drivers/emulated/etherban --python_out=drivers/emulated/etherban drivers/emulated/etherban/etherban.proto
 
 bench: .stamp-install
 	$(BIN)/servo-hil bench kernel
 
-# The web console's browser tests (tests/hil/console) need Debian's Chromium (apt, as root) and Playwright for
+# The web console's browser tests (tests/servo_hil/console) need Debian's Chromium (apt, as root) and Playwright for
 # Python (in the venv; it drives /usr/bin/chromium, never a browser of its own); without them they skip.
 .PHONY: browser
 browser: $(BIN)/python
@@ -72,5 +72,6 @@ browser: $(BIN)/python
 	$(BIN)/pip install -q --progress-bar off "playwright>=1.40"
 
 clean:
-	rm -rf build *.egg-info bench/*.c bench/*.so hil/*/*.c hil/*/*.so drivers/*/*.c drivers/*/*.so firmware_models/*/*.c firmware_models/*/*.so \
-		.stamp-run .stamp-install
+	rm -rf build *.egg-info .stamp-run .stamp-install
+	find bench hil firmware_models drivers -name '*.so' -delete
+	for f in $(filter %.pyx,$(PYX)); do rm -f $${f%.pyx}.c $${f%.pyx}.html; done

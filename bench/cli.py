@@ -1,4 +1,4 @@
-"""`servo-hil bench`: the benchmarks as a typer sub-app. hil/cli/main.py loads this module only when a `bench`
+"""`servo-hil bench`: the benchmarks as a typer sub-app. servo_hil/cli/main.py loads this module only when a `bench`
 command runs, so the CLI starts without bench/ and hil/ never imports it otherwise."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from hil.command_errors import one_line_errors
 from hil.params.config_file import ConfigError
+from servo_hil.command_errors import one_line_errors
 
 bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True, rich_markup_mode=None)
 

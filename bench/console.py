@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.host import STEAL_LIMIT, free_port, loadavg, machine, stop_process
-from hil.daemon.telemetry import StealMeter, percentile_us
-from hil.daemon.zmq_io import request
 from hil.params.config_file import ConfigError
+from servo_hil.daemon.telemetry import StealMeter, percentile_us
+from servo_hil.daemon.zmq_io import request
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -84,7 +84,7 @@ def run(seconds: float = 5.0, rounds: int = 3, actuators: int = 4) -> dict:
     with tempfile.TemporaryDirectory(prefix="servo-hil-bench-console-") as tmp:
         directory = Path(tmp)
         rig, cmd, port = _rig(directory, actuators)
-        proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--no-mqtt",
+        proc = subprocess.Popen([sys.executable, "-m", "servo_hil.cli.main", "run", str(rig), "--no-mqtt",
                                  "--log-level", "WARNING"], stdout=subprocess.DEVNULL,
                                 stderr=(directory / "daemon.log").open("w"))
         try:

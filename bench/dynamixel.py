@@ -67,9 +67,9 @@ from bench.host import (
     machine,
     probe,
 )
-from drivers.dynamixel.protocol import BROADCAST_ID, HEADER, Instruction, encode_instruction, encode_status
-from drivers.ports import wire_time_s
-from hil.daemon.telemetry import StealMeter
+from drivers.emulated.dynamixel.protocol import BROADCAST_ID, HEADER, Instruction, encode_instruction, encode_status
+from drivers.wire.ports import wire_time_s
+from servo_hil.daemon.telemetry import StealMeter
 
 SERVOS = 12
 IDS = tuple(range(1, SERVOS + 1))

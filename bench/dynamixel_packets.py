@@ -2,7 +2,7 @@
 
 `servo-hil bench dynamixel-packets KIND N` builds the rig of `servo-hil bench dynamixel` (12 ×
 XM430-W350, fast, on a running 1 kHz loop), then feeds N packets of KIND through what the bus thread does
-for each (drivers/dynamixel/server.py: `Parser.feed`, the LiveRig batch, `DynamixelBus.handle`) in the main
+for each (drivers/emulated/dynamixel/server.py: `Parser.feed`, the LiveRig batch, `DynamixelBus.handle`) in the main
 thread. KIND: `sync_read` (Present Position of the 12), `sync_write` (Goal Position of the 12, every goal
 changed: a control loop), `sync_write_same` (the same goals each time), `read4` (Present Position of ID 1).
 
@@ -40,9 +40,9 @@ def packets(kind: str, n: int) -> list[bytes]:
 
 def run(kind: str, n: int) -> int:
     """Feed n packets of `kind` through the bus as its thread would; the number of replies sent."""
-    from hil.buses.dynamixel import open_dynamixel_bus
-    from hil.daemon.live_rig import LiveRig
-    from hil.rig import load_rig
+    from servo_hil.daemon.live_rig import LiveRig
+    from servo_hil.rig import load_rig
+    from servo_hil.wiring.dynamixel import open_dynamixel_bus
 
     data_in = packets(kind, n)
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,7 +37,7 @@ from bench.dynamixel import (
     u32,
 )
 from bench.host import DaemonProcess, free_port, loadavg
-from hil.daemon.telemetry import StealMeter
+from servo_hil.daemon.telemetry import StealMeter
 
 SYNC_READ, SYNC_WRITE = 0x82, 0x83
 SLACK_NS = 2_000_000       # server stamps up to this long after a transaction's end still belong to it
@@ -47,10 +47,10 @@ SLACK_NS = 2_000_000       # server stamps up to this long after a transaction's
 def serve_stamped(out: str, rig: str, port: str) -> None:
     """In the daemon's process: wrap the bus's steps to stamp them, run the daemon of `rig` with its bus at
     `port` (no MQTT), write the stamps to `out` (JSON) at exit."""
-    from drivers.dynamixel.bus import DynamixelBus
-    from drivers.dynamixel.protocol import Parser
-    from drivers.ports import PacedWriter, PtyPort
-    from hil.buses import dynamixel as attach
+    from drivers.emulated.dynamixel.bus import DynamixelBus
+    from drivers.emulated.dynamixel.protocol import Parser
+    from drivers.wire.ports import PacedWriter, PtyPort
+    from servo_hil.wiring import dynamixel as attach
 
     ns, stamps = time.monotonic_ns, []
     read, write, feed, write_at = PtyPort.read, PtyPort.write, Parser.feed, PacedWriter.write_at
@@ -86,7 +86,7 @@ def serve_stamped(out: str, rig: str, port: str) -> None:
     PtyPort.read, PtyPort.write, Parser.feed = stamped_read, stamped_write, stamped_feed
     attach.DynamixelBus, PacedWriter.write_at = StampedBus, stamped_write_at
     atexit.register(lambda: Path(out).write_text(json.dumps(stamps)))
-    from hil.daemon.service import serve
+    from servo_hil.daemon.service import serve
 
     serve(Path(rig), False, [port], "WARNING")
 

@@ -23,7 +23,7 @@ time.perf_counter_ns, in this process:
     (after a select(), so that no wait overshoots a deadline). python-can's slcan reader takes the pty
     one byte per read() call: on a small host it is the bottleneck of a 5-frame 1 kHz cycle by itself
     (see its echo-peer figures).
-* Etherban (pyzmq REQ, our `drivers.erob.etherban_pb2`): a 1 kHz loop on absolute deadlines in
+* Etherban (pyzmq REQ, our `drivers.emulated.etherban.etherban_pb2`): a 1 kHz loop on absolute deadlines in
   TORQUE mode with bam's host PD toward a fixed target (amps = kp·(q* − q) + damping·√kp·(dq* − dq),
   ±12 A; kp 10, damping 2 for device 0 (eRob80:100) and 1 for device 1 (eRob80:50), bam/actuators.py).
   Request/response = send → reply read; an overrun = a reply read after the next cycle's deadline.
@@ -75,8 +75,8 @@ from bench.host import (
     machine,
     probe,
 )
-from drivers.can.slcan import CanFrame, encode_frame, frame_bits
-from hil.daemon.telemetry import StealMeter, percentile_us
+from drivers.emulated.slcan.slcan import CanFrame, encode_frame, frame_bits
+from servo_hil.daemon.telemetry import StealMeter, percentile_us
 
 BITRATE = 1_000_000
 PERIOD_S = 1e-3
@@ -192,7 +192,7 @@ def _peer_tpdo_lines() -> bytes:
 
 
 def _peer_response() -> bytes:
-    from drivers.erob import etherban_pb2 as pb
+    from drivers.emulated.etherban import etherban_pb2 as pb
 
     r = pb.Response()
     for i in range(len(NODES)):
@@ -230,7 +230,7 @@ class _Daemon(DaemonProcess):
 
     def status(self) -> dict | None:
         """The daemon's loop telemetry (a subset of `servo-hil status --json`), or None if it does not answer."""
-        from hil.daemon.zmq_io import request
+        from servo_hil.daemon.zmq_io import request
 
         try:
             st = request(self.command, {"cmd": "status"}, 2.0).get("status", {})
@@ -534,7 +534,7 @@ def _etherban_client(endpoint: str, cycles: int, warmup: int, probe) -> dict:
     """bam's Client loop, lean: 1 kHz on absolute deadlines, TORQUE orders from the host PD."""
     import zmq
 
-    from drivers.erob import etherban_pb2 as pb
+    from drivers.emulated.etherban import etherban_pb2 as pb
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REQ)
@@ -707,7 +707,8 @@ def run(cycles: int = 5000, warmup: int | None = None, quick: bool = False) -> d
                        "(its slcan reader reads one byte per call)",
             "round_trip": "SYNC written → second TPDO read (the RPDOs are on the wire ahead of the SYNC)",
             "miss": "a cycle's TPDO pair not read before the next cycle's deadline",
-            "etherban": f"pyzmq REQ, drivers.erob.etherban_pb2; TORQUE orders from bam's PD toward the first "
+            "etherban": f"pyzmq REQ, drivers.emulated.etherban.etherban_pb2; TORQUE orders from bam's PD toward the "
+                        "first "
                         f"position + {ETHERBAN_STEP_RAD} rad, kp {KP}, damping {DAMPING}, ±{MAX_AMPS} A; "
                         "request/response = send → reply read; overrun = reply after the next deadline",
             "wire_floor": "frame_bits (worst-case stuffing + 3-bit interframe space) of 2 RPDOs + SYNC + 2 TPDOs "

@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 from bench.host import free_port, loadavg, machine, stop_process
-from hil.daemon.telemetry import StealMeter
+from servo_hil.daemon.telemetry import StealMeter
 
 REPO = Path(__file__).resolve().parents[1]
 READY = re.compile(r"joint state: ZeroMQ PUB")   # the daemon's banner, printed once the loop runs

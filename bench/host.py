@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.daemon.telemetry import percentile_us
+from servo_hil.daemon.telemetry import percentile_us
 
 STEAL_LIMIT = 0.02            # hypervisor steal above which a benchmark's timings are called disturbed
 OTHER_LOAD_LIMIT = 0.25       # cores used by other processes during a phase before the JSON warns
@@ -189,7 +189,7 @@ class DaemonProcess:
 
     def _argv(self) -> list[str]:
         """The daemon's command line: `servo-hil run RIG ARGS` without MQTT."""
-        return [sys.executable, "-m", "hil.cli.main", "run", str(self.rig), *self.args, "--no-mqtt",
+        return [sys.executable, "-m", "servo_hil.cli.main", "run", str(self.rig), *self.args, "--no-mqtt",
                 "--log-level", "WARNING"]
 
     def _wait_ready(self) -> None:

@@ -8,8 +8,8 @@ Both tools fit the same models (m4 and m6 by default) with the same budget of ev
 logs: bam's XL330 logs (read from ../shared/reference/bam_logs) at gains 100 and 400; the 4 logs at gain 800 are
 held out (bam's `--validation_kp 800` convention). bam's fit gets a folder of the training logs only, so that its
 per-trial cost is not inflated by its monitor's validation rollouts.
-Both results are then scored on the held-out logs by `hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
-tests/hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
+Both results are then scored on the held-out logs by `servo_hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
+tests/servo_hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
 of the process and its children) with the host's steal over the run from /proc/stat.
 
 bam (better-actuator-models 1.0.2) runs in the Python 3.12 venv that bench/kernel.py builds at
@@ -65,8 +65,8 @@ def timed(cmd: list[str], cwd: Path) -> dict:
 
 
 def validation_mae(params_file: Path, logs: list[Path]) -> tuple[float, dict[str, float]]:
-    from hil.offline.replay import replay
     from hil.params.bam import load_bam_params
+    from servo_hil.offline.replay import replay
 
     params = load_bam_params(params_file)
     per_log = {f.name: replay(f, "xl330_m288", params=params)[0].mae for f in logs}

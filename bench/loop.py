@@ -39,10 +39,10 @@ import zmq
 
 from bench import zmq_receiver
 from bench.host import STEAL_LIMIT, PeerProcess, cpu_ns, free_port, stop_process
-from hil.daemon.telemetry import StealMeter, percentile_us
-from hil.daemon.zmq_io import loaded_libzmq, request
 from hil.loop.rt import realtime_thread
-from hil.rig import read_rig
+from servo_hil.daemon.telemetry import StealMeter, percentile_us
+from servo_hil.daemon.zmq_io import loaded_libzmq, request
+from servo_hil.rig import read_rig
 
 zmq_receiver.bind_libzmq(loaded_libzmq())
 
@@ -112,7 +112,7 @@ def run(rate: float = 1000.0, seconds: float = 10.0, actuators: int = 32, publis
     with tempfile.TemporaryDirectory() as tmp:
         rig = Path(tmp) / "bench.toml"
         rig.write_text(_rig_text(rate, actuators, publish_every, pub, cmd, free_port(), rig_path))
-        proc = subprocess.Popen([sys.executable, "-m", "hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
+        proc = subprocess.Popen([sys.executable, "-m", "servo_hil.cli.main", "run", str(rig), "--log-level", "WARNING"],
                                 stderr=subprocess.PIPE, text=True)
         print(f"bench loop: the daemon, {actuators} actuators at {rate:g} Hz, for {seconds:g} s", file=sys.stderr,
               flush=True)

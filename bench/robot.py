@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.host import machine
 from hil.params import catalog
-from hil.rig import load_robot_rig
+from servo_hil.rig import load_robot_rig
 
 PEER = Path(__file__).with_name("peers") / "bam_mujoco.py"
 # bam's published sets (Rhoban/bam 1b5a1ce, bam/params/), read from ../shared/reference/ beside the repository

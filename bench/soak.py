@@ -38,8 +38,8 @@ from bench.dynamixel import (
     u32,
 )
 from bench.host import PeerProcess, disturbance_notes, latency_stats, loadavg, machine
-from hil.daemon.telemetry import StealMeter
-from hil.daemon.zmq_io import request
+from servo_hil.daemon.telemetry import StealMeter
+from servo_hil.daemon.zmq_io import request
 
 PERIOD_S = 1e-3        # the control loop's period [s]
 WARMUP_S = 1.0         # cycles before the counted run (the SDK's and the server's first packets) [s]

@@ -2,7 +2,7 @@
 
 A firmware model (`firmware_models/…`) turns register or object writes into kernel parameters and
 goals, and kernel state into register values. It reaches the simulation only through `Joint`:
-`LiveJoint` (hil/daemon/live_rig.py) drives an actuator of the real-time loop, `KernelJoint` below
+`LiveJoint` (servo_hil/daemon/live_rig.py) drives an actuator of the real-time loop, `KernelJoint` below
 drives an offline `Kernel` that the caller steps (tests, scripted runs). A Joint of the running loop is also a
 `GoalPort`: what a firmware model's C fast path needs to read the loop and queue goals without a Python call.
 """

@@ -1,7 +1,7 @@
 """`servo-hil run` as a subprocess, for the integration tests: start it, wait for its bus banner, talk to
 its command socket, and stop it with the checks every daemon must pass (SIGTERM → exit 0 within `STOP_TIMEOUT_S`, no
 traceback in its log). The bus conftests (tests/drivers/*/conftest.py) subclass `BusDaemon` and
-`BusLauncher`; tests/hil/daemon/conftest.py uses `ProcessControl` for its own daemon records.
+`BusLauncher`; tests/servo_hil/daemon/conftest.py uses `ProcessControl` for its own daemon records.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from hil.daemon.zmq_io import request
+from servo_hil.daemon.zmq_io import request
 
 _BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "servo_hil.cli.main"]
 
 # How long a SIGTERMed daemon may take to exit before the teardown calls it hung [s]. Idle, the daemon stops
 # in well under a second; on a loaded 2-core host it took 2-7 s while its state publisher spun after the loop's
 # stop (fixed; test_lifecycle.py pins it), and a starved host can still delay it, so the teardown only catches
 # a daemon that does not stop. How fast it stops is the subject of its own
-# tests (tests/hil/daemon/test_lifecycle.py, test_mqtt.py), not of every teardown.
+# tests (tests/servo_hil/daemon/test_lifecycle.py, test_mqtt.py), not of every teardown.
 STOP_TIMEOUT_S = 15.0
 # SIGTERM or SIGINT → exit, in the tests of a prompt stop [s]: ~0.3 s idle, ~2 s on a 2-core host behind 8 busy
 # processes. The stops they pin took 4.7 s (start()'s former wait for the broker) and up to 10 s (a broker connect

@@ -18,7 +18,7 @@ LATE_LIMIT = 0.05    # …and when at most 5 % of the test's own cycles were lat
 
 def disturbance(steal_fraction: float, late_fraction: float | None = None) -> str | None:
     """Why this run cannot judge a real-time result, or None. `steal_fraction`: over the run (a
-    hil.daemon.telemetry.StealMeter's); `late_fraction`: of the test's own cycles, where it measures them (only
+    servo_hil.daemon.telemetry.StealMeter's); `late_fraction`: of the test's own cycles, where it measures them (only
     cycles that do not wait for the emulator, so that a slow emulator cannot excuse itself)."""
     why = []
     if steal_fraction >= STEAL_LIMIT:

@@ -1,9 +1,9 @@
 """The house's rules, read from the source: imports point down the layers, and no two files or packages import
 each other.
 
-Layers (docs/architecture.md): engine (`hil.kernel`, `hil.loop`, `hil.joint`, `hil.params`, `hil.robot`) ←
-`firmware_models` ← `drivers` ← application (the rest of `hil`, `bench`). Every import counts, lazy ones (inside
-functions) and `TYPE_CHECKING` ones included, in Python and Cython files alike.
+Layers (docs/architecture.md), one top-level folder each: the engine `hil` ← `firmware_models` ← `drivers` ← the
+application `servo_hil` ← `bench`. Every import counts, lazy ones (inside functions) and `TYPE_CHECKING` ones
+included, in Python and Cython files alike.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("hil", "firmware_models", "drivers", "bench")
-ENGINE = ("hil.kernel", "hil.loop", "hil.joint", "hil.params", "hil.robot")
+PACKAGES = ("hil", "firmware_models", "drivers", "servo_hil", "bench")   # the layers, bottom up: one folder each
 
 # a Cython import line: `from a.b cimport x`, `from a.b import x`, `cimport a.b`, `import a.b`
 _CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\s+([\w ,()*]+)|c?import\s+([\w., ]+))", re.M)
@@ -81,9 +80,7 @@ def _first_party_imports(path: Path, modules: set[str]) -> set[str]:
 
 
 def _layer(module: str) -> int:
-    if any(module == e or module.startswith(e + ".") for e in ENGINE):
-        return 1
-    return {"firmware_models": 2, "drivers": 3}.get(module.split(".")[0], 4)
+    return PACKAGES.index(module.split(".")[0]) + 1
 
 
 def _graph() -> dict[str, set[str]]:
@@ -99,7 +96,7 @@ def _graph() -> dict[str, set[str]]:
 def test_the_walk_sees_lazy_and_cython_imports():
     """The walker itself: a lazy import in a function and a Cython cimport are both found."""
     graph = _graph()
-    assert "hil.daemon.service" in graph["hil.cli.main"]          # imported inside the `run` command
+    assert "servo_hil.daemon.service" in graph["servo_hil.cli.main"]          # imported inside the `run` command
     assert "hil.kernel.core" in graph["firmware_models.dynamixel.present"]   # a cimport in present.pxd/.pyx
     assert len(graph) > 60
 
@@ -155,8 +152,8 @@ def test_no_import_cycle_between_files():
 
 
 def _package(module: str) -> str:
-    """The package a module belongs to: its folder, counted two names deep (`hil.offline.identify.fit` and
-    `hil.offline.replay` are both `hil.offline`; `bench.kernel` is `bench`)."""
+    """The package a module belongs to: its folder, counted two names deep (`servo_hil.offline.identify.fit` and
+    `servo_hil.offline.replay` are both `servo_hil.offline`; `bench.kernel` is `bench`)."""
     path = _sources().get(module) or _sources().get(module + ".pxd")
     folder = module if path is not None and path.name == "__init__.py" else module.rpartition(".")[0] or module
     return ".".join(folder.split(".")[:2])
@@ -181,8 +178,8 @@ def test_no_import_cycle_between_packages():
 
 
 def test_the_cli_starts_without_bench():
-    """`servo-hil --help` and `servo-hil run` load hil.cli.main alone: no module of bench/ comes with it."""
-    code = "import sys, hil.cli.main; print(sorted(m for m in sys.modules if m.partition('.')[0] == 'bench'))"
+    """`servo-hil --help` and `servo-hil run` load servo_hil.cli.main alone: no module of bench/ comes with it."""
+    code = "import sys, servo_hil.cli.main; print(sorted(m for m in sys.modules if m.partition('.')[0] == 'bench'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -191,14 +188,16 @@ def test_the_cli_starts_without_bench():
 def test_the_rules_catch_a_violation(rule):
     """Each rule fails on a graph that breaks it."""
     if rule == "up":
-        graph = {"drivers.x": {"hil.daemon.live_rig"}, "hil.daemon.live_rig": set()}
+        graph = {"drivers.x": {"servo_hil.daemon.live_rig"}, "servo_hil.daemon.live_rig": set()}
         assert [t for m, ts in graph.items() for t in ts if _layer(t) > _layer(m)]
     else:
         assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_a_lazy_import_back_is_a_package_cycle():
-    """A function-level import from hil/buses into hil/daemon, which imports hil/buses, is caught."""
-    graph = {"hil.daemon.service": {"hil.buses"}, "hil.buses.dynamixel": {"hil.daemon.live_rig"},
-             "hil.buses": set(), "hil.daemon.live_rig": set()}
-    assert _cycles(_package_graph(graph)) == [["hil.buses", "hil.daemon"]]
+    """A function-level import from servo_hil/wiring into servo_hil/daemon, which imports servo_hil/wiring, is
+    caught."""
+    graph = {"servo_hil.daemon.service": {"servo_hil.wiring"},
+             "servo_hil.wiring.dynamixel": {"servo_hil.daemon.live_rig"}, "servo_hil.wiring": set(),
+             "servo_hil.daemon.live_rig": set()}
+    assert sorted(map(sorted, _cycles(_package_graph(graph)))) == [["servo_hil.daemon", "servo_hil.wiring"]]

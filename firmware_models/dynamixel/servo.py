@@ -1,6 +1,6 @@
 """One simulated Dynamixel servo: its control table and what its firmware does with it.
 
-The bus (`drivers/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (a Read, and a
+The bus (`drivers/emulated/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (a Read, and a
 Write whose only effect is a new goal, run in the C base class, servo_core.pyx, without calling back here); this
 module turns register writes into kernel parameters and
 goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 _BIN = Path(sys.executable).parent / "servo-hil"
-SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "hil.cli.main"]
+SERVO_HIL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "servo_hil.cli.main"]
 QUICK_CYCLES = 300
 WARMUP = 50
 

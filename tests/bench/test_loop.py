@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from hil.daemon.zmq_io import fifo_allowed
+from servo_hil.daemon.zmq_io import fifo_allowed
 from tests.daemon_process import SERVO_HIL
 from tests.realtime_verdict import check, disturbance
 

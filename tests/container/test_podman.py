@@ -40,8 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from hil.daemon.zmq_io import request
-from tests.hil.daemon import MqttClient, Stream, free_port
+from servo_hil.daemon.zmq_io import request
+from tests.servo_hil.daemon import MqttClient, Stream, free_port
 
 pytestmark = pytest.mark.container
 

@@ -22,9 +22,9 @@ import pytest
 import serial
 from dynamixel_sdk import PortHandler
 
-from drivers.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
-from hil.daemon.telemetry import StealMeter
+from drivers.wire.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
 from hil.loop.rt import realtime_thread
+from servo_hil.daemon.telemetry import StealMeter
 
 ALL_BYTES = bytes(range(256))
 
@@ -230,7 +230,7 @@ def test_a_live_link_is_not_taken_over(tmp_path: Path) -> None:
 
 def test_the_link_of_a_killed_process_is_replaced(tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from drivers.ports import PtyPort; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from drivers.wire.ports import PtyPort; "
                                f"p = PtyPort({str(link)!r}); print(p.device, flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""The real-time thread every bus server runs (drivers/server.py, `ServerThread`): it serves until `stop()`, which
+"""The real-time thread every bus server runs (drivers/wire/server.py, `ServerThread`): it serves until `stop()`, which
 it notices at once through `stopping` or `stop_fd`; the exception that ends it is kept in `error`; `stop()` then
 releases what it served on and closes its stop pipe, whether the thread ran, crashed or never started."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from drivers.server import ServerThread
+from drivers.wire.server import ServerThread
 
 
 def _closed(fd: int) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from hil.kernel import Kernel
 from hil.params import catalog
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "bam_rollouts" / "bam_reference_rollouts.json"
 CATALOG_NAME = {"mx64": "mx64", "mx106": "mx106", "erob80_100": "erob80_100", "erob80_50": "erob80_50"}

@@ -15,7 +15,7 @@ from hil.joint import KernelJoint
 from hil.kernel import LAWS, Kernel, default_params
 from hil.params.catalog import entry
 from hil.params.dcmotor import DCMotor
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.firmware_models.dynamixel.registers import read as _read
 from tests.firmware_models.dynamixel.registers import write_ok as _write
 from tests.hil.kernel_helpers import params

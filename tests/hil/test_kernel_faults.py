@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hil.cli.main import app
 from hil.kernel import FAULT_BITS, LAWS, Kernel
+from servo_hil.cli.main import app
 from tests.hil.kernel_helpers import LOCKED, params
 
 OC = FAULT_BITS["open_circuit"]

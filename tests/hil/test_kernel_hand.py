@@ -10,7 +10,7 @@ import pytest
 
 from hil.kernel import Kernel, hand_record
 from hil.params import catalog
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 DT = 0.001
 G = 9.81

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("mujoco")
 
 from hil.kernel import INTEGRATORS
-from hil.rig import load_offline_rig
+from servo_hil.rig import load_offline_rig
 from tests.hil.mujoco_oracle import DT, import_motor, kernel_params, mjcf, run_kernel, run_mujoco
 from tests.hil.test_kernel_mujoco import CASES, MATTERS_MIN, Q_TOL, Case
 

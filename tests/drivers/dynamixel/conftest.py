@@ -29,7 +29,7 @@ import pytest
 
 from tests.daemon_process import BusDaemon, BusLauncher
 from tests.drivers import read_serial
-from tests.hil.daemon import free_port, rig_head
+from tests.servo_hil.daemon import free_port, rig_head
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 

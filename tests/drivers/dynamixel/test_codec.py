@@ -1,4 +1,4 @@
-"""The C codec (drivers/dynamixel/codec.pyx) against independent references.
+"""The C codec (drivers/emulated/dynamixel/codec.pyx) against independent references.
 
 The e-manual byte vectors are in test_protocol.py (they run through the same functions, which protocol.py re-exports);
 here the encoders are compared with a packet assembled from the e-manual Protocol 2.0 rules (§Instruction Packet,
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drivers.dynamixel import codec, protocol
+from drivers.emulated.dynamixel import codec, protocol
 from tests.drivers.dynamixel.test_protocol import _crc16_bitwise
 
 _stuffy = st.lists(st.sampled_from([0xFF, 0xFD, 0x00, 0x55]), max_size=60).map(bytes)

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.dynamixel import bus as bus_module
-from drivers.dynamixel import codec
-from drivers.dynamixel.bus import DynamixelBus
-from drivers.dynamixel.protocol import (
+from drivers.emulated.dynamixel import bus as bus_module
+from drivers.emulated.dynamixel import codec
+from drivers.emulated.dynamixel.bus import DynamixelBus
+from drivers.emulated.dynamixel.protocol import (
     HEADER,
     MAX_WIRE_LEN,
     CorruptPacket,
@@ -40,7 +40,7 @@ from firmware_models.dynamixel.servo import DynamixelServo
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 FUZZ_EXAMPLES = 1_000
 SOAK_EXAMPLES = 100_000
@@ -373,8 +373,8 @@ def test_the_bus_thread_serves_on_after_an_isolated_failure(tmp_path, monkeypatc
     Ping after it does, the thread is still alive and `errors_isolated` (what `status` reports) counts one."""
     import serial
 
-    from drivers.dynamixel.server import DynamixelServer
-    from drivers.ports import PtyPort
+    from drivers.emulated.dynamixel.server import DynamixelServer
+    from drivers.wire.ports import PtyPort
 
     kernel = Kernel(1, 1e-3)
     server = DynamixelServer(DynamixelBus([_servo("xm430_w350", 3, kernel, 0)]), PtyPort(tmp_path / "tty"), fast=True)
@@ -401,9 +401,9 @@ def test_the_bus_thread_drops_bytes_the_parser_raises_on_and_reads_on(tmp_path, 
     as line noise (no answer), counts them with the isolated packets, logs them once, and answers the next Ping."""
     import serial
 
-    from drivers.dynamixel.protocol import Parser
-    from drivers.dynamixel.server import DynamixelServer
-    from drivers.ports import PtyPort
+    from drivers.emulated.dynamixel.protocol import Parser
+    from drivers.emulated.dynamixel.server import DynamixelServer
+    from drivers.wire.ports import PtyPort
 
     kernel = Kernel(1, 1e-3)
     server = DynamixelServer(DynamixelBus([_servo("xm430_w350", 3, kernel, 0)]), PtyPort(tmp_path / "tty"), fast=True)

@@ -26,8 +26,8 @@ import time
 
 import pytest
 
-from drivers.dynamixel.protocol import HEADER, Instruction, Parser, encode_instruction
-from drivers.ports import wire_time_s
+from drivers.emulated.dynamixel.protocol import HEADER, Instruction, Parser, encode_instruction
+from drivers.wire.ports import wire_time_s
 from tests.daemon_process import rss_kb
 
 from .conftest import IDS, JOINT, write_dxl_rig

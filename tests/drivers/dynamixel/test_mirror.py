@@ -15,19 +15,26 @@ import time
 import pytest
 import serial
 
-from drivers.dynamixel.bus import DynamixelBus
-from drivers.dynamixel.mirror import MirrorServer
-from drivers.dynamixel.protocol import Instruction, Packet, Parser, decode_read, encode_instruction, encode_status
-from drivers.ports import PtyPort, SerialDevicePort
+from drivers.emulated.dynamixel.bus import DynamixelBus
+from drivers.emulated.dynamixel.protocol import (
+    Instruction,
+    Packet,
+    Parser,
+    decode_read,
+    encode_instruction,
+    encode_status,
+)
+from drivers.hosts.dynamixel_mirror import MirrorServer
+from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
-from hil.daemon.zmq_io import request
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
-from hil.logs.mcap import SideBySideRecorder, read_side_by_side
-from hil.offline.report import report
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.daemon.zmq_io import request
+from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
+from servo_hil.offline.report import report
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import start_cli, stop_cli
 
 from .conftest import DEFAULT_SLACK_MS, SlackPortHandler, mx64_pendulum_rig

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.logs.mcap import read_side_by_side
+from servo_hil.logs.mcap import read_side_by_side
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""Tests for the Protocol 2.0 codec (drivers/dynamixel/protocol.py).
+"""Tests for the Protocol 2.0 codec (drivers/emulated/dynamixel/protocol.py).
 
 Byte vectors are the e-manual's own examples (ROBOTIS e-manual "Protocol 2.0", Instruction Details; stored copy
 ROBOTIS-GIT/emanual docs/en/dxl/protocol2.md) including the Fast Sync Read example (§Fast Sync Read) and the
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.dynamixel.protocol import (
+from drivers.emulated.dynamixel.protocol import (
     ALERT,
     BROADCAST_ID,
     HEADER,

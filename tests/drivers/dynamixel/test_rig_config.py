@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 from hil.params import ConfigError
-from hil.rig import load_rig
+from servo_hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
-from tests.hil.daemon import rig_head
+from tests.servo_hil.daemon import rig_head
 
 
 def rig_text(bus: str = "", actuator: str = "bus = \"dxl\"\nid = 1\n", catalog: str = "xm430_w350") -> str:
@@ -72,8 +72,8 @@ def test_a_supply_outside_the_voltage_limits_is_said_at_start(tmp_path, caplog, 
     says so once at start, naming the actuator and what to set, rather than leaving a silent torque-off."""
     import logging
 
-    from hil.buses import open_bus
-    from tests.hil.daemon import running_rig
+    from servo_hil.wiring import open_bus
+    from tests.servo_hil.daemon import running_rig
 
     text = rig_text('port = "' + str(tmp_path / "tty") + '"',
                     f'bus = "dxl"\nid = 1\nmodel = "m6"\n{firmware}{registers}', "xl330_m288")

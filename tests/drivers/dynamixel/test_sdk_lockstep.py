@@ -14,7 +14,7 @@ import pytest
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
 from hil.joint import KernelJoint
-from hil.rig import load_rig
+from servo_hil.rig import load_rig
 
 from .conftest import CATALOG, IDS, JOINT, A, write_dxl_rig
 
@@ -42,7 +42,7 @@ def clean(daemon, dxl):
 # ------------------------------------------------------------------------------------------------ 9. offline twin
 class OfflineRig:
     """The daemon's rig rebuilt offline: `load_rig` (same kernel parameters, dt = 1/rate_hz) and one
-    DynamixelServo per actuator on a KernelJoint, built as hil/buses/dynamixel.py builds them."""
+    DynamixelServo per actuator on a KernelJoint, built as servo_hil/wiring/dynamixel.py builds them."""
 
     def __init__(self, rig_path):
         rig, _, self.kernel = load_rig(rig_path)

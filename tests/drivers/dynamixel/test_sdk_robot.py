@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from tests.drivers.dynamixel.conftest import A, DxlRig, open_dxl
-from tests.hil.daemon import free_port
+from tests.servo_hil.daemon import free_port
 
 ARM_2R = Path(__file__).resolve().parents[3] / "config" / "robots" / "arm_2r.xml"
 COUNTS_PER_RAD = 4096 / (2 * math.pi)    # e-manual MX-64(2.0) §Present Position(132): 0.088° per count
@@ -181,8 +181,8 @@ def test_the_mirror_of_a_real_arm_drives_a_twin_arm(tmp_path: Path) -> None:
     """`servo-hil mirror` on a robot rig: dynamixel-sdk's packets go to the "real" 2R arm (a second daemon, bam m6)
     and its replies come back unchanged, while the twin arm (bam m4, one MuJoCo model for both joints) takes the
     same writes; both arms reach the goals and the side-by-side log holds both sides of both joints."""
-    from hil.daemon.zmq_io import request
-    from hil.logs.mcap import read_side_by_side
+    from servo_hil.daemon.zmq_io import request
+    from servo_hil.logs.mcap import read_side_by_side
     from tests.daemon_process import start_cli, stop_cli
 
     real_rig = robot_rig(tmp_path, "real_arm", lockstep=False, model="m6")

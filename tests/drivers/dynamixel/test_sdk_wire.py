@@ -15,7 +15,7 @@ import time
 import dynamixel_sdk as sdk
 import pytest
 
-from hil.daemon.telemetry import StealMeter
+from servo_hil.daemon.telemetry import StealMeter
 
 from .conftest import IDS, JOINT, MODEL, A, write_dxl_rig
 

@@ -1,12 +1,12 @@
-"""Paced replies that follow each other without a gap go out as one paced write (drivers/dynamixel/server.py,
+"""Paced replies that follow each other without a gap go out as one paced write (drivers/emulated/dynamixel/server.py,
 grouped by bus.pyx's `bursts`): the byte schedule must be the one the separate replies had (each byte due at
 its reply's start + its index × one byte time), only the syscalls and spins are fewer."""
 
 from __future__ import annotations
 
-from drivers.dynamixel.bus import Transmission
-from drivers.dynamixel.bus import bursts as _bursts
-from drivers.ports import wire_time_s
+from drivers.emulated.dynamixel.bus import Transmission
+from drivers.emulated.dynamixel.bus import bursts as _bursts
+from drivers.wire.ports import wire_time_s
 
 BAUD = 1_000_000
 

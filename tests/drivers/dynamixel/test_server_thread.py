@@ -10,17 +10,17 @@ import time
 import pytest
 import serial
 
-from drivers.dynamixel.bus import DynamixelBus
-from drivers.dynamixel.protocol import Instruction, encode_instruction
-from drivers.dynamixel.server import DynamixelServer
-from drivers.ports import PtyPort, wire_time_s
+from drivers.emulated.dynamixel.bus import DynamixelBus
+from drivers.emulated.dynamixel.protocol import Instruction, encode_instruction
+from drivers.emulated.dynamixel.server import DynamixelServer
+from drivers.wire.ports import PtyPort, wire_time_s
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
-from hil.daemon.zmq_io import fifo_allowed
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.daemon.zmq_io import fifo_allowed
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 BAUD = 1_000_000
 PING_REPLY = 14     # bytes of a Protocol 2.0 Ping status packet

@@ -35,7 +35,7 @@ import pytest
 from canopen.profiles.p402 import BaseNode402
 
 from tests.daemon_process import SERVO_HIL, BusDaemon, BusLauncher
-from tests.hil.daemon import free_port
+from tests.servo_hil.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 BITRATE = 1_000_000                   # the eRob's only CAN bit rate (ZeroErr's EDS lists BaudRate_1000 only)

@@ -28,10 +28,10 @@ import pytest
 from canopen.objectdictionary import ODArray, ODVariable
 from canopen.sdo import SdoAbortedError, SdoArray, SdoCommunicationError
 
-from firmware_models.erob.cia402 import Cia402Drive
-from hil.daemon.telemetry import StealMeter
+from firmware_models.cia402 import Cia402Drive
 from hil.joint import KernelJoint
-from hil.rig import load_rig
+from servo_hil.daemon.telemetry import StealMeter
+from servo_hil.rig import load_rig
 from tests.realtime_verdict import check, disturbance
 
 from .conftest import (

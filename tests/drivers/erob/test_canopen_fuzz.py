@@ -1,4 +1,4 @@
-"""Fuzz of the eRob CANopen bus: the SLCAN line parser (drivers/can/slcan.py) and the nodes' SDO servers.
+"""Fuzz of the eRob CANopen bus: the SLCAN line parser (drivers/emulated/slcan/slcan.py) and the nodes' SDO servers.
 
 (a) SLCAN: lines written straight to the pty with pyserial, past python-can. Lines malformed by construction
     (Lawicel CANUSB manual: `tiiildd…` / `Tiiiiiiiildd…` with an 11/29-bit id, one DLC digit 0..8 and exactly DLC
@@ -9,7 +9,7 @@
     segment toggles right and wrong) and random DLCs to both nodes through python-can; every 8-byte request gets
     exactly one reply on 0x580 + id (CiA 301 §7.2.4.3) that answers it (its multiplexer, a matching
     response specifier or an abort with a CiA 301 abort code), except the documented silences: a client abort
-    (CiA 301: unconfirmed) and a DLC ≠ 8 (ignored, drivers/canopen/node.py, as CANopenNode does).
+    (CiA 301: unconfirmed) and a DLC ≠ 8 (ignored, drivers/emulated/canopen/node.py, as CANopenNode does).
     Segment requests outside a segmented transfer and block uploads must be aborted with 0x05040001 (CiA 301
     §7.2.4.3; no block transfer here). Downloads to 0x1014 (EMCY COB-ID), 0x1016 (heartbeat consumer) and 0x1029
     (error behaviour) are left out: they may legitimately move the node's EMCYs onto 0x580 + id or stop it (no SDO
@@ -39,7 +39,7 @@ SEED = 0x5E20B
 BEL = b"\x07"
 HEX = "0123456789ABCDEF"
 NOT_HEX = "GHIJKLMNOPQRSUVWXYZghijklmnopqrsuvwxyz!#$%&()*+,-./:;<=>?@[]^_`{|}~ "
-# command letters a Lawicel adapter (drivers/can/slcan.py's table) does not know: BEL whatever follows
+# command letters a Lawicel adapter (drivers/emulated/slcan/slcan.py's table) does not know: BEL whatever follows
 UNKNOWN_COMMANDS = "ABDEGHIJKMPQUWXYabcdeghijklmnopquwxy"
 # std / ext ids nodes 2 and 3 do not consume (NMT 0, SYNC 0x80, PDOs 0x18x–0x50x, SDO 0x60x, 0x70x; no ext ids)
 FREE_STD_IDS = (0x123, 0x05A, 0x0F1)

@@ -1,4 +1,5 @@
-"""Who ticks the eRob drives, and when (drivers/erob/drives.py, canopen_bus.py), in-process on an offline kernel.
+"""Who ticks the eRob drives, and when (drivers/schedulers/cia402_drives.py, canopen_bus.py), in-process on an offline
+kernel.
 
 The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after
 the SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again
@@ -17,18 +18,18 @@ import time
 
 import pytest
 
-from drivers.canopen.bus import CanopenBus
-from drivers.erob.drives import ErobDrives, TickClock
-from drivers.erob.etherban import EtherbanServer
-from drivers.faults import BusFaults
-from drivers.ports import PtyPort
-from hil.daemon.telemetry import StealMeter
+from drivers.emulated.canopen.bus import CanopenBus
+from drivers.emulated.etherban.etherban import EtherbanServer
+from drivers.schedulers.cia402_drives import ErobDrives, TickClock
+from drivers.wire.faults import BusFaults
+from drivers.wire.ports import PtyPort
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
-from tests.drivers.can.test_slcan import RawHost, wait_for
+from servo_hil.daemon.telemetry import StealMeter
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.drivers.erob.test_etherban import Master
+from tests.drivers.slcan.test_slcan import RawHost, wait_for
 from tests.realtime_verdict import check, disturbance
 
 PERIOD = 1e-3

@@ -1,4 +1,5 @@
-"""The Etherban server (drivers/erob/etherban.py) against a running rig, with real REQ sockets and protobuf.
+"""The Etherban server (drivers/emulated/etherban/etherban.py) against a running rig, with real REQ sockets and
+protobuf.
 
 The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100
 (device 0, joint "big") and an eRob80:50 (device 1, joint "small"), each lifting a 1 kg pendulum at
@@ -25,14 +26,14 @@ import pytest
 import zmq
 
 from bench.host import stop_process
-from drivers.erob import etherban_pb2 as pb
-from drivers.erob.drives import ErobDrives
-from drivers.erob.etherban import EtherbanServer
-from hil.daemon.zmq_io import request
+from drivers.emulated.etherban import etherban_pb2 as pb
+from drivers.emulated.etherban.etherban import EtherbanServer
+from drivers.schedulers.cia402_drives import ErobDrives
 from hil.joint import KernelJoint
-from hil.rig import load_rig
+from servo_hil.daemon.zmq_io import request
+from servo_hil.rig import load_rig
 from tests.daemon_process import SERVO_HIL
-from tests.hil.daemon import free_port, rig_head
+from tests.servo_hil.daemon import free_port, rig_head
 
 ROOT = Path(__file__).resolve().parents[3]
 BAM = ROOT / "bench/.venv-bam/lib/python3.12/site-packages/bam"   # gitignored: only on a bench PC
@@ -309,7 +310,8 @@ def test_bam_client_unchanged(rig, master, tmp_path, monkeypatch):
     shutil.copy(BAM / "trajectory.py", package / "trajectory.py")          # numpy only
     shutil.copy(BAM / "erob/etherban.py", package / "erob/etherban.py")
     # bam generates etherban_pb2 from its (unpublished) .proto; ours stands in
-    (package / "erob/etherban_pb2.py").write_text("from drivers.erob.etherban_pb2 import *  # noqa: F403\n")
+    (package / "erob/etherban_pb2.py").write_text(
+        "from drivers.emulated.etherban.etherban_pb2 import *  # noqa: F403\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "bam" or m.startswith("bam.")]:
         monkeypatch.delitem(sys.modules, name)

@@ -23,7 +23,7 @@ import struct
 import pytest
 import zmq
 
-from drivers.erob import etherban_pb2 as pb
+from drivers.emulated.etherban import etherban_pb2 as pb
 from tests.daemon_process import RSS_GROWTH_LIMIT_KB, rss_kb
 
 from .test_etherban import Master, rig  # noqa: F401  (the module's daemon fixture)

@@ -21,9 +21,9 @@ import canopen
 import pytest
 from canopen.profiles.p402 import BaseNode402
 
-from drivers.can.interface import can_bus_kwargs
-from hil.logs.mcap import read_side_by_side
-from hil.offline.report import report
+from drivers.hosts.can_interface import can_bus_kwargs
+from servo_hil.logs.mcap import read_side_by_side
+from servo_hil.offline.report import report
 from tests.daemon_process import SERVO_HIL
 
 from .conftest import ACTUATORS, CanLauncher, connect, write_can_rig

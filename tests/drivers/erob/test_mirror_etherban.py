@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from drivers.erob import etherban_pb2 as pb
-from hil.daemon.zmq_io import request
-from hil.logs.mcap import read_side_by_side
+from drivers.emulated.etherban import etherban_pb2 as pb
+from servo_hil.daemon.zmq_io import request
+from servo_hil.logs.mcap import read_side_by_side
 from tests.daemon_process import SERVO_HIL
 
 from .test_etherban import ROOT, Master, free_port, write_rig
@@ -111,11 +111,11 @@ def test_a_request_the_real_server_leaves_unanswered_stays_unanswered(tmp_path):
     """In-process: the real server is the rig's Etherban server on its own drives. Once it is gone, a request
     through the mirror gets no reply (none is made up) and the mirror carries on: the client that times out and
     reconnects, as a REQ client must, is answered by the real server again once it is back."""
-    from drivers.erob.drives import ErobDrives
-    from drivers.erob.etherban import EtherbanServer
-    from drivers.erob.etherban_mirror import EtherbanMirror
+    from drivers.emulated.etherban.etherban import EtherbanServer
+    from drivers.hosts.etherban_mirror import EtherbanMirror
+    from drivers.schedulers.cia402_drives import ErobDrives
     from hil.joint import KernelJoint
-    from hil.rig import load_rig
+    from servo_hil.rig import load_rig
 
     _rig, _specs, kernel = load_rig(write_rig(tmp_path, "tcp://127.0.0.1:1"))
     real_drives, twin_drives = ErobDrives(), ErobDrives()

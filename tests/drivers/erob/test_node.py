@@ -13,13 +13,13 @@ import struct
 
 import pytest
 
-from drivers.can.slcan import CanFrame
-from drivers.canopen.node import CanopenNode, NmtState
-from firmware_models.erob.cia402 import Cia402Drive
+from drivers.emulated.canopen.node import CanopenNode, NmtState
+from drivers.emulated.slcan.slcan import CanFrame
+from firmware_models.cia402 import Cia402Drive
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 NODE = 2
 SDO_RX, SDO_TX = 0x600 + NODE, 0x580 + NODE

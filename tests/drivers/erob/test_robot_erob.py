@@ -22,9 +22,9 @@ import tomli_w
 import zmq
 from canopen.profiles.p402 import BaseNode402
 
-from drivers.erob import etherban_pb2 as pb
-from hil.logs.mcap import read_side_by_side
-from tests.hil.daemon import free_port
+from drivers.emulated.etherban import etherban_pb2 as pb
+from servo_hil.logs.mcap import read_side_by_side
+from tests.servo_hil.daemon import free_port
 
 from .conftest import COUNTS_PER_REV, CanRig, connect, patient
 from .test_canopen import enable_by_sdo, reset_nodes, statusword
@@ -183,7 +183,7 @@ def test_etherban_mirror_of_a_robot_arm(tmp_path):
             finally:
                 master.close()
             time.sleep(0.3)
-            from hil.daemon.zmq_io import request
+            from servo_hil.daemon.zmq_io import request
 
             real_state = request(real_rig.cmd, {"cmd": "state"}, 5.0)["state"]
             twin_state = request(twin_rig.cmd, {"cmd": "state"}, 5.0)["state"]

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from drivers.dynamixel.bus import DynamixelBus
-from drivers.dynamixel.protocol import Instruction, Packet
+from drivers.emulated.dynamixel.bus import DynamixelBus
+from drivers.emulated.dynamixel.protocol import Instruction, Packet
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 ROOT = Path(__file__).resolve().parents[3]
 ROOM = ROOT / "firmware_models" / "dynamixel"

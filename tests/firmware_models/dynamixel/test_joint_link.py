@@ -11,10 +11,10 @@ import pytest
 
 from firmware_models.dynamixel.control_table import load_model
 from firmware_models.dynamixel.servo import DynamixelServo
-from hil.daemon.live_rig import LiveJoint
 from hil.joint import GoalPort
 from hil.loop.rt import COMMANDS
-from tests.hil.daemon import running_rig
+from servo_hil.daemon.live_rig import LiveJoint
+from tests.servo_hil.daemon import running_rig
 
 RIG = """name = "joint_link"
 [loop]

@@ -11,7 +11,7 @@ from firmware_models.dynamixel.servo import KERNEL_MODES, DynamixelServo
 from hil.joint import KernelJoint
 from hil.kernel import DXL_MODES, Kernel
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.firmware_models.dynamixel.registers import read
 from tests.firmware_models.dynamixel.registers import write_ok as write
 

@@ -17,7 +17,7 @@ from firmware_models.dynamixel.servo import DynamixelServo
 from hil.joint import KernelJoint
 from hil.kernel import Kernel, peak_spent
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.firmware_models.dynamixel.registers import read, write
 
 DT = 1e-3

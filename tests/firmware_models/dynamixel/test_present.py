@@ -14,7 +14,7 @@ from firmware_models.dynamixel.servo import DynamixelServo
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 PRESENT_VELOCITY, PRESENT_POSITION, REALTIME_TICK = (128, 4), (132, 4), (120, 2)
 DRIVE_MODE, HOMING_OFFSET = 10, 20

@@ -1,4 +1,4 @@
-"""The eRob CiA 402 drive (firmware_models/erob/cia402.py) and its object dictionary, offline.
+"""The eRob CiA 402 drive (firmware_models/cia402.py) and its object dictionary, offline.
 
 Numbers checked against: CiA 402-2 finite state automaton (controlword commands, statusword masks, transitions), the
 units of ZeroErr's demos (counts 524 288/rev, ‰ of 0x6075/0x6076), the EDS itself (identity, ratings), and the catalog
@@ -14,8 +14,7 @@ import shutil
 import pytest
 from canopen.objectdictionary import INTEGER16, UNSIGNED16, ODVariable
 
-from firmware_models.erob import object_dictionary as eod
-from firmware_models.erob.cia402 import (
+from firmware_models.cia402 import (
     ABORT_VALUE_RANGE,
     Cia402Drive,
     Mode,
@@ -25,11 +24,12 @@ from firmware_models.erob.cia402 import (
     error_register,
     profile_step,
 )
+from firmware_models.erob import object_dictionary as eod
 from hil.joint import KernelJoint
 from hil.kernel import LAWS, Kernel
 from hil.params import catalog
 from hil.params.config_file import ConfigError
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 S = State
 LOCKED = 1e30      # [kg·m²] load inertia that keeps the rotor at rest

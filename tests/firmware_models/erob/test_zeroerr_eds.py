@@ -16,7 +16,7 @@ import pytest
 from canopen.objectdictionary import ODArray, ODRecord, ODVariable
 
 from firmware_models.erob import object_dictionary as eod
-from hil.offline.actuator_export import canopen_eds
+from servo_hil.offline.actuator_export import canopen_eds
 
 ROOT = Path(__file__).resolve().parents[3]
 ZEROERR_EDS = ROOT.parent / "shared" / "reference" / "erob" / "ZeroErr Driver_V1.5.eds"

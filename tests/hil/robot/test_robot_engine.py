@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hil.params import catalog
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from hil.robot.rig import Binding, RobotConfig, build_robot
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 ROOT = Path(__file__).resolve().parents[3]
 ARM_2R = ROOT / "config" / "robots" / "arm_2r.xml"

@@ -24,9 +24,9 @@ import pytest
 from hil.kernel import Kernel
 from hil.params import catalog
 from hil.params.mjcf import pendulum_inertial, pendulum_mjcf
-from hil.record.excitation import TRAJECTORIES
-from hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params, load_robot_rig
 from hil.robot.rig import Binding, RobotConfig, build_robot
+from servo_hil.record.excitation import TRAJECTORIES
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params, load_robot_rig
 
 ROOT = Path(__file__).resolve().parents[3]
 ARM_2R = ROOT / "config" / "robots" / "arm_2r.xml"

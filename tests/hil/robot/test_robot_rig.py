@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.rig import load_robot_rig
+from servo_hil.rig import load_robot_rig
 from tests.daemon_process import SERVO_HIL
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,176 @@
+"""Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire.
+
+A thread per bus (SCHED_FIFO at `fifo_priority` if asked and the host allows it; the daemon does not ask: see
+servo_hil/wiring/dynamixel.py). Received bytes go through the resynchronising parser; each packet is executed by the
+bus; each status packet starts at (end of the instruction on the wire) + its offset (Return Delay Time, earlier
+replies) and its bytes are paced at the baud rate the controller set on its side (read from the slave's termios
+on the master, pty(7); docs/architecture.md, Timing). The instruction's end is (when poll() woke with its bytes,
+the earliest stamp known to follow the controller's write) + its wire time, after any instruction still on the
+wire before it: a reply never starts before a real wire could have carried the instruction. `fast` drops the
+pacing and the delays for CI throughput. Between packets the servos' firmware housekeeping (hardware errors, Bus
+Watchdog) runs every `housekeeping_s`.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from drivers.emulated.dynamixel.bus import DynamixelBus, bursts
+from drivers.emulated.dynamixel.protocol import Parser
+from drivers.wire.ports import PacedWriter, PortError, PtyPort, SerialDevicePort, wire_time_s
+from drivers.wire.server import ServerThread
+
+log = logging.getLogger("servo-hil")
+
+
+class BusThread(ServerThread, abc.ABC):
+    """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`
+    (`drivers.wire.server.ServerThread`: real-time scheduling, `error`, `stop_fd`).
+
+    Subclasses implement `serve()` (returning once `stop_fd` is readable)."""
+
+    def __init__(self, bus: DynamixelBus, port: PtyPort, name: str,
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 fifo_priority: int = 0):
+        super().__init__(f"servo-hil-bus-{name}", fifo_priority)
+        self.bus = bus
+        self.port = port
+        self.batch = batch      # what one packet changes reaches the simulation at one tick (a Sync Write)
+        self.lock = threading.Lock()   # the servos are touched by this thread and by rig `reset`
+        self._closing: list = [port]   # closed by stop()
+        self.role = ""                  # banner detail: line speed or what it mirrors (set by attach)
+
+    @property
+    def path(self) -> str:
+        return self.port.path
+
+    @property
+    def errors_isolated(self) -> int:
+        """Packets whose handling raised, left unanswered (DynamixelBus.handle), and received bytes the parser
+        raised on (`parse`), for `status`."""
+        return self.bus.errors_isolated
+
+    @property
+    def summary(self) -> str:
+        """The start-up banner's detail: IDs and line speed."""
+        ids = ", ".join(str(s.id) for s in self.bus.servos)
+        return f"IDs {ids}, {self.role}" if self.role else f"IDs {ids}"
+
+    def close(self) -> None:
+        for part in self._closing:
+            part.close()
+
+    def parse(self, parser: Parser, data: bytes, now: float) -> list:
+        """`parser.feed(data, now)`. Should the parser raise on some bytes, they are dropped with whatever partial
+        packet it held (silence: the controller times out and resends, as after line noise), counted and logged
+        with the bus's isolated packets, and the thread reads on."""
+        try:
+            return parser.feed(data, now)
+        except Exception as exc:
+            parser.reset()
+            self.bus.failures.record(exc, "parser", data, "bytes dropped")
+            return []
+
+    @abc.abstractmethod
+    def serve(self) -> None:
+        """Serve the port until `stop_fd` is readable."""
+
+
+class DynamixelServer(BusThread):
+    """The thread that answers for every servo of `bus` on `port`."""
+
+    # a paced reply whose last byte leaves this much after its due time [s] is counted late: the host held the thread
+    # (dynamixel-sdk waits tens of ms for a status packet: port_handler.py setPacketTimeout, LATENCY_TIMER)
+    LATE_S = 1e-3
+
+    def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
+                 housekeeping_s: float = 0.01, name: str = "dynamixel",
+                 batch: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 fifo_priority: int = 0):
+        super().__init__(bus, port, name, batch, fifo_priority)
+        self.fast = fast
+        self.housekeeping_s = housekeeping_s
+        self.parser = Parser()
+        self.writer = PacedWriter(port)
+        self._wire_free = 0.0   # when the controller's previous instruction finished on the wire
+        self.late_replies = 0       # paced replies late by over LATE_S (see wire_stats)
+        self.max_reply_late_s = 0.0
+        self.replies_dropped = 0    # replies nobody read (the port refused them)
+
+    @property
+    def wire_stats(self) -> dict[str, float]:
+        """What this thread saw on the wire, for `status` (`bus_wire`) and `servo-hil bench soak`: partial packets
+        dropped at the inter-byte gap, CRC errors and garbage bytes (`Parser`); paced replies whose last byte left
+        over LATE_S behind its due time counted from when the thread woke with the request, and the latest [ms];
+        replies dropped because nobody read the port."""
+        p = self.parser
+        return {"partial_packets_dropped": p.timeouts, "crc_errors": p.crc_errors, "garbage_bytes": p.garbage_bytes,
+                "late_replies": self.late_replies, "max_reply_late_ms": self.max_reply_late_s * 1e3,
+                "replies_dropped": self.replies_dropped}
+
+    def serve(self) -> None:
+        fd, stop_r = self.port.fileno(), self.stop_fd
+        read, monotonic = self.port.read, time.monotonic
+        poller = select.poll()   # registered once: a wake is one poll() and one read()
+        poller.register(fd, select.POLLIN)
+        poller.register(stop_r, select.POLLIN)
+        servos = self.bus.servos
+        # one servo's housekeeping at a time, round robin: each servo every housekeeping_s, and never
+        # all of them between two packets
+        step = self.housekeeping_s / len(servos)
+        due, turn = monotonic(), 0
+        while True:
+            events = poller.poll(max(0.0, due - monotonic()) * 1e3)   # [ms]
+            now = monotonic()   # the earliest moment we know the bytes were there
+            for f, _ in events:
+                if f == stop_r:
+                    return
+                data = read()   # a hang-up or error shows here too
+                if data:
+                    self._answer(self.parse(self.parser, data, now), now)
+            if now >= due:
+                with self.lock:
+                    servos[turn % len(servos)].housekeeping()
+                turn += 1
+                due = max(due + step, now)
+
+    def _answer(self, packets: list, received: float) -> None:
+        baud = self.port.baud()   # the rate those bytes came at: one query per read, not per packet
+        for packet in packets:
+            with self.lock, self.batch():
+                replies = self.bus.handle(packet, baud)
+            if not replies:
+                if baud and not self.fast:
+                    self._wire_free = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
+                continue
+            if self.fast or not baud:
+                self._write(b"".join([tx.data for tx in replies]), 0.0, None)   # one syscall for them all
+                continue
+            # the pty delivers an instruction at once; on the wire it takes its bytes' time, after
+            # whatever the controller sent before it (a Sync Write just ahead of a Sync Read)
+            end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
+            self._wire_free = end
+            for data, offset_s in bursts(replies, baud):
+                due = end + offset_s
+                last = self._write(data, due, baud)
+                self._wire_free = max(self._wire_free, last)
+                late = last - due - wire_time_s(len(data), baud)
+                if late > self.LATE_S:
+                    self.late_replies += 1
+                self.max_reply_late_s = max(self.max_reply_late_s, late)
+
+    def _write(self, data: bytes, start: float, baud: int | None) -> float:
+        try:
+            return self.writer.write_at(data, start, baud)
+        except PortError as exc:
+            # nobody reads the port (controller gone): the reply is lost, as on an open bus
+            log.debug("reply dropped: %s", exc)
+            self.replies_dropped += 1
+            return start
+

@@ -1,1 +1,0 @@
-"""Tests of the web console (hil/console): its API over HTTP, and every page clicked through in Chromium."""
