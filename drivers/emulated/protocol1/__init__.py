@@ -1,0 +1,1 @@
+"""The FF FF frame of Dynamixel Protocol 1.0 and Feetech's SCS/STS protocol: frame codec, the bus, one dialect each."""
