@@ -1,11 +1,6 @@
 """`servo-hil bench console`: the loop's lateness with three browsers on the web console against none, one run.
 
-Starts `servo-hil run` on a generated rig (N MX-64 m6 pendulums on a fast Dynamixel bus, `[console]`, ZeroMQ on
-free loopback ports, MQTT off) and measures the loop's own lateness histogram over alternating windows: no
-browser, then three headless Chromium processes (Playwright) each showing the live plot of every actuator's
-position, repeated `rounds` times. The windows of each kind are summed and their p50/p99 compared; the console
-passes when p99 with browsers is within 10 % (or 10 µs, one histogram step's noise) of p99 without.
-Hypervisor steal is reported per kind and the verdict is called disturbed above 2 %.
+Method: docs/benchmarks.md; figures: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,7 @@
 """`servo-hil bench dynamixel`: round trips of unchanged dynamixel-sdk code against our servos, as JSON.
 
-For each baud (1 and 4 Mbit/s) it starts `servo-hil run` on a generated rig — 12 XM430-W350 with
-pendulum loads, IDs 1..12, on one bus, MQTT off, ZeroMQ on free loopback ports — as a subprocess,
-opens the printed pty with `PortHandler`/`PacketHandler(2.0)` in this process and times, with
-time.perf_counter_ns:
-
-* read4: `read4ByteTxRx(port, 1, 132)` (Present Position of ID 1), one round trip;
-* cycle: `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then `GroupSyncWrite(116, 4)` of
-  goal = present (nothing moves) `txPacket()`, back to back as a control loop runs them;
-* sync_read: the same `GroupSyncRead` `txRxPacket()` alone, back to back (a read-only loop).
-
-Runs: paced (wire timing emulated) with Return Delay Time 0 (the tuned setting) and 250 (the
-default, 500 µs), and fast (the bus's `fast = true`: no pacing, no delays). Each sample is compared
-with the wire-time bound computed from the encoded packets (stuffing counted), 10 bits per byte at
-the baud (as dynamixel-sdk's port_handler.py `setPacketTimeout` counts), plus the Return Delay Time before each
-reply (e-manual §Return Delay Time(9)):
-
-  read4 = instruction + return delay + status
-  cycle = sync write + sync read request + Σ over servos (return delay + status)
-  sync_read = sync read request + Σ over servos (return delay + status)
-
-Targets (docs/performance.md): paced p50 within 10 % or 50 µs of the bound; fast ≥ 2000 "Sync Read cycles"/s at
-each baud, judged on both readings: the full Sync Read + Sync Write cycle (`cycle`) and the Sync Read
-alone (`sync_read`).
-
-For context, the same SDK calls also run against `echo_peer`: a minimal separate process that
-answers precomputed, correct status packets on a pty at once. It is the floor of the SDK's (and the
-pty's) own overhead on this machine; fast-mode numbers are also reported as a ratio to it. The
-peer is a benchmark harness, not an emulator: it knows only the requests this benchmark sends.
-Each servo-hil row also gives its p50 above the peer's (`p50_minus_echo_peer_p50_us`, what our
-server adds) and, paced, the floor-corrected excess `p50 − bound − echo-peer p50`
-(`excess_over_floor_us`): what exceeds the wire time beyond the SDK's and the pty's own cost. Each paced
-read4 also reports that floor against its target (`client_floor_us`, `target_slack_us`, `attainable`): the
-peer's read4 p50 is a lower bound of p50 − bound for any server, so a target whose slack is below it cannot be met.
-
-Where a paced round trip's time goes (server wake, parse, execution, paced writes, the SDK's reads), stamp
-by stamp on one CLOCK_MONOTONIC: `servo-hil bench dynamixel-timeline`.
-
-Hypervisor steal over each run is reported, and per phase where the CPU went: cores used by this
-client (the SDK busy-waits, ~1), by the server process, by everything else on the host (other load
-competes with both on a small host), and the server's CPU per exchange above its idle background
-(loop, housekeeping). Targets are judged regardless, with a note when steal reached 2 %. The
-process exits 0 even when a target is missed: it is a measurement.
+12 XM430-W350 on one bus of a `servo-hil run` subprocess, timed paced and fast at 1 and 4 Mbit/s against the
+wire-time bound and an echo peer. Method: docs/benchmarks.md; figures and targets: docs/performance.md.
 """
 
 from __future__ import annotations

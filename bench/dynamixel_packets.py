@@ -1,17 +1,7 @@
 """Instructions per Dynamixel packet, for valgrind: the bus server's per-packet work in one process.
 
-`servo-hil bench dynamixel-packets KIND N` builds the rig of `servo-hil bench dynamixel` (12 ×
-XM430-W350, fast, on a running 1 kHz loop), then feeds N packets of KIND through what the bus thread does
-for each (drivers/emulated/dynamixel/server.py: `Parser.feed`, the LiveRig batch, `DynamixelBus.handle`) in the main
-thread. KIND: `sync_read` (Present Position of the 12), `sync_write` (Goal Position of the 12, every goal
-changed: a control loop), `sync_write_same` (the same goals each time), `read4` (Present Position of ID 1).
-
-Run it twice under callgrind and subtract, so that start-up cancels out:
-
-    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cg.%p \\
-        .venv/bin/servo-hil bench dynamixel-packets sync_read 600     # and 100
-
-(600-packet main thread total − 100-packet total) / 500 = instructions per packet.
+`servo-hil bench dynamixel-packets KIND N` feeds N packets of KIND through what the bus thread does for each;
+run it under callgrind for two N and subtract (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Where a paced Dynamixel round trip's time goes: a timeline of server and client stamps, as JSON.
 
-`servo-hil bench dynamixel-timeline [--baud B] [--rdt R] [--n N]` starts `servo-hil run` on the
-rig of `servo-hil bench dynamixel` (12 × XM430-W350, paced, Return Delay Time R) with its bus stamped, and
-drives it with the unchanged dynamixel-sdk from this process: N 4-byte reads of ID 1, then N Sync Read +
-Sync Write cycles of the 12. Both sides stamp time.monotonic_ns() (one CLOCK_MONOTONIC):
-
-* server (in the daemon's process only, by wrapping the bus's steps): each read of the port (called ≈ when
-  poll() woke, returned), the parser's return, the bus's execution (start, end), the paced writer's call
-  with the reply's wire due time, and each write to the port (returned);
-* client: the SDK port's writePort (start, returned) and each readPort that returned bytes.
-
-Per transaction every stamp is taken relative to the start of the client's request write; the JSON gives
-the median of each over the transactions, and the bound (wire time of the packets + Return Delay Time) as
-`servo-hil bench dynamixel` computes it. Taking the stamps adds to the server's work, so the round trips here
-are a little slower than the bench's. A diagnostic, not a judged benchmark.
+`servo-hil bench dynamixel-timeline [--baud B] [--rdt R] [--n N]`: the daemon's bus steps and the SDK's port
+calls stamped on one CLOCK_MONOTONIC; a diagnostic, not a judged benchmark (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,51 +1,8 @@
 """`servo-hil bench erob`: the two ways a controller drives our eRobs, timed at 1 kHz, as JSON.
 
-It generates a rig — two eRobs with pendulum loads (node 2 erob80_100, node 3 erob80_50) on one
-CANopen bus behind the SLCAN adapter (a pty in a temp dir, 1 Mbit/s), the same two drives served as
-Etherban devices 0 and 1 on a free loopback port, ZeroMQ on free loopback ports, MQTT off — starts
-`servo-hil run RIG` as a subprocess (the client and the daemon must not share a GIL), and times with
-time.perf_counter_ns, in this process:
-
-* CANopen (python-can `slcan` on the pty, python-canopen for the set-up): both nodes configured by
-  SDO as ZeroErr's demos do — TPDO1 = 0x6041 + 0x6064, transmission type 1 (every SYNC); RPDO1 =
-  0x6040 + 0x607A, type 255 (remapped: COB-ID invalid, sub0 = 0, entries, sub0 = n, COB-ID valid; the
-  other PDOs invalidated), 0x1006 = 1000 µs, CSP, Operation enabled holding the actual position, NMT
-  start. Then a 1 kHz loop on absolute deadlines: each cycle sends both RPDOs (controlword 0x0F,
-  target = the held position) and a SYNC (0x080, DLC 0), then reads frames until both TPDOs (0x182,
-  0x183) of that SYNC are in. The k-th TPDO of a node belongs to the k-th SYNC (a node answers every
-  SYNC exactly once), so a late pair is still timed. Round trip = SYNC written → second TPDO read; a
-  miss = the pair not read before the next cycle's deadline. A client a whole period behind skips the
-  deadlines it missed (counted) rather than bursting. Two clients on the same `can.Bus`:
-  - `lean` (judged against the targets): the three frames as one write of precomputed SLCAN lines on
-    the bus's serial port, reads in bulk (one os.read per wake-up), lines cut at CR — so that the
-    figures are the emulator's, not the client's;
-  - `python_can`: `bus.send()` per frame and `bus.recv()` per frame, as a python-can controller does
-    (after a select(), so that no wait overshoots a deadline). python-can's slcan reader takes the pty
-    one byte per read() call: on a small host it is the bottleneck of a 5-frame 1 kHz cycle by itself
-    (see its echo-peer figures).
-* Etherban (pyzmq REQ, our `drivers.emulated.etherban.etherban_pb2`): a 1 kHz loop on absolute deadlines in
-  TORQUE mode with bam's host PD toward a fixed target (amps = kp·(q* − q) + damping·√kp·(dq* − dq),
-  ±12 A; kp 10, damping 2 for device 0 (eRob80:100) and 1 for device 1 (eRob80:50), bam/actuators.py).
-  Request/response = send → reply read; an overrun = a reply read after the next cycle's deadline.
-
-The wire-time floor of one CANopen cycle at 1 Mbit/s is computed from `frame_bits` (the worst-case
-stuffed length plus interframe space the adapter paces with) of the five frames one cycle puts on the
-wire: 2 RPDOs, the SYNC, 2 TPDOs. The RPDOs are queued on the wire ahead of the SYNC, so the round
-trip from the SYNC write cannot be shorter than the whole floor (less the time between the first RPDO
-write and the SYNC write: 0 for the lean client, which writes the three lines at once).
-
-For context, the same clients also run against peers (benchmark harnesses, not emulators, each in a
-separate process): an SLCAN echo peer on a pty that answers every transmit with `z` and a SYNC with
-the two canned TPDO lines at once (no wire pacing, no CANopen), and a pyzmq REP peer that answers
-every request with a canned two-device Response. They are the floor of the client, the pty / TCP
-loopback and the scheduler on this machine; the emulator figures are also given as ratios to them.
-
-Hypervisor steal over each phase is reported, and where the CPU went (cores used by this client, by
-the server process, by everything else on the host), with the server's CPU per cycle above its idle
-background, as `bench dynamixel` does. The daemon's own loop telemetry (lateness, overruns; since
-the daemon started) at the end of each phase is included. Targets (docs/performance.md): no CANopen miss at
-1 kHz (lean client); p50/p99 reported. The process exits 0 even when a target is missed: it is a
-measurement.
+Two eRobs of a `servo-hil run` subprocess, driven over CANopen (SLCAN on a pty) and over Etherban, against the
+CANopen cycle's wire-time floor and echo peers. Method: docs/benchmarks.md; figures and targets:
+docs/performance.md.
 """
 
 from __future__ import annotations

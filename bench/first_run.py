@@ -1,11 +1,7 @@
 """`servo-hil bench first-run`: a fresh clone to a running daemon, timed, as JSON.
 
-Clones this checkout into a temporary folder and runs its `make run` (a new venv, the runtime dependencies, the
-extensions built on every core, then `servo-hil run` of the default rig on free ports) until the daemon prints
-its ready banner. The peer, measured in the same run: `pip install` of the same runtime dependencies into a new
-venv, no build, no daemon -- the floor that the network, the package index and pip set on this host.
-
-`--no-cache` disables pip's cache for both (what a new machine sees); by default both use it alike.
+The clone's `make run` until the daemon's ready banner, against `pip install` of the same runtime dependencies
+in the same run; `--no-cache` disables pip's cache for both (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """`servo-hil identify` against bam's own fit, `python -m bam.fit`, on the 12 real XL330 logs.
 
 `servo-hil bench identify` prints ONE JSON object on stdout (progress on stderr); `--out FILE` also writes it
-to FILE.
-
-Both tools fit the same models (m4 and m6 by default) with the same budget of evaluations (bam's
-`--trials`, 2000 by default; identify once per `--seeds` seed, bam's fit `--bam-runs` times) on the same training
-logs: bam's XL330 logs (read from ../shared/reference/bam_logs) at gains 100 and 400; the 4 logs at gain 800 are
-held out (bam's `--validation_kp 800` convention). bam's fit gets a folder of the training logs only, so that its
-per-trial cost is not inflated by its monitor's validation rollouts.
-Both results are then scored on the held-out logs by `servo_hil.offline.replay` (which matches `bam.mae` to 1e-9 rad,
-tests/servo_hil/offline/test_replay.py). Each run is one subprocess, timed as a whole (wall clock and the CPU time
-of the process and its children) with the host's steal over the run from /proc/stat.
-
-bam (better-actuator-models 1.0.2) runs in the Python 3.12 venv that bench/kernel.py builds at
-bench/.venv-bam, with optuna, cmaes and wandb added (bam.fit imports them); when it cannot run, the
-JSON says why.
+to FILE. Method: docs/benchmarks.md; figures: docs/performance.md.
 """
 
 from __future__ import annotations

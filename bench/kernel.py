@@ -1,37 +1,7 @@
 """Throughput of the servo kernel with every feature on, against MuJoCo's `<dcmotor>` and bam.
 
 Prints ONE JSON object on stdout (progress and notes on stderr); `--out FILE` also writes it to FILE.
-
-What is measured (dt = 1 ms, one core, pinned to CPU 0 when the OS allows it):
-
-* `kernel[N]` for N = 1, 32, 1024: actuator-steps/s of `Kernel.run(u, record=False)` (one nogil call
-  per sample, T steps long enough to take >= --min-time s), every feature on: dcmotor position
-  controller (kp, ki, kd, slew, Imax, Vmax, ctrlrange, supply clip), inductance with a di/dt limit,
-  thermal state with current derating, torque saturation, cogging, LuGre, damping polynomial,
-  gear, pendulum load, bam's M6 friction budget (MX-64 m6 values) on top, encoder quantization and
-  noise, and an armed open-circuit fault whose behavioural trigger never fires.
-  `Kernel.run` takes each block of 32 actuators through all T steps before the next block.
-* `kernel_step_call_n1`: one `Kernel.step(u)` Python call per step at N = 1 (call overhead included);
-  `kernel_step_call_n1024`: the same at N = 1024, i.e. the whole rig one step at a time, the real-time
-  loop's order (one call's overhead spread over 1024 actuators).
-* `mujoco_mj_step`: `mujoco.mj_step` (3.11, Euler) on the equivalent one-hinge `<dcmotor>` pendulum
-  with the features MuJoCo has, called from a Python loop that writes `data.ctrl` each step.
-* `mujoco_rollout`: the same model through `mujoco.rollout` (no Python per step), nbatch 1 and 32,
-  single thread.
-* `contention_probe`: short `kernel[1024]` samples alternated with short `mj_step` samples: their
-  correlation shows whether the host's load (an SMT sibling or a neighbour, invisible as steal) moved
-  both, and the kernel's median over the pairs where `mj_step` ran fast (a diagnostic only).
-* `bam_step`: bam's `Simulator.step` (better-actuator-models 1.0.2, MX-64 m6, Pendulum testbench)
-  in a Python 3.12 venv cached at bench/.venv-bam, run by bench/peers/bam_step.py.
-
-Before timing, the MuJoCo-equivalent subset of the kernel configuration is stepped next to
-`mj_step` and the largest angle difference is reported (`mujoco_equivalence`), so the peer model
-is known to be the same physics.
-
-`--quick` makes every sample short (CI smoke test, < 60 s once the bam venv exists); `--ablate`
-adds a per-feature cost breakdown at N = 1024 (each feature switched off in turn); `--simd PATH`
-forces the kernel's vector-math path (scalar, avx2, avx512; default: the best this CPU has), which
-`machine.kernel_simd` reports.
+Method, options and peers: docs/benchmarks.md; figures and targets: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Kernel.run of this tree against another build of the kernel, in one process, on a shared host.
 
-Prints ONE JSON object on stdout. Loads hil/kernel/core's extension from this tree and from `--base`
-(another checkout with the kernel built, e.g. main's) side by side, steps the same full-feature
-actuators of bench/kernel.py on both (after 3000 steps from rest) and alternates short samples between
-them, so that both see the same load; time is the thread's CPU time per actuator-step, which a busy
-host inflates less than wall time. Per N: median, p25 and min of each, and base/this of the medians.
+Prints ONE JSON object on stdout: per N, the thread CPU time per actuator-step of each build (docs/benchmarks.md).
 
     .venv/bin/python bench/kernel_ab.py --base ../main --sizes 1 32 1024
 """

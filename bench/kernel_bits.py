@@ -1,16 +1,7 @@
 """Kernel results of this tree against another build of the kernel, output by output, in one process.
 
-Prints ONE JSON object on stdout. Loads hil/kernel/core's extension from this tree and from `--base`
-(another checkout with the kernel built, e.g. main's or a branch's), runs the same stress rigs on both
-on each vector-math path, and reports per rig and path whether every output and the final State of
-every actuator are bit for bit equal (NaN equal to NaN), and else the largest absolute difference.
-
-The rigs cross tests/hil/test_kernel_plan.py's law and feature variants with its sensing and fault
-variants (every law, both integrators, derating, open circuit, overload, encoder noise / stuck / slip,
-supply override, shutdown latches; NaN commands and torque-off spans), add the Dynamixel firmware in
-each of its modes, and run them interleaved in one rig, each as a lone actuator and in a rig of its own
-kind (where the kernel skips what no actuator of a block uses), and stepped one whole-rig step at a
-time (the real-time loop's order).
+Prints ONE JSON object on stdout: per stress rig and vector-math path, bit for bit or the largest difference
+(docs/benchmarks.md).
 
     .venv/bin/python bench/kernel_bits.py --base ../main
 """

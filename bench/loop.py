@@ -1,24 +1,7 @@
 """`servo-hil bench loop`: the daemon's timing under load, measured from outside, as JSON.
 
-Starts `servo-hil run` on a generated rig (N MX-64 m6 pendulums, embedded MQTT broker, ZeroMQ on
-free loopback ports) as a subprocess, subscribes to its state stream, and over the measurement
-window reports: loop lateness p50/p99/p99.9 and overrun fraction (periods more than one period
-late) from the loop's own histogram, hypervisor steal from /proc/stat, the daemon's CPU %, and the
-ZeroMQ latency from each tick's deadline (the message's timestamp frame) to its receipt here, with
-drops counted from sequence gaps. Targets are judged only when steal stays under 2 %.
-
-The subscriber that is judged receives and stamps in C (`zmq_receiver.pyx`), so that its own interpreter
-time per message (which the last of 32 messages in a tick waits behind 31 times) is not charged to the
-transport, and runs SCHED_FIFO below every daemon thread when the host allows it (as
-cyclictest's measuring thread does), so that its own wake-ups behind other processes are not either;
-the same stream received from Python at normal priority follows in the same run
-(`zmq_python_subscriber`), as a Python script sees it.
-
-The ZeroMQ figures have a peer measured in the same run (`zmq_peer`): a process that publishes as many
-messages per tick at the same rate, with payloads of the same size, stamped with its own deadlines
-(sleeping to 100 µs before each deadline, then spinning), to the same C subscriber. It is the
-transport's floor on this host: ZeroMQ's I/O threads in two processes and loopback TCP, without a
-simulation behind them.
+Loop lateness and overruns from the daemon's own histogram, and the ZeroMQ latency from each tick's deadline
+to a C subscriber, against a transport peer. Method: docs/benchmarks.md; figures and targets: docs/performance.md.
 """
 
 from __future__ import annotations

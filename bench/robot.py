@@ -1,12 +1,7 @@
 """`servo-hil bench robot`: a robot rig's physics steps per second offline, against bam's MuJoCo coupling, as JSON.
 
-Builds the rig's robot (`[robot] mjcf`, docs/robots.md) and runs `engine.run` over a pick-like goal
-trajectory (every joint swings about its initial angle, the arm's links and the table in contact), a
-whole window in one nogil call: physics steps per second, microseconds per step and the share of the
-step spent in `mj_step` (the engine's own clock around it). The peer, in the same run, is bam's
-`MujocoController.update()` + `mj_step` stepping the same MJCF from Python (better-actuator-models 1.0.2
-in bench/.venv-bam, one controller per hinge: bench/peers/bam_mujoco.py). Each figure is the median of
-`repeats` windows.
+A whole window of `engine.run` in one nogil call, against bam's `MujocoController.update()` + `mj_step` from
+Python on the same MJCF. Method: docs/benchmarks.md; figures: docs/robots.md, Benchmark.
 """
 
 from __future__ import annotations

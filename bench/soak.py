@@ -1,22 +1,7 @@
 """Soak of the Dynamixel bus under a 1 kHz control loop of unchanged dynamixel-sdk code, as JSON.
 
-`servo-hil bench soak --seconds S` (`make soak`: an hour) starts `servo-hil run` on `bench dynamixel`'s rig (12
-XM430-W350, IDs 1..12, pendulum loads, one bus, paced at `--baud`, Return Delay Time 0) and runs, in this process,
-the loop a controller runs: every 1 ms `GroupSyncRead(132, 4)` over the 12 IDs `txRxPacket()`, then
-`GroupSyncWrite(116, 4)` of goal = present `txPacket()`, for S seconds. In the same run the same client loop runs
-for S seconds against the echo peer of bench/dynamixel.py (a separate process answering canned correct replies at
-once on a pty: the SDK's and the pty's own floor on this host), so that failures under host load can be told from
-failures of ours.
-
-Per server: cycles, COMM failures by class (the SDK's `getTxRxResult` text), loop overruns (a cycle that ended
-after its successor's slot began: the loop then starts at once and skips the slots already past, `missed_slots`,
-as a fixed-rate control loop does), lateness of each cycle's start behind its 1 ms slot (p50 / p99 / max), RSS
-of the server process at the start (after a 1 s warm-up) and at the end (/proc/<pid>/status VmRSS), and
-hypervisor steal over the run; and, for servo-hil, its own counters of the bus at the end (`server`: partial
-packets dropped at the inter-byte gap, CRC errors, replies written over 1 ms late, replies dropped, packets isolated,
-loop overruns), which tell where a lost cycle went when it was ours. Targets: 0 lost replies (failures) on a quiet
-host; under load, no more failures than the echo peer's. The process exits 0 even when a target is missed: it is
-a measurement.
+`servo-hil bench soak --seconds S` (`make soak`: an hour) runs the Sync Read + Sync Write loop against the
+daemon and then against the echo peer. Method: docs/benchmarks.md; figures and targets: docs/performance.md.
 """
 
 from __future__ import annotations

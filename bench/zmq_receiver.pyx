@@ -1,13 +1,8 @@
 # cython: language_level=3
 """`servo-hil bench loop`'s state-stream subscriber in C: receive and stamp without the interpreter.
 
-A Python subscriber spends interpreter time on every message (three `recv()` calls, a clock read, a
-tuple), so at 32 messages per tick the last message of a tick waits 31 times that behind the first ones
-in its own process: that is the subscriber's cost, not the transport's. This loop receives with libzmq's
-`zmq_recv` (the libzmq pyzmq loaded, as the daemon's publisher does) without the GIL, stamps every
-message with CLOCK_REALTIME when its first frame is in, and keeps what the benchmark decodes afterwards:
-the receive time, the timestamp frame, the topic and the first bytes of the payload. PlotJuggler's ZMQ
-plugin is a C++ subscriber of the same kind.
+libzmq's `zmq_recv` without the GIL, every message stamped with CLOCK_REALTIME when its first frame is in, so
+that the subscriber's own interpreter time is not charged to the transport (docs/benchmarks.md, Real-time loop).
 """
 
 from libc.stdint cimport int64_t

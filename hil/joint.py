@@ -1,10 +1,8 @@
 """One actuator of a running simulation, as a firmware model sees it.
 
-A firmware model (`firmware_models/…`) turns register or object writes into kernel parameters and
-goals, and kernel state into register values. It reaches the simulation only through `Joint`:
-`LiveJoint` (servo_hil/daemon/live_rig.py) drives an actuator of the real-time loop, `KernelJoint` below
-drives an offline `Kernel` that the caller steps (tests, scripted runs). A Joint of the running loop is also a
-`GoalPort`: what a firmware model's C fast path needs to read the loop and queue goals without a Python call.
+A firmware model reaches the simulation only through a `Joint`: the daemon's `LiveJoint` drives an actuator of
+the real-time loop, `KernelJoint` an offline `Kernel` that the caller steps. A Joint of the running loop is also
+a `GoalPort`, through which a firmware model's C fast path reads the loop and queues goals without Python.
 """
 
 from __future__ import annotations

@@ -1,54 +1,8 @@
-"""Rig files: the actuators, their loads and the buses they answer on, as TOML; one schema for
-`servo-hil simulate`, `replay`, `run` and `mirror`.
+"""Rig files: the actuators, their loads and the buses they answer on, as TOML.
 
-A rig is spelled in one of two ways. With one actuator and no buses (what `simulate` runs):
-
-    [actuator]   catalog = "mx64" (+ model = "m6" | params = "bam.json") | mjcf = "f.xml" (+ name)
-                 | inline <dcmotor> attributes (resistance, motorconst, nominal, …);
-                 optional firmware = { law = …, … } overrides the firmware law
-    [load]       inertia [kg·m²] about the axis excluding the pendulum point mass; mass [kg],
-                 length [m], arm_mass [kg], gravity [m/s²]
-    [encoder]    counts_per_rev, noise_rad, seed
-    [faults]     open_circuit_fraction, open_circuit_time_s, open_circuit_current_a,
-                 open_circuit_duration_s, supply_v
-    [initial]    theta [rad], omega [rad/s], temperature_c
-    [sim]        dt [s], integrator = "euler" | "bam" | "implicitfast"   (the offline step; default: the loop's)
-    exact_bam    true: bam's simulator exactly, as `replay` runs it (in [actuator]/[[actuators]], or at the top
-                 for every actuator)
-
-which is the rig of one `[[actuators]]` entry with joint = "actuator" and those tables. In general
-(`servo-hil run RIG.toml`), N actuators, the loop, ZeroMQ and MQTT settings:
-
-    name = "default"                       # topic prefix part: servo-hil/<name>/…
-    [loop]    rate_hz, substeps, integrator, fifo_priority, mlockall, spin_us, lockstep
-    [zmq]     pub, command, publish_every, framing ("multipart" | "single"), curve_secret_key, curve_clients,
-              allow_remote
-    [foxglove] bind, port, rate_hz, allow_remote   # opt-in: live Foxglove WebSocket server
-    [record]  dir, segment_s, rate_hz               # opt-in: the daemon records its own state stream to MCAP
-    [console] bind, port, rate_hz, token           # opt-in: the web console (docs/console.md)
-    [mqtt]    url ("" = embedded broker), embedded_port, embedded_host, username, password, tls_ca, tls_cert,
-              tls_key, tls_insecure, status_period_s, max_commands_per_s, allow_remote
-    [sim]     dt, integrator                # as above, for `simulate` of a one-actuator rig
-    [robot]   mjcf = "robots/arm.xml"       # optional: each actuator turns the MJCF hinge named by its joint,
-                                            # and gives no load (docs/robots.md)
-    [[buses]]                               # optional: impersonate the servos on their own bus
-    name = "dxl"  protocol = "dynamixel"    # or "canopen" (eRob CiA 402 nodes behind an SLCAN adapter)
-    port = "/tmp/servo-hil-dxl"             # pty symlink to create (or device = "/dev/ttyUSB0")
-    baud = 1000000  fast = false            # canopen: baud is the CAN bit rate
-    real = "/dev/ttyUSB0"  record = "logs/"  # mirror: the real bus (canopen: "slcan:/dev/ttyACM0@1000000"
-                                            # or a table of can.Bus arguments), side-by-side MCAP logs
-    record_segment_s = 600                  # … cut into files (segments) of this many seconds
-    [[buses]]
-    name = "ethercat"  protocol = "etherban"  # Rhoban's Etherban ZeroMQ server (bam's eRob client)
-    bind = "tcp://127.0.0.1:7332"  joints = ["elbow"]   # device 0, 1, … in this order
-    [[actuators]]
-    joint = "shoulder"                      # the actuator's name in topics and commands
-    catalog = "mx64"  model = "m1"          # or mjcf / inline <dcmotor> attributes, as [actuator]
-    load = { mass = 0.3, length = 0.1 }     # [actuators.load], .encoder, .faults, .initial as above
-    bus = "dxl"  id = 1                     # on a bus: its ID there, and
-    registers = { "Return Delay Time" = 0 } # … register values it powers up with (EEPROM as configured)
-
-Every float is finite (config_file.Strict): `nan` and `inf` are refused with the key's name.
+One schema for `servo-hil simulate`, `replay`, `run` and `mirror`: a one-actuator rig (`[actuator]` and its
+tables) is the rig of one `[[actuators]]` entry with joint = "actuator". Every table, key, unit and default:
+docs/configuration.md; every float must be finite.
 """
 
 from __future__ import annotations

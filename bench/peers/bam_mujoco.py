@@ -1,14 +1,7 @@
-"""bam's `MujocoController.update()` + `mj_step` stepping a robot MJCF from Python: the peer of the robot
-benchmark (bench/robot.py: how fast bam's users step it) and of the 2R-arm oracle
-(tests/hil/robot/test_robot_oracles.py: where bam's own update takes the arm).
+"""bam's `MujocoController.update()` + `mj_step` stepping a robot MJCF from Python.
 
-Runs inside bench/.venv-bam (Python 3.12, better-actuator-models 1.0.2, the checkout's MuJoCo). One
-controller per hinge (bam/mujoco.py `MujocoController`, the way bam's `load_config` builds them), each with
-the bam parameter file given for it, on a motor actuator that MjSpec adds to a hinge without one. Job (stdin):
-{"mjcf", "joints": [{"name", "params", "kp", "vin", "error_gain", "max_pwm", "q0" (optional, rad)}],
-"goals": [[goal per joint] per step], "repeats" (optional)}. Prints one JSON object on stdout: the joints'
-"q" and "dq" [rad, rad/s] before each step of the first run, from q0; with "repeats", that many more runs
-timed ("steps_per_s", their median, and "samples").
+The peer of the robot benchmark and of the 2R-arm oracle; it runs inside bench/.venv-bam and reads its job as
+JSON on stdin. Job and output: docs/benchmarks.md, Robot.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Peer benchmark: bam's reference simulator `Simulator.step` (Rhoban/bam, `better-actuator-models`).
 
-Runs inside bench/.venv-bam (Python 3.12, better-actuator-models==1.0.2); bench/kernel.py starts it.
-Builds the MX-64 M6 model on bam's Pendulum testbench and times `Simulator.step` at dt = 1 ms in a
-plain Python loop, which is the only way bam steps its simulator. Two variants:
-
-* `step`: `Simulator.step(volts, True, dt)` with a precomputed voltage (the function itself);
-* `control_and_step`: `actuator.compute_control(goal, q, dq, dt)` then `Simulator.step(...)` — the
-  closed loop that `rollout_log(simulate_control=True)` runs, i.e. firmware law + physics, which
-  is the work our kernel's step does.
-
-Prints one JSON object on stdout; progress goes to stderr.
+Runs inside bench/.venv-bam, started by the kernel benchmark; times `step` and `control_and_step` on the
+MX-64 m6 Pendulum and prints one JSON object on stdout (docs/benchmarks.md, Kernel).
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """Dynamixel Protocol 2.0 control tables, the engine: one servo's bytes and the checks of its reads and writes.
 
-Engine
-    `ControlTable` holds one servo's bytes and makes every check a real servo makes on a read or a write,
-    raising `ControlTableError` with the Protocol 2.0 error number (Protocol 2.0 §Status Packet, Error). It does not
-    do what the firmware does *because of* a write (mode switch, torque, physics): `write()` returns the
-    names of the items whose value changed and the firmware model acts on them.
-
-Rules decided here where the e-manual is silent or ambiguous:
-    * Error precedence within one packet: Access (7) > Data Length (5) > Data Range (4) > Data Limit (6).
-    * A packet is checked against the table as it was *before* the packet (EEPROM lock, Operating Mode,
-      Drive Mode, Bus Watchdog, limit items, indirect mappings), and is applied all or nothing.
-    * Reads may span items; bytes in reserved gaps read 0. A read starting outside the table, or running
-      past its end, is an Access Error. Writes covering a gap byte are an Access Error.
-    * Indirect Data n reads and writes the byte at the address held by Indirect Address n. An Indirect
-      Address value outside the model's target span (64..661, or 64..227 on XL330) is a Data Range Error
-      (the e-manual prints it as the item's Range). Writing through Indirect Data applies the target
-      item's rules: the target must be a defined RW item (else Access Error), and every byte of a
-      multi-byte target must be written in the same packet, through indirect slots or directly (else
-      Data Length Error, as a 1-byte write into a 2- or 4-byte item is); the assembled value is then
-      range- and limit-checked like a direct write. An indirect target inside the Indirect Data area is
-      not followed a second time (writes: Access Error; reads: 0).
-
-The per-model data it checks against (`ModelSpec`, `load_model`) is in `model_spec`, re-exported here.
+`ControlTable` raises `ControlTableError` with the Protocol 2.0 error number a real servo would answer, and
+leaves what the firmware does because of a write to the firmware model. The rules where the e-manual is
+silent (precedence, all-or-nothing packets, gaps, indirect items): docs/dynamixel.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Per-model firmware constants: gain scalings and the thresholds ROBOTIS does not publish.
 
-Read from the `[firmware]` table of `config/dynamixel/<model>.toml`. The e-manual documents the gain
-scalings in register units (e-manual §Position PID Gain(84, 82, 80), Feedforward 1st/2nd Gains(90, 88),
-§Velocity PI Gain(78, 76): K_PP = P/128, K_PI = I/65536, K_PD = D/16,
-K_FF = FF/4, K_VP = VP/128, K_VI = VI/65536: PWM units per pulse, per 0.229 rpm, per control period).
-Here they become SI gains of the kernel's Dynamixel law, in duty (PWM 885 = 1.0) per rad and per rad/s:
-
-    kpp = P / position_p_divisor · (4096 / 2π) / 885          [duty/rad]
-    kpi = I / 65536 · (4096 / 2π) / 885 / control_period_s    [duty/(rad·s)]
-    kpd = D / 16 · (4096 / 2π) / 885 · control_period_s       [duty·s/rad]
-    kff1 = FF1 / 4 · (4096 / 2π) / 885 · control_period_s     [duty·s/rad]
-    kff2 = FF2 / 4 · (4096 / 2π) / 885 · control_period_s²    [duty·s²/rad]
-    kvp = VP / 128 / (0.229 rpm in rad/s) / 885               [duty·s/rad]
-    kvi = VI / 65536 / (0.229 rpm in rad/s) / 885 / control_period_s   [duty/rad]
-
-Where a model was measured otherwise the measurement wins: `position_p_duty_per_rad` replaces the P scaling
-(MX: bam's oscilloscope gain, bam/dynamixel/actuator.py `MXActuator` error_gain), `position_p_divisor`
-changes the divisor (XL330: 256, bam/dynamixel/actuator.py `XL330_KP_DIVISOR`).
+Read from the `[firmware]` table of the model's control-table file. The e-manual's register scalings
+(K_PP = P/128 …) become SI gains of the kernel's Dynamixel law, in duty per rad and per rad/s, unless a model
+was measured otherwise (bam's MX and XL330 gains): docs/dynamixel.md, Gain scalings.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 # cython: language_level=3
 """What a servo's firmware reads from and sends to its joint on every packet, in C.
 
-A `JointLink` wraps a `hil.joint.Joint`. For an actuator of the running loop (a Joint that is also a
-`hil.joint.GoalPort`, the daemon's case) it reads the loop's latest State snapshot and tick count straight from the
-loop's shared memory (`hil/loop/rt.pxd`: the same seqlock read as `RealtimeLoop.state_view`) and queues a new goal
-on the loop's command ring, as `read_state`, `time_s` and `command(goal=…)` do, without a Python call per servo.
-For any other Joint (an offline `KernelJoint`, tests) it calls those methods.
+A `JointLink` wraps a `hil.joint.Joint`: for an actuator of the running loop (a `GoalPort`) it reads the
+loop's snapshot and queues goals through the loop's shared memory, as `RealtimeLoop.state_view` reads it, with
+no Python call per servo; for any other Joint it calls the Joint's methods.
 """
 
 from hil.kernel.core cimport State

@@ -1,17 +1,8 @@
 """Dynamixel Protocol 2.0 control tables, the model spec: per-model data, loaded from files.
 
-Data
-    Addresses, sizes and names come from the address maps that ship inside `dynamixel-sdk`
-    (`dynamixel_easy_sdk/control_table/<file>.model`), read at run time. `config/dynamixel/<name>.toml`
-    adds what those maps lack: access, defaults, ranges, units, limit items, the items a map omits, the
-    indirect blocks (the maps list only slot 1), instruction support, operating modes, Drive Mode bits and
-    the Baud Rate table, each number with its source in a comment.
-
-Units
-    Everything here is in register units (raw integers). `Item.unit` names the unit and `Item.si_per_unit`
-    converts one raw count to SI (rad, rad/s, rad/s², A, V, °C, s, duty fraction) where one exists.
-
-The engine that holds one servo's bytes and checks its reads and writes is `control_table.ControlTable`.
+Addresses, sizes and names come from dynamixel-sdk's own address maps, read at run time; the model's TOML
+adds access, defaults, ranges, units and the rest, each with its source. Values are in register units, each
+item with its SI per count (docs/dynamixel.md, The model spec).
 """
 
 from __future__ import annotations

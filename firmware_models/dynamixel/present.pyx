@@ -1,16 +1,9 @@
 # cython: language_level=3
 """A Dynamixel servo's Present items from the kernel state, in C: the register ⇄ SI rules of the firmware.
 
-`PresentItems` is the only implementation of these rules (firmware_models/dynamixel/servo.py uses it for
-every conversion between positions, velocities, currents and their registers). `refresh()` computes the
-Present items a read returns (Present Position with multi-turn, homing and reverse mode, Velocity, Current,
-PWM, the Trajectories, Input Voltage, Temperature, Moving, Moving Status, Realtime Tick) from the kernel's
-`State` struct straight into the control table's bytes, so that a Sync Read runs no Python per servo.
-Rules: e-manual §Present Position(132) (encoder, multi-turn), §Homing Offset(20), §Drive Mode(10) (reverse mode),
-§Moving(122), §Moving Status(123).
-
-Register values are rounded half to even (Python's `round`, C's `rint`) and saturate at the item's width
-rather than wrap. A NaN (the kernel never produces one) reads 0.
+`PresentItems` is the only implementation of these rules; `refresh()` writes the Present items a read
+returns from the kernel's `State` straight into the control table's bytes, so a Sync Read runs no Python per
+servo. Rules, rounding and their e-manual sections: docs/dynamixel.md, Present items.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE

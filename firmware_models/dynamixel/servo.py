@@ -1,10 +1,8 @@
 """One simulated Dynamixel servo: its control table and what its firmware does with it.
 
-The bus (`drivers/emulated/dynamixel/bus.pyx`) calls the instruction methods below with decoded packets (a Read, and a
-Write whose only effect is a new goal, run in the C base class, servo_core.pyx, without calling back here); this
-module turns register writes into kernel parameters and
-goals (SI), and kernel state into Present registers in the model's units. Behaviour follows the ROBOTIS e-manual
-(<model> §Control Table Description, one section per item); where it is silent the choice is ours and says so.
+The bus hands this module the packets its C base class (`ServoCore`) leaves to Python; it turns register
+writes into kernel parameters and goals (SI) as the ROBOTIS e-manual describes each item (<model> §Control
+Table Description), and says so where the choice is ours (docs/dynamixel.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 # cython: language_level=3
 """The part of a simulated Dynamixel servo the bus touches on every packet, in C: its only implementation.
 
-`ServoCore` is the base class of `DynamixelServo` (servo.py) and never calls into it. It holds what the bus reads
-per servo and packet (ID, secondary ID, Baud Rate, Return Delay Time, Status Return Level, the latched Hardware
-Error Status behind the alert bit) as C fields, and runs from C what a packet needs of the firmware in the common
-case: noting an instruction for the Bus Watchdog (saying whether the silence before it trips the watchdog), a Read,
-and a Write whose only effect is a new goal (its checks, write_checks.pyx, and one kernel command). A packet that
-needs more (housekeeping first, a torque, mode or parameter change) gets None from `read_at` / `write_at`, and the
-caller hands it to servo.py's `read` / `write`, which call the pieces below and act on what changed.
+`ServoCore`, the base class of `DynamixelServo`, never calls into it: it runs the Bus Watchdog's note, a Read
+and a Write whose only effect is a new goal, and answers None to anything more, which the caller hands to the
+servo's `read` / `write` (docs/dynamixel.md, What runs in C on every packet).
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING

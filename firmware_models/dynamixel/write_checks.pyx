@@ -1,13 +1,9 @@
 # cython: language_level=3
 """The checks a Dynamixel control table makes on a Write, in C: the engine's only implementation of them.
 
-`WriteChecks` holds a model's rules per item address in C arrays (access, EEPROM, range, time-based range,
-choices, bit mask, Bus-Watchdog guard, limit items and the modes they apply in) and checks a value or a whole
-packet against a table's bytes as they are *before* the packet. `ControlTable` (control_table.py) keeps the
-rest of the engine (indirect staging, firmware accessors) and calls these. Rules, error numbers and their
-precedence (Access > Data Length > Data Range > Data Limit): control_table.py's module docstring, Protocol 2.0
-§Status Packet (Error), e-manual §Control Table Description and §Bus Watchdog(98). In C so that a Sync Write of
-12 goals runs no Python per servo.
+`WriteChecks` holds a model's rules per item address in C arrays and checks a value or a whole packet against
+the table's bytes as they were before the packet, so a Sync Write of 12 goals runs no Python per servo. Rules,
+error numbers and precedence (Protocol 2.0 §Status Packet): docs/dynamixel.md.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE

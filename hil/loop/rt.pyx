@@ -1,19 +1,9 @@
 # cython: language_level=3
 """Fixed-rate real-time loop around the kernel, in a nogil thread.
 
-* Absolute deadlines on CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`), optional spin margin;
-  SCHED_FIFO tried for the loop thread, else timer slack 1 ns (sched(7); prctl(2) PR_SET_TIMERSLACK).
-* Simulation time is tick·dt whatever the wall clock does; lateness is measured and kept in a
-  1 µs histogram; a wake-up more than one period late is an overrun.
-* Python talks to the loop only through single-producer/single-consumer rings (commands in,
-  samples out) and a seqlock'd state snapshot, with C11 atomics: the loop never takes the GIL or
-  a lock Python can hold, and never waits on Python.
-* The rings and the shared counters are mapped with every page present from the start (`prefaulted`): a
-  page the loop touches for the first time would otherwise cost it a page fault in a tick, with or
-  without mlockall.
-
-The thread's real-time setup is hil/loop/realtime.pyx; the state publisher that drains the sample ring into
-ZeroMQ is hil/loop/publisher.pyx.
+Absolute deadlines, simulation time tick·dt whatever the wall clock does, a lateness histogram and an overrun
+count; Python reaches the loop only through lock-free rings and a seqlock'd snapshot whose pages are mapped in
+place at build. The timing rules and their sources: docs/architecture.md, Timing.
 """
 
 from cpython.pycapsule cimport PyCapsule_GetPointer

@@ -1,22 +1,9 @@
 # cython: language_level=3
 """Servos driving a MuJoCo multibody model: the kernel's actuators coupled to the hinges of an mjModel.
 
-One physics step, for every bound joint at once, as bam's `MujocoController.update()` followed by
-`mj_step` does it (bam/mujoco.py):
-
-1. the joint's qpos / qvel become the kernel actuator's θ / ω;
-2. the kernel steps all actuators (firmware law, motor, thermal, faults): its torque at the output
-   goes to the joint's motor actuator (`ctrl`);
-3. bam's friction budget, from the previous step's actuator torque (`qfrc_actuator`) and external
-   torque (`−qfrc_bias + qfrc_constraint` less the joint's own friction-loss force, plus what is applied),
-   becomes the joint's `dof_frictionloss`; the viscous term is the joint's `dof_damping`; the actuator's
-   external torque and hand act on the hinge as `qfrc_applied`;
-4. `mj_step` (the MJCF's integrator, `<option timestep>`), and the new qpos / qvel are written back
-   as the kernel's state.
-
-A tick is `substeps` such steps in one nogil call. What a servo gives its hinge besides the torque — the
-reflected inertia `dof_armature` and the viscous `dof_damping` — follows the kernel's parameters: a step that
-finds them changed (a set-parameter command, a reset) copies them first, as the engine did at build.
+One physics step advances every bound joint at once, in the order of bam's `MujocoController.update()`
+followed by `mj_step`; a tick is `substeps` such steps in one nogil call. The coupling step by step, and
+how the hinges' armature and damping follow the kernel's parameters: docs/robots.md.
 """
 
 from cpython.pycapsule cimport PyCapsule_New

@@ -1,14 +1,8 @@
 """Robot rigs: the rig's actuators drive the hinges of a MuJoCo model instead of their own pendulums.
 
-    [robot]
-    mjcf = "robots/arm.xml"      # relative to the rig file
-    [[actuators]]
-    joint = "shoulder"           # a hinge of the MJCF, by name; no load = ... (the MJCF's bodies are the load)
-
-`build_robot` compiles the MJCF with each bound hinge's actuators replaced by one motor actuator (ctrl =
-the servo's output torque) and couples the kernel to the model (hil/robot/engine.pyx: the step, bam's
-`MujocoController` order), which gives each hinge its servo's reflected armature and viscous damping and
-keeps them equal to the kernel's parameters as these change.
+`build_robot` compiles the `[robot] mjcf` with each bound hinge's actuators replaced by one motor actuator
+(ctrl = the servo's output torque) and couples the kernel to the model. The table and its checks:
+docs/robots.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The bus monitor: what each bus thread handles, counted and the last packets kept, for the console.
 
-It wraps one step of each bus thread: a Dynamixel bus's `parse` (drivers/emulated/dynamixel/server.py: bytes in, packets
-with a good CRC out), a CANopen bus's adapter callback and `send` (drivers/emulated/slcan/slcan.py: frames from the host
-and from the nodes), an Etherban server's `handle` (drivers/emulated/etherban/etherban.py: one request). The wrapper
-counts
-and appends the raw packet to a fixed-size deque; decoding waits for the console's request, so the bus thread
-spends well under a microsecond on it and nothing is sent anywhere from it.
+It wraps one step of each bus thread (a Dynamixel bus's `parse`, a CANopen bus's adapter callback and `send`,
+an Etherban server's `handle`) with a counter and a fixed-size deque of raw packets; decoding waits for the
+console's request, so the bus thread spends well under a microsecond on it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A servo's control table or object dictionary for the console: read as a grid, written through its own write path.
 
-Dynamixel: a write takes the bus thread's lock and the rig's atomic batch, as a Write packet does (drivers/
-dynamixel/server.py), and calls `DynamixelServo.write`, the entry point the bus gives a packet: the servo's
-access, range, limit and EEPROM-lock checks answer with the Protocol 2.0 error number the status packet would
-carry. eRob on a CANopen bus: a write takes the drives' lock and calls `CanopenNode.set_data(…,
-check_writable=True)`, what the node's SDO server calls for a download, so a refusal is the SDO abort code
-the drive would send (CiA 301 §7.2.4.3.17). An eRob served over Etherban: the same, on its dictionary.
+A write takes the path a packet or an SDO download would (Dynamixel: `DynamixelServo.write` under the bus
+lock; eRob: `CanopenNode.set_data(…, check_writable=True)` under the drives' lock), so a refusal is the
+error number or abort code the device would send (docs/console.md, The write path).
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Faults that can be injected into a running rig, and how each one changes the kernel.
 
-Kernel faults (Simscape DC Motor block reference, Faults, plus what real servos show):
-
-| fault          | arguments                                        | effect |
-|----------------|--------------------------------------------------|--------|
-| open_circuit   | fraction (0–1], and either nothing (= now),      | armature open for `fraction` of each |
-|                | at_s [s], or current_a [A] + duration_s [s]      | motor revolution (temporal / behavioural) |
-| supply_sag     | voltage_v [V]                                    | supply voltage replaced (sag or surge) |
-| encoder_noise  | std_rad [rad]                                    | Gaussian noise on the measured position |
-| encoder_stuck  | —                                                | measured position frozen |
-| encoder_slip   | rate_rad_s [rad/s]                               | measured position drifts from the true one |
-| overheat       | temperature_c [°C] (default: limit + 5 °C)       | winding heated past its limit: shutdown |
-
-Bus faults (applied by the bus adapters, `drivers/`): a `BusFaults` per actuator.
-
-| fault       | arguments          | effect on the servo's replies |
-|-------------|--------------------|-------------------------------|
-| drop        | probability (0–1]  | the reply is not sent |
-| corrupt     | probability (0–1]  | one byte of the reply is flipped (the CRC no longer matches) |
-| delay       | seconds [s] (≤ 1)  | the reply starts this much later |
-| wrong_baud  | —                  | the servo listens at another baud rate: silence |
+Kernel faults follow the Simscape DC Motor block reference (Faults) plus what real servos show; bus faults are
+a `BusFaults` per actuator, which the bus adapters apply. Names, arguments and units: the fault table of
+docs/configuration.md, Commands.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The `[foxglove]` live view: a Foxglove WebSocket server (the foxglove-sdk package) carrying every joint's
-state and the daemon's events, for the Foxglove app (desktop or browser: *Open connection* →
-`ws://127.0.0.1:8765`). foxglove-sdk's handshake accepts the subprotocol `foxglove.sdk.v1` only: a client offering
-just the older name `foxglove.websocket.v1` gets HTTP 400 (docs/configuration.md lists the clients that connect).
+"""The `[foxglove]` live view: a Foxglove WebSocket server (the foxglove-sdk package).
 
-Channels, JSON messages described by a JSON schema (Foxglove's Plot and Raw Messages panels read them
-without an extension):
-
-- `/<rig>/<joint>/state` (schema `servo_hil.JointState`): the state stream's map (servo_hil/daemon/zmq_io.py),
-  at most `rate_hz` per joint, log time = the stream's timestamp.
-- `/<rig>/events` (schema `servo_hil.Event`): every event the daemon raises (LiveRig.emit), as MQTT
-  carries them.
-
-A robot rig (docs/robots.md) adds `/<rig>/poses`, Foxglove's well-known `foxglove.FrameTransforms` schema
-(protobuf): at every poses message of the state stream (`[robot] pose_every`), one transform per body of the
-MJCF from the parent frame `world` to the body's frame (its name, `body<i>` if unnamed) — translation = the
-body's world position [m], rotation = its orientation — which the 3D panel draws; timestamp and log time are
-the poses message's.
+It carries every joint's state, the daemon's events and, on a robot rig, the bodies' poses, for the Foxglove
+app. Channels, schemas and which clients connect: docs/configuration.md, Foxglove live view.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""MQTT control plane (aiomqtt — the maintained successor of asyncio-mqtt).
+"""MQTT control plane (aiomqtt, the maintained successor of asyncio-mqtt).
 
-Topics under `servo-hil/<rig>/`:
-
-| topic | direction | retained | payload |
-|---|---|---|---|
-| `online` | out | yes | `online`; `offline` as last will and when the daemon stops |
-| `status` | out | yes | JSON every `status_period_s`: rate, overruns, lateness, steal, temperatures, faults |
-| `events` | out | no | JSON: faults raised/cleared, shutdowns, mode changes, command results and errors |
-| `cmd/<command>` | in | – | JSON map of arguments, e.g. `cmd/set_goal` `{"actuator": "shoulder", "value": 0.5}` |
-
-With no broker URL the daemon starts an embedded amqtt broker bound to `embedded_host` (127.0.0.1). It
-admits only the rig's `username`/`password` when they are set (anonymous clients too when they are not),
-drops a client sending a packet larger than MAX_PACKET, and delivers commands to the daemon at QoS 0 (a
-command flood is not a flood of acknowledgements); the daemon executes at most `max_commands_per_s` commands
-a second and drops the rest, counted in `status` and reported once per flood.
+Retained `online` and `status`, `events`, and `cmd/<command>` under `servo-hil/<rig>/`, with an embedded amqtt
+broker when the rig gives no URL; commands are taken at QoS 0 and rate-limited. Topics, limits and
+credentials: docs/configuration.md, MQTT topics, and docs/commands.md, MQTT.
 """
 
 from __future__ import annotations

@@ -1,47 +1,8 @@
 """ZeroMQ interfaces: joint state PUB (two framings), an in-process tap of it, and the msgpack command socket.
 
-State: one message per actuator per published tick, in the framing `[zmq] framing` names:
-
-- "multipart" (default): `[b"<rig>/<joint>", msgpack(map), b"<timestamp seconds>"]`; a SUB may subscribe
-  to one joint by its topic prefix.
-- "single": one frame, `msgpack({"<rig>": {"<joint>": map}, "timestamp": <seconds, float64>})`. A parser that
-  flattens nested maps (PlotJuggler's `msgpack` with "use field as timestamp" = `timestamp`) names every
-  series `/<rig>/<joint>/<key>` and never mixes two joints, whatever it does with extra frames.
-
-Payload keys (SI units):
-
-| key | unit | meaning |
-|---|---|---|
-| seq | – | publish number, +1 per published tick; a gap means messages were lost |
-| t | s | simulation time k·dt |
-| position, position_measured | rad | true output angle; what the encoder reports |
-| velocity | rad/s | output velocity |
-| torque | N·m | actuator torque at the output |
-| current | A | armature current |
-| voltage | V | terminal voltage |
-| temperature | °C | winding temperature (absent without a thermal model) |
-| goal | law unit | the command u: output rad (dxl_pwm, erob_pd), gear·rad (dcmotor position), V, A, N·m |
-| enable | 0/1 | torque enable |
-| external_torque | N·m | co-simulation torque applied at the output |
-| mode | – | firmware law code (0 voltage, 1 position, 2 velocity, 3 dxl_pwm, 4 erob_pd, 5 current, 6 torque, 7 dxl) |
-| fault_flags | – | bits: 1 open circuit, 2 supply, 4 encoder noise, 8 derated, 16 overheat, 32 encoder stuck, |
-|  |  | 64 encoder slip, 128 overload, 256 bus drop, 512 bus corrupt, 1024 bus delay, 2048 wrong baud |
-
-The timestamp is wall-clock time (epoch seconds) of the tick's deadline in real-time mode and
-the simulation time in lock-step mode.
-
-A robot rig (docs/robots.md) also publishes its bodies' poses, one message every `[robot] pose_every`
-ticks (ticks N, 2N, …: exactly rate_hz / N a second) on topic `b"<rig>/poses"`, in the rig's framing (as a
-joint named `poses`): a map of `seq` (the copy's number, +1 per copy: a gap means copies were lost), `t` [s]
-and `tick` of the copy, `bodies` (the MJCF's body names, world first), `position` (x, y, z [m] of each body in
-the world frame, flattened) and `quaternion` (w, x, y, z of each body's orientation, flattened); the timestamp
-is the copy's simulation time in lock-step mode, else the wall-clock time of its tick. The engine holds the
-last 1023 copies for the publisher; only a publisher that many behind (a lock-step burst of more than 1023·N
-ticks) loses the oldest. A robot rig refuses an actuator named `poses`;
-ZeroMQ filters by prefix, so a subscription to `<rig>/poses` still gets a joint `poses2`: compare the whole topic.
-
-Commands: REP socket, request = msgpack map `{"cmd": …, …}`, reply = `{"ok": true, …result}` or
-`{"ok": false, "error": "…"}` (see LiveRig for the commands).
+One message per actuator per published tick in the framing `[zmq] framing` names, the bodies' poses on
+`<rig>/poses` for a robot rig, and msgpack command maps on a REP socket. Framings, payload keys and units:
+docs/configuration.md, ZeroMQ state stream; the poses: docs/robots.md, In real time.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Side-by-side MCAP recorder: real and simulated joint state, plus the bus commands.
 
-Each file holds JSON channels `/real/<joint>/state`, `/sim/<joint>/state`, `/bus/<joint>/commands` and
-`/bus/<joint>/events`
-with jsonschema schemas, which Foxglove and PlotJuggler plot without plugins.
-Segments: files rotate every `rotate_s` s of log time and each one is self-contained (header,
-metadata, schemas, channels), so a kill can cut only the segment being written.
-Crash safety: the open chunk is closed and handed to the OS at least every `flush_s` seconds, so a
-SIGKILL loses at most that much and leaves a file whose complete chunks a linear scan reads
-(`read_side_by_side` does that scan when the footer is missing). The next recorder started in the
-same folder, or `servo_hil.logs.recover.recover` (`servo-hil recover`), rewrites such a file as a complete,
-indexed MCAP; a recorder holds an exclusive flock on the file it writes, so a recovery never touches it.
+JSON channels per joint (`/real/…/state`, `/sim/…/state`, `/bus/…/commands`, `/bus/…/events`), files rotated
+into self-contained segments and the open chunk flushed every `flush_s`, so a kill loses at most that much.
+Channels, segments and crash safety: docs/recording.md.
 """
 
 from __future__ import annotations

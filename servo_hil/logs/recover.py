@@ -1,11 +1,8 @@
 """Recovery of MCAP files cut short by a kill: each one rewritten as a complete, indexed MCAP.
 
-A file whose writer was killed ends inside a record, with no summary and no footer, so index-based
-readers (mcap's `make_reader`, Foxglove, PlotJuggler) refuse it. `recover` reads it linearly up to
-the cut, writes every complete record again through mcap's `Writer` (summary with schemas, channels
-and statistics, chunk and message indexes, footer) into a temporary file beside it, fsyncs that
-file, checks it with mcap's index-based reader, and renames it over the original. The torn original
-is replaced atomically: at any instant the path holds either the torn file or the complete one.
+Every complete record up to the cut is written again through mcap's `Writer` into a temporary file beside
+the original, checked with mcap's indexed reader and renamed over it, so the path always holds the torn file
+or the complete one (docs/recording.md, Recovering a cut segment).
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""A catalog actuator for another simulator: the closest MuJoCo `<dcmotor>` (MJCF) and Isaac Lab's DCMotor
-parameters, each with the list of what the target cannot represent.
+"""A catalog actuator for another simulator: MuJoCo's `<dcmotor>` (MJCF), Isaac Lab's DCMotor or an EDS.
 
-MJCF (MuJoCo 3.7–3.11 attributes, XML reference `<actuator><dcmotor>`; MuJoCo DC motor model §3 Table 19): the
-motor's R, K, gear, inductance, thermal, saturation, cogging, LuGre and damping polynomial on the `<dcmotor>`;
-the reflected armature, bam's viscous friction (damping) and Coulomb level (frictionloss) on the joint, as
-bam/mujoco.py maps them; the firmware law as the v1 controller (input="position"):
-- bam's Dynamixel voltage law V = vin·clip(e_gain·kp·(u − θ), ±max_duty) is kp = vin·e_gain·kp/g, Vmax = vin·max_duty;
-- bam's eRob current law i = clip(kp·e − D·ω, ±max_amps) within the supply band is, with the quasi-static
-  current i = (V − K·g·ω)/R, kp = R·kp/g, kd = (R·D − K·g)/g, Vmax = the supply, saturation imax = max_amps;
-- the motor's own `<dcmotor>` controller as it is.
-The control input is then g × the goal position [rad] (g = 1 for every catalog entry).
-
-Isaac Lab (MuJoCo DC motor model §2.1 Table 9; Isaac Lab `DCMotorCfg`, whose clip is the four-quadrant line
-τ0·(±1 − ω/ω0) within ±effort_limit): a position-input law is a PD in torque units, the back-EMF K²/R in its
-damping, the stall torque at full command `saturation_effort` and the no-load speed `velocity_limit` (friction
-excluded), the torque limit `effort_limit`.
-
-EDS (CiA 306) for an eRob, a CANopen CiA 402 drive: the project's object dictionary of that variant
-(firmware_models/erob/object_dictionary.py), written by python-canopen's `export_od`, so that a controller builds
-`canopen.BaseNode402(node_id, "erob80_100.eds")` for the emulated drive as it does for a real one.
+Each target comes with the list of what it cannot represent. The mappings and their sources (MuJoCo DC motor
+model Tables 9 and 19, Isaac Lab `DCMotorCfg`, CiA 306): docs/commands.md, `servo-hil actuator export`.
 """
 
 from __future__ import annotations

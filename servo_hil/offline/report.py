@@ -1,38 +1,8 @@
 """Sim-vs-real reports (`servo-hil report`): per log and joint a PNG, `report.md` and `report.json`.
 
-Two inputs:
-
-* bam processed logs (a JSON file or a folder of them) replayed through one or more of a catalog
-  actuator's bam models with `servo_hil.offline.replay.replay` — the very function behind `servo-hil replay`, so the
-  MAE here is that command's MAE, bit for bit. "real" is the log, "sim" the closed-loop replay.
-* side-by-side MCAP logs from `servo_hil.logs.mcap` (a file, or a folder: each file is one log, so a recording
-  rotated into several files gives one row per file): every `/real/<joint>/state` channel is paired with
-  `/sim/<joint>/state`; the sim samples are linearly interpolated onto the real samples' times (MCAP log
-  time), real samples outside the sim's time span are left out. The twin is labelled by its model as the
-  recording's metadata names it (`twins`, written by `servo-hil mirror`: m1, a params file, the catalog name),
-  "sim" without it; the goal is the real side's where recorded, else the twin's.
-
-Errors are sim − real. `report.json`:
-
-    kind            "replay" | "mcap"
-    source          the input path as given
-    actuator, integrator, models     the replay's settings (null / [] for MCAP)
-    units           units of the *_rad / *_rad_s / *_s keys
-    rows            one per log × joint × model: log (file name), joint, model (MCAP: the twin's, null if
-                    unnamed), samples, duration_s, mae_rad (mean |q_sim − q_real|), rmse_rad, max_abs_err_rad,
-                    velocity_mae_rad_s (mean |dq_sim − dq_real|, null if a side has no velocity),
-                    plot (PNG file name in the output folder)
-    model_summary   replay only, best first: rank, model, logs, mean_mae_rad (mean of mae_rad over the
-                    logs = `servo-hil replay`'s "mae"), mean_rmse_rad, max_abs_err_rad (worst over the
-                    logs), best_on (logs on which this model has the lowest MAE)
-    state_disagreements   MCAP only: one per log × joint × span where the twin and the real device disagree
-                    on enable (torque on / Operation enabled) or mode (Dynamixel Operating Mode, CiA 402 0x6061):
-                    log, joint, what ("enable" | "mode"), start_s, end_s (from the log's start), real, sim
-                    (the values at the span's start); compared where both sides recorded the field, the sim's
-                    last value at or before each real sample
-    warnings        one line per log × joint with a disagreement (the CLI prints them)
-    unpaired        MCAP only: "<file>: <topic>" for /real or /sim state channels without a counterpart, and
-                    "<file>: no /real–/sim pair" for files of a folder with none (not reported)
+The input is bam processed logs, replayed through a catalog actuator's models by the function behind
+`servo-hil replay` (the same MAE, bit for bit), or the mirror's side-by-side MCAP logs, the sim interpolated
+onto the real samples. Inputs and the keys of `report.json`: docs/configuration.md, Reports.
 """
 
 from __future__ import annotations

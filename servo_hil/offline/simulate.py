@@ -1,15 +1,8 @@
 """Offline simulation from a command CSV (`servo-hil simulate`): one actuator, or a robot's joints.
 
-IN.csv: columns `t,u` and optionally `enable`, `external_torque`; one row per step, held for the
-step; `t` must be k·dt. OUT.csv: one row per step; row k holds t_k = k·dt, the u_k applied during
-step k, the state *before* step k (theta, omega, temperature) and what step k produced (torque,
-current, voltage, theta_meas, friction_torque, fault_flags). Temperature is absolute [°C]; a
-quantity the model does not have is left empty.
-
-A robot rig (`[robot] mjcf = ...`, docs/robots.md) takes IN.csv `t,<joint>,...` (each joint's goal u)
-and optionally `<joint>.enable`; a step is a tick of `[loop] rate_hz`. OUT.csv has `t` then, per joint,
-`<joint>.u`, `<joint>.enable` and `<joint>.<column>` for the columns above (friction_torque: the joint's
-friction-loss force in MuJoCo).
+One IN.csv row per step (a robot rig: per tick, a goal column per joint); OUT.csv holds per step the command
+applied, the state before the step and what the step produced. Columns and units: docs/configuration.md,
+Offline rig, and docs/robots.md, Running it offline.
 """
 
 from __future__ import annotations

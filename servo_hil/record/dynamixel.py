@@ -1,10 +1,8 @@
-"""Active mirror (`servo-hil record`): drive a Dynamixel servo through bam's excitation trajectories
-with dynamixel-sdk and record bam's raw JSON logs (the format of Rhoban/bam's bam/dynamixel/record.py and of its
-XL330 logs, branch xl330, af22604, bam/data.bak/raw/), plus the processed log (5 ms grid) that `replay`, `report`
-and bam's fitting read.
+"""Active mirror (`servo-hil record`): a Dynamixel servo driven through bam's excitation trajectories.
 
-The servo runs in Position mode with the Position P Gain under test (I = D = 0, as bam's recorder
-leaves them); each cycle writes the goal, then reads Present PWM … Present Temperature in one read.
+Through dynamixel-sdk, in Position mode with the P gain under test; it writes bam's raw JSON logs (the format
+of Rhoban/bam's Dynamixel recorder and its XL330 logs) and the processed log (5 ms grid) that `replay`,
+`report` and bam's fitting read. Settings and samples: docs/configuration.md, Record identification logs.
 """
 
 from __future__ import annotations

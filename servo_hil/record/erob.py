@@ -1,15 +1,8 @@
-"""Active mirror for eRobs (`servo-hil record --protocol etherban|canopen`): drive one eRob through bam's
-excitation trajectories with bam's host-side PD and record bam's raw JSON logs (eRob flavour) plus the processed
-log (5 ms grid) that `replay`, `report` and bam's fitting read.
+"""Active mirror for eRobs (`servo-hil record --protocol etherban|canopen`): bam's excitation trajectories.
 
-As `bam/erob/record.py` does (with bam/erob/etherban.py `Client.position_control`): every 1 ms cycle the host
-computes amps = kp·(q* − q) + damping·√kp·(0 − q̇), clipped to ±12 A (the target velocity is 0, as bam's model
-assumes), from the last state, and sends it as the current set-point through a `host_link.Link` (Etherban or
-CANopen); torque off is 0 A, not a disconnection. Before each run it waits (at most 3 s, at 0 A) for the joint
-to be still, then brings it to the trajectory's start with the same PD on a 3 s cubic (choice: bam uses the server's
-POSITION mode there; the PD is one path for both transports). Raw entries, one per cycle: timestamp [s],
-position [rad, wrapped, minus `offset`], speed [rad/s], goal_position, torque_enable, torque_demand [A],
-control = present current [A]. Header: mass, length, arm_mass, kp [A/rad], damping, motor, trajectory.
+Every 1 ms bam's host-side PD (Rhoban/bam's eRob recorder, `Client.position_control`) sends a current
+set-point through an Etherban or CANopen `host_link.Link`; it writes bam's raw JSON logs (eRob flavour) and
+the processed log (5 ms grid). The PD, start-up and raw entries: docs/configuration.md, Record identification logs.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One identification fit: CMA-ES with restarts (the `cmaes` library) over closed-loop rollouts.
 
-The objective is bam's (`bam.fit`): the mean over logs of the mean |q_sim − q_log| [rad] of a
-closed-loop rollout from the log's first state (Duclusaud et al., ICRA 2025, §V-B). Each generation
-is one kernel run: every candidate on every training log is one actuator of `servo_hil.offline.replay.rollout_batch`,
-the function `servo-hil replay` rolls its logs with, so a replay of the fitted parameters gives the
-same MAE. The search (`Search`) runs on the unit cube of the bounds until the budget of evaluations
-(candidate parameter sets, bam's `--trials`) is spent.
+The objective is bam's mean |q_sim − q_log| [rad] (Duclusaud et al., ICRA 2025, §V-B); a generation is one
+kernel run of every candidate on every training log through `rollout_batch`, which `servo-hil replay` also
+uses, so a replay of the fitted parameters gives the same MAE (docs/identification.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Identification inputs read into one log form, bam's processed log (`servo_hil.offline.replay.ProcessedLog`).
+"""Identification inputs read into one log form, bam's processed log (`ProcessedLog`).
 
-Two sources: bam's processed JSON logs (`servo-hil record`, bam's own recorder) and the side-by-side
-MCAP recordings of `servo-hil mirror --record` (servo_hil/logs/mcap.py), whose `/real/<joint>/state`
-positions (and temperatures, where the controller read them) are the servo's and whose goals are those
-the controller sent. An MCAP log carries no pendulum or gain, so its bam header (mass, length, kp, …)
-is given by the caller; it is resampled onto a fixed grid as `bam.process` does (servo_hil/logs/bam.py).
+Two sources: bam's processed JSON logs, and the side-by-side MCAP recordings of `servo-hil mirror --record`,
+whose bam header the caller gives and which are resampled onto a fixed grid as `bam.process` does
+(docs/identification.md, Inputs).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The search space of an identification: which bam parameters are free, their bounds and start.
 
-By default it is exactly bam 1.0.2's `bam.fit` space for the actuator and model
-(config/identify/bounds.toml); `fix` pins parameters to a value; `free` frees only the parameters
-it names, the others held at the catalog's published set of that model (bam's start value without
-one). Beyond bam, `free` and `fix` also take the friction budget's temperature coefficient
-(`TEMPERATURE_KEYS`, the catalog motor's `friction_tempcoef`) and the rising static friction
-(`STICTION_KEYS`, the catalog motor's `dwell_stiction`). The thermal constants fitted to logged
-temperature after the position fit have their own space (`thermal_space`). CMA-ES works on the unit
-cube: x = (value − low) / (high − low), or of the logarithms for a logarithmic parameter.
+By default bam 1.0.2's `bam.fit` space for the actuator and model; `fix` and `free` narrow it, and also take
+the temperature and stiction terms beyond bam; the thermal constants have a space of their own. CMA-ES works on
+the unit cube of the bounds (of the logarithms for a logarithmic parameter): docs/identification.md.
 """
 
 from __future__ import annotations
