@@ -1,4 +1,4 @@
-"""`servo-hil bench`: the benchmarks as a typer sub-app. servo_hil/cli/main.py loads this module only when a `bench`
+"""`servo-hil bench`: the benchmarks as a typer sub-app. The `servo-hil` CLI loads this module only when a `bench`
 command runs, so the CLI starts without bench/ and hil/ never imports it otherwise."""
 
 from __future__ import annotations

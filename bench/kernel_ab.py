@@ -68,7 +68,7 @@ def compare(cores: dict, n: int, rounds: int, simd: str | None) -> dict:
             k.set_params(j, spelled_for(core, bench.kernel_params(seed=j + 1)))
         kernels[name] = k
     steps = max(10, 100_000 // n)
-    u = bench.GEAR * bench.goal(3000 + steps * rounds)   # gear·rad: the position law's unit, as bench/kernel.py
+    u = bench.GEAR * bench.goal(3000 + steps * rounds)   # gear·rad: the position law's unit, as `bench kernel`
     for k in kernels.values():
         k.run(u[:3000], record=False)
     ns = {name: [] for name in kernels}
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--simd", choices=("scalar", "avx2", "avx512"), help="both kernels' path (default: theirs)")
     args = ap.parse_args(argv)
     with contextlib.suppress(AttributeError, OSError):
-        os.sched_setaffinity(0, {0})   # one core, as bench/kernel.py
+        os.sched_setaffinity(0, {0})   # one core, as `bench kernel`
     cores = {"base": load_core(args.base.resolve()), "this": load_core(HERE.parent)}
     load0, stat0 = os.getloadavg(), bench.proc_stat()
     res = {"base": str(args.base.resolve()), "simd": args.simd, "kernel": {}}

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from kernel_ab import load_core, spelled_for  # noqa: E402  (bench/kernel_ab.py)
+from kernel_ab import load_core, spelled_for  # noqa: E402
 
 from tests.hil.test_kernel_plan import DT, GAIN, MOTOR, SENSING, VARIANTS  # noqa: E402
 

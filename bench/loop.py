@@ -153,7 +153,7 @@ def _subscribe(pub: str, seconds: float, warmup: float, capacity: int, on_start=
     """Connect a SUB to `pub`, let the subscription settle for `warmup` s, call `on_start()`, then receive
     for `seconds`, with the C receiver at SUBSCRIBER_PRIORITY (`native`) or from Python at normal priority:
     a dict of numpy arrays, one row per message (`received` epoch s, `stamp` the timestamp frame [s],
-    `topic`, `head` the payload's first bytes), `window_s`, `malformed` (bench/zmq_receiver.pyx)
+    `topic`, `head` the payload's first bytes), `window_s`, `malformed` (`zmq_receiver`)
     and `fifo` (whether the receiver ran SCHED_FIFO)."""
     with _realtime(SUBSCRIBER_PRIORITY) if native else contextlib.nullcontext(False) as fifo:
         rx = _receive(pub, seconds, warmup, capacity, on_start, native)

@@ -47,7 +47,7 @@ class Joint(Protocol):
 @runtime_checkable
 class GoalPort(Protocol):
     """Actuator `j` of a running `RealtimeLoop`, as a firmware model's fast path reaches it
-    (firmware_models/dynamixel/joint_link.pyx): it reads the loop's snapshot (hil/loop/rt.pxd) and, on the
+    (a Dynamixel servo's `JointLink`): it reads the loop's seqlock'd snapshot and, on the
     thread `batch_thread`, stages goals on the loop's command ring itself; any other goal, or one that finds
     the ring full, goes through `queue_goal`."""
 

@@ -228,7 +228,7 @@ class _ModelFile(Strict):
     extra_items: dict[str, _ExtraItem] = Field(default_factory=dict)
     items: dict[str, _ItemCfg]
     mode_defaults: dict[int, dict[str, int]] = Field(default_factory=dict)
-    # gain scalings and unpublished thresholds: validated by firmware_models/dynamixel/firmware_constants.py
+    # gain scalings and unpublished thresholds: validated by `firmware_constants`
     firmware: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-# PresentItems' fields and its C-level `read`, for firmware_models/dynamixel/servo_core.pyx (the bus's per-servo core).
+# PresentItems' fields and its C-level `read`, for `ServoCore` (the bus's per-servo core).
 from libc.stdint cimport int64_t, uint8_t
 
 from firmware_models.dynamixel.joint_link cimport JointLink

@@ -1,4 +1,4 @@
-# A servo's per-packet fields and instructions at C level, for the bus (drivers/emulated/dynamixel/bus.pyx); `read_at` and
+# A servo's per-packet fields and instructions at C level, for the Dynamixel bus; `read_at` and
 # `write_at` return None when the packet needs the Python firmware (servo.py's `read` / `write`).
 from firmware_models.dynamixel.joint_link cimport JointLink
 from firmware_models.dynamixel.present cimport PresentItems

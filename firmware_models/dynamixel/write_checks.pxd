@@ -1,4 +1,4 @@
-# WriteChecks' fields and its C-level write, for firmware_models/dynamixel/servo_core.pyx (a Write without a Python
+# WriteChecks' fields and its C-level write, for `ServoCore` (a Write without a Python
 # call), and the register decoder the firmware's C code shares.
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 

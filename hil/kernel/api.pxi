@@ -22,7 +22,7 @@ def _avx512vl(on=None):
 
 def _simd(path=None):
     """The path step_all uses ("scalar", "avx2", "avx512"): vector math and compiled copy; `path`
-    selects one (tests, bench/kernel.py --simd)."""
+    selects one (tests, `servo-hil bench kernel --simd`)."""
     global hil_simd
     if path is not None:
         level = SIMD_PATHS.index(path)

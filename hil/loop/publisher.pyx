@@ -1,6 +1,6 @@
 # cython: language_level=3
 """The state publisher's hot path: a loop's samples, encoded as msgpack maps, sent into a libzmq PUB socket
-from C without the GIL (`RealtimeLoop.publish` calls it; the socket's owner thread is servo_hil/daemon/zmq_io.py's)."""
+from C without the GIL (`RealtimeLoop.publish` calls it; the socket's owner thread is the daemon's)."""
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -59,7 +59,7 @@ cdef inline int _i64(char* b, int m, int64_t x) noexcept nogil:
 
 
 cdef int _encode_sample(char* b, const Sample* s, int64_t flags) noexcept nogil:
-    """The state-stream payload of one sample as a msgpack map (schema: servo_hil/daemon/zmq_io.py)."""
+    """The state-stream payload of one sample as a msgpack map (keys: docs/configuration.md, ZeroMQ state stream)."""
     cdef bint has_temp = not isnan(s.temperature)
     cdef int m = 1
     b[0] = <char>(0x80 | (14 if has_temp else 13))   # msgpack fixmap

@@ -1,6 +1,6 @@
 # The loop's types and accessors other extensions use at C speed: a StateView's struct (firmware_models/dynamixel/
 # present.pyx computes Present registers from it without a Python lookup per field), and the snapshot and command
-# ring of a running RealtimeLoop (firmware_models/dynamixel/joint_link.pyx: a servo's state, time and goal per packet
+# ring of a running RealtimeLoop (a Dynamixel servo's `JointLink`: a servo's state, time and goal per packet
 # without a Python call).
 from libc.stdint cimport int64_t
 
@@ -26,7 +26,7 @@ cdef int push_command(object loop, int kind, int64_t index, double a, double b, 
 
 
 cdef struct TickHook:
-    # other physics a RealtimeLoop ticks instead of its kernel's steps (hil/robot/engine.pyx: the kernel coupled to a
+    # other physics a RealtimeLoop ticks instead of its kernel's steps (the robot engine: the kernel coupled to a
     # MuJoCo model): fn(ctx) runs one whole tick without the GIL; handed over as a PyCapsule named "hil.loop.TickHook"
     void (*fn)(void* ctx) noexcept nogil
     void* ctx

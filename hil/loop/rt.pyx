@@ -450,7 +450,7 @@ cdef class RealtimeLoop:
         fault flags differ from `known_flags[index]` (updated), `wait_s` [s] has passed, or the loop stopped.
         `wait_s` = 0: drain once. Waiting here instead of in Python keeps the GIL out of every tick's path.
 
-        Each sample goes out as [topics[index], msgpack map (servo_hil/daemon/zmq_io.py), timestamp]: the deadline in
+        Each sample goes out as [topics[index], msgpack map (docs/configuration.md), timestamp]: the deadline in
         epoch seconds ("%d.%09d" of deadline_ns + stamp_offset_ns, exact to the ns), or with stamp_sim_time the
         simulation time ("%.9f"); `bus_flags[index]` is OR-ed into its fault flags. With `single_frame` each
         sample is one frame instead: topics[index] is the msgpack head of `{rig: {joint: map}}` and the frame

@@ -383,7 +383,7 @@ cdef class RobotEngine:
         return out
 
     def tick_hook(self):
-        """A capsule ("hil.loop.TickHook", hil/loop/rt.pxd) of the C function and context that run one tick of
+        """A capsule ("hil.loop.TickHook") of the C function and context that run one tick of
         this engine: RealtimeLoop(physics=engine) calls it in place of its kernel steps, without the GIL."""
         return PyCapsule_New(&self.hook, b"hil.loop.TickHook", NULL)
 

@@ -1,6 +1,6 @@
 """The web console's HTTP and WebSocket server (aiohttp), run by the daemon in a thread of its own.
 
-State comes from the daemon's in-process state tap (servo_hil/daemon/zmq_io.py, STATE_TAP) already decimated to
+State comes from the daemon's in-process state tap (`zmq_io.STATE_TAP`) already decimated to
 `[console] rate_hz`; the server batches it and pushes it to every browser `PUSH_HZ` times a second, so the loop
 and the publisher do no work for the console. Control-table edits run the servo's own Write (the entry point a
 bus packet reaches, under the bus thread's lock), so its checks and error numbers are the servo's.

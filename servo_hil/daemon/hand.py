@@ -1,4 +1,4 @@
-"""The `hand` command's arguments: a person's hand on a joint, as the kernel's Hand record (hil/kernel/core.pxd).
+"""The `hand` command's arguments: a person's hand on a joint, as the kernel's Hand record.
 
 Values a command leaves out come from config/daemon/hand.toml.
 """
@@ -22,7 +22,7 @@ RELEASE = hand_record(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 class HandFeel(Strict):
-    """config/daemon/hand.toml: how the hand feels when a command does not say."""
+    """The hand's defaults: how the hand feels when a command does not say."""
 
     speed: float = Field(ge=0, le=100, description="[rad/s] of the setpoint along the path")
     stiffness: float = Field(gt=0, le=1e4, description="[N·m/rad]")

@@ -1,6 +1,6 @@
 """One daemon per network port: `servo-hil run` holds an exclusive flock(2) on a lock file per TCP port (and
 ipc:// path) its rig binds, holding its pid and rig name, so that a second daemon of the same rig is told at
-once, in one line, which servo-hil holds them — as a pty link's lock does (drivers/wire/ports.py). The kernel drops
+once, in one line, which servo-hil holds them — as a pty link's lock does (`hold_lock_file`). The kernel drops
 a lock when its process dies, so a crashed daemon never blocks the next one.
 """
 

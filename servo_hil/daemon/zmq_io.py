@@ -125,7 +125,7 @@ class StatePublisher(threading.Thread):
         """Publish what the loop has produced, then (for up to `wait_s` [s]) each tick's samples as they come,
         until a fault flag changes (its events are raised here); the messages sent."""
         live = self.live
-        # encoded, sent and waited for by C code without the GIL (hil/loop/rt.pyx publish): Python here only
+        # encoded, sent and waited for by C code without the GIL (`RealtimeLoop.publish`): Python here only
         # when a fault flag changes or wait_s has passed
         sent, changes = live.loop.publish(self.sock.underlying, self.topics, live.bus_flag_bits,
                                           self._epoch_minus_monotonic_ns, live.rig.loop.lockstep, self.flags, wait_s,

@@ -1,5 +1,5 @@
 """The sweep `servo-hil record` makes, whatever drives the servo: every excitation trajectory at every gain, each
-run written as bam's raw log and its processed twin (servo_hil/logs/bam.py) under `<out>/raw/` and `<out>/processed/`.
+run written as bam's raw log and its processed twin under `<out>/raw/` and `<out>/processed/`.
 """
 
 from __future__ import annotations
