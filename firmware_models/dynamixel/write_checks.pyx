@@ -68,8 +68,9 @@ cdef class WriteChecks:
         self.choices = {}
         self.limits = {}
         self.a_torque = spec.item("Torque Enable").address
-        self.a_mode = spec.item("Operating Mode").address
-        self.a_drive = spec.item("Drive Mode").address
+        # -1 on a model without the item (Protocol 1.0): no rule then reads it (no limit_modes, no time_based_max)
+        self.a_mode = spec.item("Operating Mode").address if spec.has("Operating Mode") else -1
+        self.a_drive = spec.item("Drive Mode").address if spec.has("Drive Mode") else -1
         self.a_watchdog = spec.item("Bus Watchdog").address if spec.has("Bus Watchdog") else -1
         guarded = {spec.item(n).address for n in spec.watchdog_guarded} if self.a_watchdog >= 0 else set()
         for it in spec.items:
