@@ -154,7 +154,7 @@ class BusConfig(Strict):
     """One `[[buses]]` entry: a bus on which the rig's servos answer as the real ones do."""
 
     name: str
-    protocol: Literal["dynamixel", "canopen", "etherban"]
+    protocol: Literal["dynamixel", "canopen", "etherban", "feetech"]
     port: str | None = Field(None, description="pty symlink path to create; none = print the /dev/pts name")
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")

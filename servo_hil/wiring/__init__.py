@@ -20,6 +20,10 @@ def open_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> BusSe
         from servo_hil.wiring.erob import open_canopen_bus
 
         return open_canopen_bus(cfg, live, port)
+    if cfg.protocol == "feetech":
+        from servo_hil.wiring.feetech import open_feetech_bus
+
+        return open_feetech_bus(cfg, live, port)
     if cfg.protocol == "etherban":
         from servo_hil.wiring.erob import open_etherban
 

@@ -33,7 +33,8 @@ _PING_REPLY_BYTES = 6          # FF FF ID 02 ERR CHK
 
 
 class Reply(NamedTuple):
-    """What a servo makes of one instruction: its status packet's error byte and parameters."""
+    """What a servo makes of one instruction: its status packet's error byte and parameters. A servo may return
+    any (error, params) pair: firmware models sit below this layer and do not import it."""
 
     error: int
     params: bytes = b""
@@ -56,12 +57,12 @@ class Protocol1Servo(Protocol):
     return_delay_s: float          # Return Delay Time [s]
     status_return_level: int
 
-    def ping(self) -> Reply | None: ...
-    def read(self, address: int, length: int) -> Reply | None: ...
-    def write(self, address: int, data: bytes) -> Reply | None: ...
-    def reg_write(self, address: int, data: bytes) -> Reply | None: ...
-    def action(self) -> Reply | None: ...
-    def reset(self) -> Reply | None: ...
+    def ping(self) -> tuple[int, bytes] | None: ...
+    def read(self, address: int, length: int) -> tuple[int, bytes] | None: ...
+    def write(self, address: int, data: bytes) -> tuple[int, bytes] | None: ...
+    def reg_write(self, address: int, data: bytes) -> tuple[int, bytes] | None: ...
+    def action(self) -> tuple[int, bytes] | None: ...
+    def reset(self) -> tuple[int, bytes] | None: ...
     def housekeeping(self) -> None: ...
 
 
@@ -184,7 +185,7 @@ class Protocol1Bus:
         return [self._status(i, reply, s.return_delay_s)]
 
     @staticmethod
-    def _execute(s: Protocol1Servo, ins: int, p: bytes) -> Reply | None:
+    def _execute(s: Protocol1Servo, ins: int, p: bytes) -> tuple[int, bytes] | None:
         if ins == Instruction.READ:
             return s.read(*_read_params(p))
         if ins == Instruction.WRITE:
@@ -267,8 +268,9 @@ class Protocol1Bus:
                 return i
         return -1
 
-    def _status(self, i: int, reply: Reply, offset_s: float) -> Transmission:
-        return Transmission(encode_status(self.servos[i].id, reply.error, reply.params), offset_s, i)
+    def _status(self, i: int, reply: tuple[int, bytes], offset_s: float) -> Transmission:
+        error, params = reply
+        return Transmission(encode_status(self.servos[i].id, error, params), offset_s, i)
 
     def _unicast_error(self, pid: int, ins: int, listening: list[int], error: int | None) -> list[Transmission]:
         if error is None or pid == BROADCAST_ID:

@@ -1,0 +1,317 @@
+"""One simulated Feetech STS servo: its control table and what its firmware does with a register write.
+
+The bus (drivers/emulated/protocol1) hands each instruction to `FeetechServo`; the servo keeps its table, turns
+writes into the kernel law `sts`'s SI parameters and goal, fills the Present items from the kernel's state, and
+runs the protections of the Feetech STS memory table (Unloading_Condition with Overload_Torque and Protection_Time,
+Protection_Current and Over_Current_Protection_Time, the temperature and voltage limits). Where the memory table is
+silent the choice is ours and docs/feetech.md says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from firmware_models.feetech.control_table import ControlTable, ModelSpec
+from hil.joint import Joint
+from hil.kernel import LAWS, STS_MODES
+
+__all__ = ["STATUS_BITS", "FeetechServo"]
+
+# Status (65) and status-packet error bits (Feetech STS memory table §Servo status; feetech-servo-sdk ERRBIT_*)
+VOLTAGE, ANGLE, OVERHEAT, OVERCURRENT, OVERLOAD = 1, 2, 4, 8, 32
+STATUS_BITS = {"voltage": VOLTAGE, "angle": ANGLE, "overheat": OVERHEAT, "overcurrent": OVERCURRENT,
+               "overload": OVERLOAD}
+
+_EEPROM_END = 40          # addresses below are EEPROM (Feetech STS memory table: EPROM 0..39, SRAM from 40)
+_PRESENT_FIRST, _PRESENT_END = 56, 71   # Present_Position .. Present_Current: from the kernel's state on a read
+_CALIBRATE = 128          # Torque_Enable value: the present position becomes 2048 (memory table, Torque switch)
+_ZERO_STEP = 2048         # 0 rad at the middle of the encoder's range, as the Dynamixel models take it
+_PHASE_SPEED_ZERO_IS_MAX = 0x08   # Phase bit 3: Goal_Velocity 0 means the maximum speed
+_PHASE_FULL_ANGLE = 0x10          # Phase bit 4: Present_Position is not folded into 0..4095
+_MODES = {0: "position", 1: "wheel", 2: "pwm", 3: "step"}
+# writes whose only effect is on what the law is given (gains, limits, profile)
+_LAW_ITEMS = frozenset({"P_Coefficient", "D_Coefficient", "I_Coefficient", "CW_Dead_Zone", "CCW_Dead_Zone",
+                        "Velocity_closed_loop_P_proportional_coefficient",
+                        "Velocity_closed_loop_I_integral_coefficient", "Acceleration", "Maximum_Acceleration",
+                        "Goal_Velocity", "Torque_Limit", "Phase", "Operating_Mode", "Protective_Torque"})
+_GOAL_ITEMS = frozenset({"Goal_Position", "Goal_Velocity", "Goal_Time", "Min_Position_Limit", "Max_Position_Limit",
+                         "Homing_Offset", "Operating_Mode"})
+
+
+class FeetechServo:
+    """A Feetech servo of model `spec` driving actuator `joint` of the kernel (a `Protocol1Servo` for the bus:
+    each instruction returns (error byte, parameters), or None where the servo stays silent).
+
+    `registers` override EEPROM defaults at power-up as a rig file gives them (the servo's saved EEPROM: they
+    survive a power cycle)."""
+
+    def __init__(self, spec: ModelSpec, joint: Joint, registers: Mapping[str, int] | None = None):
+        self.spec = spec
+        self.joint = joint
+        self.table = ControlTable(spec)
+        for name, value in (registers or {}).items():
+            self.table.set(name, value)
+        self._flash = bytes(self.table.data[:_EEPROM_END])   # EEPROM as kept over a power cycle
+        # the writable factory items (Maximum_Acceleration) are kept like EEPROM
+        self._flash_factory = {it.name: self.table.get(it.name) for it in spec.items
+                               if it.area == "factory" and it.access == "RW"}
+        base = joint.params()
+        self._full_duty = base["max_duty"] or 1.0    # the catalog's duty at Torque_Limit 1000 (bam max_pwm)
+        self._error_gain = base.get("sts_error_gain") or base.get("error_gain") or 0.166
+        self._supply_v = base.get("supply_v") or 7.4
+        self._rad = 2.0 * math.pi / spec.resolution     # [rad per step]
+        self._registered: tuple[int, bytes] | None = None
+        self._status = 0                 # latched protection bits (Status, 65)
+        self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}     # [s] above each threshold so far
+        self._last_t: float | None = None
+        self._enabled = False            # torque on as the client asked it
+        self._unloaded = False           # a protection released the torque (Unloading_Condition)
+        self._protective = False         # overload without unloading: the output is held at Protective_Torque
+        self._power_up()
+
+    # ------------------------------------------------------------------ identity, as the bus reads it
+    def _cache(self) -> None:
+        t = self.table
+        self.id = t.get("ID")
+        self.baud_bps = self.spec.baud_rates.get(t.get("Baud_Rate"), 0)   # a code the model lacks: nobody hears it
+        self.return_delay_s = t.get("Return_Delay_Time") * t.item("Return_Delay_Time").si_per_unit
+        self.status_return_level = t.get("Response_Status_Level")
+
+    def _power_up(self) -> None:
+        t = self.table
+        t.data[:_EEPROM_END] = self._flash
+        for it in self.spec.items:
+            if it.area == "ram":
+                t.set(it.name, it.default)
+        for name, value in self._flash_factory.items():
+            t.set(name, value)
+        t.set("Torque_Limit", t.get("Max_Torque_Limit"))     # memory table: 48 is loaded from 16 at power-up
+        self._registered = None
+        self._status = 0
+        self._enabled = self._unloaded = self._protective = False
+        self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}
+        self._last_t = None
+        self._cache()
+        self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
+        self.joint.sync()
+        t.set("Goal_Position", self._present_steps(self._measured()))
+        self._refresh_present()
+
+    def reboot(self) -> None:
+        """Power cycle: EEPROM as last saved, RAM at its defaults, torque off."""
+        self._power_up()
+
+    # ------------------------------------------------------------------ instructions (bus.Protocol1Servo)
+    def ping(self) -> tuple[int, bytes]:
+        return self._status, b""
+
+    def read(self, address: int, length: int) -> tuple[int, bytes] | None:
+        """`length` bytes at `address`, the Present items as of the loop's latest state. A read past the table is
+        not answered: the status byte has no bit for it (our choice, docs/feetech.md)."""
+        if address + length > _PRESENT_FIRST and address < _PRESENT_END:
+            self.housekeeping()
+            self._refresh_present()
+        data = self.table.read(address, length)
+        return None if data is None else (self._status, data)
+
+    def write(self, address: int, data: bytes) -> tuple[int, bytes]:
+        """A WRITE: the bytes of writable items are stored (others ignored, as the servo has no error bit to
+        refuse them), then acted on."""
+        self._apply(address, bytes(data))
+        return self._status, b""
+
+    def reg_write(self, address: int, data: bytes) -> tuple[int, bytes]:
+        """REG WRITE: held until ACTION; Async_Write_Flag (64) says one is waiting (memory table)."""
+        self._registered = (address, bytes(data))
+        self.table.write(64, b"\x01", writable=False)
+        return self._status, b""
+
+    def action(self) -> tuple[int, bytes]:
+        if self._registered is not None:
+            address, data = self._registered
+            self._registered = None
+            self.table.write(64, b"\x00", writable=False)
+            self._apply(address, data)
+        return self._status, b""
+
+    def reset(self) -> tuple[int, bytes]:
+        """RESET: factory values everywhere but ID and Baud_Rate, so the servo stays reachable (our choice: the
+        manual does not say which items a reset keeps), saved at once, then a power cycle."""
+        keep = {"ID": self.table.get("ID"), "Baud_Rate": self.table.get("Baud_Rate")}
+        reply = (self._status, b"")
+        self.table.reset()
+        for name, value in keep.items():
+            self.table.set(name, value)
+        self._flash = bytes(self.table.data[:_EEPROM_END])
+        self._flash_factory = {n: self.spec.item(n).default for n in self._flash_factory}
+        self._power_up()
+        return reply
+
+    # ------------------------------------------------------------------ firmware
+    def _apply(self, address: int, data: bytes) -> None:
+        t = self.table
+        lock_open = t.get("Lock") == 0      # as before this write: the Lock flag decides whether EEPROM is saved
+        changed = t.write(address, data)
+        if not changed:
+            return
+        end = address + len(data)
+        if address < _EEPROM_END and lock_open:
+            lo, hi = address, min(end, _EEPROM_END)
+            self._flash = self._flash[:lo] + bytes(t.data[lo:hi]) + self._flash[hi:]
+        for name in self._flash_factory:
+            if name in changed and lock_open:
+                self._flash_factory[name] = t.get(name)
+        if "ID" in changed or "Baud_Rate" in changed or "Return_Delay_Time" in changed \
+                or "Response_Status_Level" in changed:
+            self._cache()
+        if "Max_Torque_Limit" in changed and t.get("Torque_Limit") > t.get("Max_Torque_Limit"):
+            t.set("Torque_Limit", t.get("Max_Torque_Limit"))
+        if "Torque_Enable" in changed:
+            self._torque(t.get("Torque_Enable"))
+            return
+        params = self._kernel_params() if _LAW_ITEMS.intersection(changed) else None
+        goal = self._kernel_goal() if _GOAL_ITEMS.intersection(changed) else None
+        if params is not None or goal is not None:
+            self.joint.command(params=params, goal=goal)
+
+    def _torque(self, value: int) -> None:
+        t = self.table
+        if value == _CALIBRATE:
+            # the present position becomes 2048: Homing_Offset = actual − 2048 (memory table, Torque switch 128),
+            # saved at once; the torque stays as it was
+            actual = round(self._measured() / self._rad) + _ZERO_STEP
+            offset = (actual - _ZERO_STEP + 2048) % 4096 - 2048
+            t.set("Homing_Offset", max(-2047, min(2047, offset)))
+            self._flash = bytes(t.data[:_EEPROM_END])
+            t.set("Torque_Enable", 0 if self._unloaded else int(self._enabled))
+            self.joint.command(goal=self._kernel_goal())
+            return
+        on = value != 0
+        if on:
+            # enabling again releases the latched protections (our choice: the manual names no other way but a
+            # power cycle); the goal is where the shaft is unless one was written before
+            self._status = 0
+            self._unloaded = self._protective = False
+            self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}
+        self._enabled = on
+        self.joint.command(params=self._kernel_params(), goal=self._kernel_goal(), enable=on, clear_latches=on)
+
+    def _kernel_params(self) -> dict:
+        """The law `sts`'s parameters from the registers (units: the model's [units], Feetech STS memory table)."""
+        t = self.table
+        mode = t.get("Operating_Mode")
+        full_speed = t.get("Maximum_Velocity_Limit") * t.item("Maximum_Velocity_Limit").si_per_unit
+        speed = abs(t.get("Goal_Velocity")) * t.item("Goal_Velocity").si_per_unit
+        if speed == 0 or speed > full_speed:
+            # Goal_Velocity 0 is the maximum speed with Phase bit 3 (the STS3215's setting), else a stop
+            speed = full_speed if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX or speed else 0.0
+        acc_unit = t.item("Acceleration").si_per_unit
+        acc = min(t.get("Acceleration"), t.get("Maximum_Acceleration")) * acc_unit   # 0: no limit
+        limit = t.get("Torque_Limit")
+        if self._protective:
+            limit = min(limit, 10 * t.get("Protective_Torque"))
+        return {
+            "law": LAWS["sts"],
+            "sts_mode": STS_MODES[_MODES.get(mode, "position")],
+            "sts_p": float(t.get("P_Coefficient")),
+            "sts_error_gain": self._error_gain,
+            "sts_speed": speed,
+            "sts_acc": acc,
+            "max_duty": self._full_duty * min(limit, 1000) / 1000.0,
+        }
+
+    def _kernel_goal(self) -> float:
+        """The law's goal u: a position [rad] (modes 0 and 3), a velocity [rad/s] (1) or a duty (2)."""
+        t = self.table
+        mode = t.get("Operating_Mode")
+        if mode == 1:
+            return t.get("Goal_Velocity") * t.item("Goal_Velocity").si_per_unit
+        if mode == 2:
+            return t.get("Goal_Time") * t.item("Goal_Time").si_per_unit * self._full_duty
+        theta = self._measured()
+        present = self._present_steps(theta)
+        goal = t.get("Goal_Position")
+        lo, hi = t.get("Min_Position_Limit"), t.get("Max_Position_Limit")
+        if mode == 0 and not (lo == 0 and hi == 0):
+            goal = max(lo, min(hi, goal))       # the limits clamp the goal (both 0: multi-turn, no clamp)
+        if mode == 3:
+            goal = present + goal               # step mode: the goal counts from where the shaft is
+        t.set("Present_Goal", goal)
+        return theta + (goal - present) * self._rad
+
+    # ------------------------------------------------------------------ register ⇄ SI
+    def _state(self) -> Mapping:
+        return self.joint.read_state()
+
+    def _measured(self, st: Mapping | None = None) -> float:
+        st = st if st is not None else self._state()
+        return st["theta_meas"] if st["k"] > 0 else st["theta"]
+
+    def _present_steps(self, theta: float) -> int:
+        """Present_Position for shaft angle `theta`: actual − Homing_Offset (LeRobot `_get_half_turn_homings`),
+        folded into 0..4095 unless Phase bit 4 (angle feedback mode) asks for the full angle."""
+        t = self.table
+        p = round(theta / self._rad) + _ZERO_STEP - t.get("Homing_Offset")
+        return p if t.get("Phase") & _PHASE_FULL_ANGLE else p % self.spec.resolution
+
+    def _refresh_present(self) -> None:
+        t = self.table
+        st = self._state()
+        theta = self._measured(st)
+        t.set("Present_Position", self._present_steps(theta))
+        t.set("Present_Velocity", round(st["omega"] / t.item("Present_Velocity").si_per_unit))
+        t.set("Present_Load", round(st["duty"] / self._full_duty * 1000) if self._full_duty else 0)
+        t.set("Present_Current", round(abs(st["i_out"]) / t.item("Present_Current").si_per_unit))
+        t.set("Present_Voltage", round(self._vin() * 10))
+        temp = st["temperature"] if st["k"] > 0 else 25.0 + st["temp_rise"]
+        t.set("Present_Temperature", max(0, round(temp)))
+        t.set("Status", self._status)
+        threshold = t.get("Moving_Velocity_Threshold") * t.item("Moving_Velocity_Threshold").si_per_unit
+        moving = abs(st["omega"]) > threshold or abs(st["traj_vel"]) > 0.0
+        t.set("Moving", int(moving and self._enabled))
+        t.set("Torque_Enable", int(self._enabled and not self._unloaded))
+
+    def _vin(self) -> float:
+        p = self.joint.params()
+        v = p.get("supply_override", math.nan)
+        return v if v == v else (p.get("supply_v") or self._supply_v)
+
+    # ------------------------------------------------------------------ protections
+    def housekeeping(self) -> None:
+        """The protections, run between packets (and before a read of the Present items): each condition of the
+        Status byte is set while it holds; one whose Unloading_Condition bit is set releases the torque."""
+        t = self.table
+        st = self._state()
+        now = self.joint.time_s()
+        dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
+        self._last_t = now
+        found = 0
+        vin = self._vin()
+        if not t.get("Min_Voltage_Limit") / 10 <= vin <= t.get("Max_Voltage_Limit") / 10:
+            found |= VOLTAGE
+        temp = st["temperature"] if st["k"] > 0 else 25.0 + st["temp_rise"]
+        if temp > t.get("Max_Temperature_Limit"):
+            found |= OVERHEAT
+        load = abs(st["duty"]) / self._full_duty * 100 if self._full_duty else 0.0     # [%]
+        current = abs(st["i_out"])
+        for bit, over, limit_s in (
+                (OVERLOAD, self._enabled and load >= t.get("Overload_Torque") > 0,
+                 t.get("Protection_Time") * 0.01),
+                (OVERCURRENT, current > t.get("Protection_Current") * t.item("Protection_Current").si_per_unit,
+                 t.get("Over_Current_Protection_Time") * 0.01)):
+            self._timers[bit] = self._timers[bit] + dt if over else 0.0
+            if over and self._timers[bit] >= limit_s:
+                found |= bit
+        if not found & ~self._status:
+            return
+        self._status |= found
+        if found & t.get("Unloading_Condition") and self._enabled and not self._unloaded:
+            self._unloaded = True
+            t.set("Torque_Enable", 0)
+            self.joint.command(enable=False)
+        elif found & OVERLOAD and not self._protective:
+            # overload protection without unloading: the output is held at Protective_Torque (34)
+            self._protective = True
+            self.joint.command(params=self._kernel_params())
+        t.set("Status", self._status)
