@@ -16,6 +16,10 @@ def open_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> BusSe
         from servo_hil.wiring.dynamixel import open_dynamixel_bus
 
         return open_dynamixel_bus(cfg, live, port)
+    if cfg.protocol == "dynamixel1":
+        from servo_hil.wiring.dynamixel1 import open_dynamixel1_bus
+
+        return open_dynamixel1_bus(cfg, live, port)
     if cfg.protocol == "canopen":
         from servo_hil.wiring.erob import open_canopen_bus
 
