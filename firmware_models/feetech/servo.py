@@ -216,6 +216,9 @@ class FeetechServo:
             "sts_mode": STS_MODES[_MODES.get(mode, "position")],
             "sts_p": float(t.get("P_Coefficient")),
             "sts_error_gain": self._error_gain,
+            # EST until the law's own register scalings: 0.01 duty per (unit · rad/s) and per (unit · rad)
+            "sts_kvp": 0.01 * t.get("Velocity_closed_loop_P_proportional_coefficient"),
+            "sts_kvi": 0.01 * t.get("Velocity_closed_loop_I_integral_coefficient"),
             "sts_speed": speed,
             "sts_acc": acc,
             "max_duty": self._full_duty * min(limit, 1000) / 1000.0,
