@@ -40,7 +40,7 @@ PENDULUM = {"mass": 0.5, "arm_mass": 0.1, "length": 0.15, "gravity": 9.80665}
 GEAR = 200.0
 MOTOR = {
     "resistance": 2.0,            # ohm
-    "motorconst": 0.0125,         # N·m/A (output: 2.5 N·m/A through the gear)
+    "kt": 0.0125,                 # N·m/A (output: 2.5 N·m/A through the gear)
     "armature": 3e-7,             # kg·m² rotor, × gear² = 0.012 kg·m² at the output
     "inductance": 1e-3,           # H  -> te = L/R = 0.5 ms
     "didt_max": 2000.0,           # A/s
@@ -149,7 +149,7 @@ def kernel_params(seed: int = 1, *, mujoco_subset: bool = False, without: str | 
     b1, b2, b3 = MOTOR["damping"]
     p.update({
         "law": LAWS["position"], "integrator": 0,
-        "resistance": MOTOR["resistance"], "motorconst": MOTOR["motorconst"], "gear": GEAR,
+        "resistance": MOTOR["resistance"], "kt": MOTOR["kt"], "gear": GEAR,
         "armature": MOTOR["armature"], "te": MOTOR["inductance"] / MOTOR["resistance"],
         "didt_max": MOTOR["didt_max"], "tau_max": MOTOR["tau_max"],
         "thermal_r": MOTOR["thermal_r"], "thermal_c": MOTOR["thermal_c"], "tempcoef": MOTOR["tempcoef"],
@@ -320,7 +320,7 @@ def mjcf() -> str:
     b1, b2, b3 = MOTOR["damping"]
     C = CONTROLLER
     dcmotor = f"""<dcmotor name="motor" joint="hinge" gear="{GEAR!r}" input="position"
-             resistance="{MOTOR['resistance']!r}" motorconst="{MOTOR['motorconst']!r}"
+             resistance="{MOTOR['resistance']!r}" motorconst="{MOTOR['kt']!r}"
              armature="{MOTOR['armature']!r}" inductance="{MOTOR['inductance']!r}"
              saturation="{MOTOR['tau_max']!r} 0 {MOTOR['didt_max']!r}"
              thermal="{MOTOR['thermal_r']!r} {MOTOR['thermal_c']!r} 0 {MOTOR['tempcoef']!r}

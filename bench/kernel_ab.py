@@ -49,6 +49,8 @@ def spelled_for(core, p: dict) -> dict:
 
     fields = core.default_params()
     p = dict(p)
+    if "motorconst" in fields and "kt" in p:    # a kernel from before the torque constant was named kt
+        p["motorconst"] = p.pop("kt")
     if "duty_gain" in fields and "fw_kp" in p:
         p["duty_gain"] = p.pop("error_gain") * p.pop("fw_kp")
     if "duty_gain" not in fields and "duty_gain" in p:

@@ -23,7 +23,7 @@ from kernel_ab import load_core, spelled_for  # noqa: E402
 
 from tests.hil.test_kernel_plan import DT, GAIN, MOTOR, SENSING, VARIANTS  # noqa: E402
 
-DXL = {"law": 7, "resistance": 2.0, "motorconst": 0.5, "dxl_kpp": 8.0, "dxl_kpi": 2.0, "dxl_kpd": 0.05,
+DXL = {"law": 7, "resistance": 2.0, "kt": 0.5, "dxl_kpp": 8.0, "dxl_kpi": 2.0, "dxl_kpd": 0.05,
        "dxl_kff1": 0.1, "dxl_kff2": 0.01, "dxl_kvp": 0.3, "dxl_kvi": 1.0, "dxl_prof_vel": 3.0,
        "dxl_prof_acc": 20.0, "dxl_goal_current": 1.0, "max_current": 1.5}
 # Operating Mode register values: current, velocity, position, extended position, current-based position, PWM

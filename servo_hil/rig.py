@@ -57,7 +57,7 @@ class ActuatorConfig(DCMotor):
 
     @model_validator(mode="after")
     def _one_source(self) -> ActuatorConfig:
-        inline = any(getattr(self, k) is not None for k in ("resistance", "motorconst", "nominal", "rated",
+        inline = any(getattr(self, k) is not None for k in ("resistance", "kt", "nominal", "rated",
                                                              "kt_mnm_per_a", "kv_rpm_per_v"))
         sources = [n for n, on in (("catalog", self.catalog), ("mjcf", self.mjcf), ("inline attributes", inline))
                    if on]

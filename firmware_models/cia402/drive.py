@@ -115,7 +115,7 @@ class Cia402Drive(StateMachine, Modes):
         self.values: dict[tuple[int, int], int] = {}
         p = joint.params()
         self._hw_max_amps = p["max_amps"] if p["max_amps"] > 0 else math.inf
-        self._kt = p["motorconst"] * p["gear"] * p["efficiency"]
+        self._kt_out = p["kt"] * p["gear"] * p["efficiency"]
         self._supply_v = 0.0
         self._derated = False
         self._emcy: list[tuple[int, int, bytes]] = []
@@ -214,9 +214,9 @@ class Cia402Drive(StateMachine, Modes):
         return self.values[STATUSWORD]
 
     @property
-    def kt_nm_per_a(self) -> float:
-        """Output torque per armature ampere (motorconst·gear·efficiency of the kernel parameters)."""
-        return self._kt
+    def output_kt_nm_per_a(self) -> float:
+        """Output torque per armature ampere (kt·gear·efficiency of the kernel parameters)."""
+        return self._kt_out
 
     @property
     def has_fault(self) -> bool:
@@ -276,7 +276,7 @@ class Cia402Drive(StateMachine, Modes):
     def _sense(self) -> tuple[dict, dict]:
         st = self.joint.read_state()
         p = self.joint.params()
-        inputs = (p["supply_override"], p["supply_v"], p["ambient"], p["motorconst"], p["gear"], p["efficiency"])
+        inputs = (p["supply_override"], p["supply_v"], p["ambient"], p["kt"], p["gear"], p["efficiency"])
         same = st is self._sensed_state or st == self._sensed_state    # a LiveJoint hands out one dict per step
         if same and inputs == self._sensed_inputs:
             return st, p        # the kernel has not stepped since (a SYNC's refresh, then the tick): as it was
@@ -304,15 +304,15 @@ class Cia402Drive(StateMachine, Modes):
                                 32)
         v[ENCODER_DIFFERENCE] = 0            # rigid gear: no twist between the two encoders
         v[TORQUE_SENSOR] = _sat(round(st["torque"] * 1000.0), 32)
-        self._kt = p["motorconst"] * p["gear"] * p["efficiency"]
+        self._kt_out = p["kt"] * p["gear"] * p["efficiency"]
         self._derated = bool(st["fault_flags"] & FAULT_BITS["derated"])
         return st, p
 
     def _max_amps(self) -> float:
         """The current limit: the kernel's max_amps at power-up and the max torque 0x6072."""
-        if self._kt <= 0:
+        if self._kt_out <= 0:
             return self._hw_max_amps
-        return min(self._hw_max_amps, self.units.torque_nm(self.values[MAX_TORQUE]) / self._kt)
+        return min(self._hw_max_amps, self.units.torque_nm(self.values[MAX_TORQUE]) / self._kt_out)
 
     def _law_params(self, law: int) -> dict:
         if law == LAWS["current"]:
@@ -342,7 +342,7 @@ class Cia402Drive(StateMachine, Modes):
             self._law = law
         if torque_law:
             limit = self._max_amps()
-            amps = self.units.torque_nm(self._trq_dem) / self._kt if self._kt > 0 else 0.0
+            amps = self.units.torque_nm(self._trq_dem) / self._kt_out if self._kt_out > 0 else 0.0
             goal = min(max(amps, -limit), limit)
         else:
             loop = self.config.loop

@@ -16,7 +16,7 @@ computed here at tick rate (clamped to the current limit) and i_ff is a torque f
 - PV (3) / CSV (9): the velocity demand (PV: ramped with 0x6083/0x6084 toward 0x60FF ≤ 0x607F; CSV:
   0x60FF + 0x60B1 ≤ 0x6080) is integrated into θd, so the same law is a velocity PI with P = D and
   I = kp; θd is held within max current/kp of the shaft (anti-windup when the current saturates).
-- PT (4) / CST (10): the kernel law `current` with u = τd/kt (kt = motorconst·gear·efficiency of the
+- PT (4) / CST (10): the kernel law `current` with u = τd/kt (kt·gear·efficiency of the
   kernel parameters), τd = 0x6071 (‰ of 0x6076; PT ramped by 0x6087 ‰/s, 0 = step; CST + 0x60B2),
   clamped by 0x6072.
 - Current limit everywhere: the kernel's max_amps at power-up (the catalog's 12 A) and 0x6072.
@@ -258,7 +258,7 @@ class Modes:
 
     def _torque_ff(self) -> float:
         offset = self.values[TORQUE_OFFSET]
-        return self.units.torque_nm(offset) / self._kt if offset and self._kt > 0 else 0.0
+        return self.units.torque_nm(offset) / self._kt_out if offset and self._kt_out > 0 else 0.0
 
     # PV / CSV
     def _velocity(self, dt: float, mode: Mode) -> None:

@@ -100,9 +100,9 @@ static inline void hil_dxl_pwm_pass(const double* restrict P, ptrdiff_t st, int 
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double vs = C(PL_VS), inv_vs = C(PL_INV_VS), K = C(PL_MOTORCONST), ilim = R[j] * C(PL_MAX_CURRENT);
+        double vs = C(PL_VS), inv_vs = C(PL_INV_VS), kt = C(PL_KT), ilim = R[j] * C(PL_MAX_CURRENT);
         double e = C(PL_DUTY_GAIN) * (u[j] - thm[j]);
-        e = hil_sel(C(PL_MAX_CURRENT) > 0, hil_clip(e, (K * Ld[j] - ilim) * inv_vs, (K * Ld[j] + ilim) * inv_vs), e);
+        e = hil_sel(C(PL_MAX_CURRENT) > 0, hil_clip(e, (kt * Ld[j] - ilim) * inv_vs, (kt * Ld[j] + ilim) * inv_vs), e);
         V[j] = hil_sel(C(PL_LAW_DXL_PWM) != 0, vs * hil_clip(e, -C(PL_MAX_DUTY), C(PL_MAX_DUTY)), V[j]);
     }
 #undef C
@@ -111,7 +111,7 @@ static inline void hil_dxl_pwm_pass(const double* restrict P, ptrdiff_t st, int 
 /* Current laws on the LAW_EROB_PD and LAW_CURRENT lanes of [0, m): bam's eRob PD or the command,
    within the supply feasibility band of a current-controlled drive (bam ErobActuator, 48 V); an open
    winding carries none. In: u (cleaned), thm, omega, Ld, R and G = 1/R, open, enabled. Out on those lanes: i [A],
-   f = K·i [N·m] and the terminal voltage V = R·i + K·Ld. */
+   f = kt·i [N·m] and the terminal voltage V = R·i + kt·Ld. */
 static inline void hil_current_law_pass(const double* restrict P, ptrdiff_t st, int m,
                                         const double* restrict u, const double* restrict thm,
                                         const double* restrict omega, const double* restrict Ld_in,
@@ -123,18 +123,18 @@ static inline void hil_current_law_pass(const double* restrict P, ptrdiff_t st, 
     int j;
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
-        double vs = C(PL_VS), K = C(PL_MOTORCONST), R = R_in[j], G = G_in[j], Ld = Ld_in[j], i_pd, i, f;
+        double vs = C(PL_VS), kt = C(PL_KT), R = R_in[j], G = G_in[j], Ld = Ld_in[j], i_pd, i, f;
         int64_t en = enabled[j] != 0, opened = open[j] != 0;
         int64_t current_law = (C(PL_LAW_EROB_PD) != 0) | (C(PL_LAW_CURRENT) != 0);
         i_pd = hil_clip(hil_sel(en, C(PL_PD_KP) * (u[j] - thm[j]) - C(PL_PD_D) * omega[j], 0.0),
                         -C(PL_MAX_AMPS), C(PL_MAX_AMPS));
         i = hil_sel(C(PL_LAW_EROB_PD) != 0, i_pd, hil_sel(en, u[j], 0.0));
-        f = K * i;
-        f = hil_sel(vs > 0, hil_clip(f, -K * G * vs - K * K * G * Ld, K * G * vs - K * K * G * Ld), f);
-        i = hil_sel(vs > 0, f / K, i);
+        f = kt * i;
+        f = hil_sel(vs > 0, hil_clip(f, -kt * G * vs - kt * kt * G * Ld, kt * G * vs - kt * kt * G * Ld), f);
+        i = hil_sel(vs > 0, f / kt, i);
         i = hil_sel(opened, 0.0, i);
         f = hil_sel(opened, 0.0, f);
-        V[j] = hil_sel(current_law, R * i + K * Ld, V[j]);
+        V[j] = hil_sel(current_law, R * i + kt * Ld, V[j]);
         i_out[j] = hil_sel(current_law, i, i_out[j]);
         f_out[j] = hil_sel(current_law, f, f_out[j]);
     }

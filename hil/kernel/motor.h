@@ -27,7 +27,7 @@ typedef struct {
     const double* restrict vmode;    /* 1: a voltage law, V below is the terminal voltage asked for */
     const double* restrict off;      /* 1: torque off or the winding open (no current in a voltage law) */
     const double* restrict V;        /* [V] */
-    const double* restrict i;        /* current law: its current [A] and motor torque K·i [N·m] */
+    const double* restrict i;        /* current law: its current [A] and motor torque kt·i [N·m] */
     const double* restrict f;
     const double* restrict R;        /* winding resistance at its temperature [ohm] */
     const double* restrict G;        /* its conductance 1/R [S] (one division per lane and step) */
@@ -57,23 +57,23 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
 #pragma GCC ivdep
     for (j = 0; j < m; j++) {
         double R = law.R[j], G = law.G[j], V = law.V[j], Ld = law.Ld[j], T = law.T[j];
-        /* magnet flux derating K(T) = K0(1 + α_m(T − T0)) (MuJoCo DC motor model §1.3.4); exactly K0 without it */
-        double kf = 1.0, K = C(PL_MOTORCONST);
+        /* magnet flux derating kt(T) = kt0(1 + α_m(T − T0)) (MuJoCo DC motor model §1.3.4); exactly kt0 without it */
+        double kf = 1.0, kt = C(PL_KT);
         if (uses & HIL_USES_MOTOR_X) {
             kf = hil_sel(C(PL_FLUX) != 0, 1.0 + C(PL_FLUX_TEMPCOEF) * (T + C(PL_AMBIENT) - C(PL_REFTEMP)), 1.0);
-            K = K * kf;
+            kt = kt * kf;
         }
         int64_t vmode = law.vmode[j] != 0, off = law.off[j] != 0, inductive = C(PL_INDUCTIVE) != 0;
         double i_state = current[j], di, i_next, i_v, f_v, i, f, fe, a = 0.0, imax_t = 0.0;
         int64_t i2t_spent = 0, limited = 0;
         /* voltage laws: the exact exponential current update (torque from i_{k+1}), or quasi-static */
-        di = (V * G - K * G * Ld - i_state) * C(PL_INV_TE);
+        di = (V * G - kt * G * Ld - i_state) * C(PL_INV_TE);
         di = hil_sel(C(PL_DIDT_LIMITED) != 0, hil_clip(di, -C(PL_DIDT_MAX), C(PL_DIDT_MAX)), di);
         i_next = i_state + di * C(PL_TE) * C(PL_DECAY);
         i_v = i_state;
-        f_v = K * i_next;
+        f_v = kt * i_next;
         if (uses & HIL_USES_QS) {
-            double i_qs = (V - K * Ld) * G, f_qs = K * G * V - K * G * K * Ld;
+            double i_qs = (V - kt * Ld) * G, f_qs = kt * G * V - kt * G * kt * Ld;
             i_v = hil_sel(inductive, i_state, i_qs);
             f_v = hil_sel(inductive, f_v, f_qs);
         }
@@ -81,11 +81,11 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         i = hil_sel(vmode, hil_sel(off, 0.0, i_v), law.i[j]);
         f = hil_sel(vmode, hil_sel(off, 0.0, f_v), hil_sel(uses & HIL_USES_MOTOR_X, law.f[j] * kf, law.f[j]));
         i_next = hil_sel(vmode & !off & inductive, i_next, 0.0);
-        v_out[j] = hil_sel(vmode & off, K * Ld, V);
+        v_out[j] = hil_sel(vmode & off, kt * Ld, V);
         if (uses & HIL_USES_MOTOR_X) {
-            /* a servo's current limiter (current_limiter = 1): τmax/K and the derated i_max(T) bound the
+            /* a servo's current limiter (current_limiter = 1): τmax/kt and the derated i_max(T) bound the
                current that flows, so heating, torque and the published current agree, and the drive
-               lowers the terminal voltage to R·i + K·g·ω (MuJoCo DC motor model §1.1, §1.3.5) */
+               lowers the terminal voltage to R·i + kt·g·ω (MuJoCo DC motor model §1.1, §1.3.5) */
             double il;
             il = C(PL_I_SAT);
             if (uses & HIL_USES_DERATE) {
@@ -100,8 +100,8 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
             double i_c = hil_clip(i, -il, il), n_c = hil_clip(i_next, -il, il), i_f = hil_sel(flows, n_c, i_c);
             int64_t cut = lim & !(vmode & off) & (hil_sel(flows, n_c - i_next, i_c - i) != 0);
             limited = cut;
-            v_out[j] = hil_sel(cut, R * i_f + K * Ld, v_out[j]);
-            f = hil_sel(cut, K * i_f, f);
+            v_out[j] = hil_sel(cut, R * i_f + kt * Ld, v_out[j]);
+            f = hil_sel(cut, kt * i_f, f);
             i = hil_sel(lim, i_c, i);
             i_next = hil_sel(lim, n_c, i_next);
             i2t[j] = hil_sel(peak, hil_clip(i2t[j] + dt * (i_f * i_f - C(PL_I_SAT) * C(PL_I_SAT)), 0.0,
@@ -132,8 +132,8 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         if (uses & HIL_USES_DERATE) {
             imax_t = hil_derated_current(P, st, j, T + C(PL_AMBIENT));
             derated[j] = hil_sel((C(PL_ELECTRICAL) != 0) & (C(PL_DERATE) != 0) & (imax_t < C(PL_DERATE_I_RATED)), 1.0, 0.0);
-            limited = limited | ((C(PL_DERATE) != 0) & ((fe < -K * imax_t) | (fe > K * imax_t)));
-            fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -K * imax_t, K * imax_t), fe);
+            limited = limited | ((C(PL_DERATE) != 0) & ((fe < -kt * imax_t) | (fe > kt * imax_t)));
+            fe = hil_sel(C(PL_DERATE) != 0, hil_clip(fe, -kt * imax_t, kt * imax_t), fe);
         }
         if (uses & HIL_USES_MOTOR_X)    /* a spent peak budget shows as derating */
             derated[j] = hil_sel(i2t_spent, 1.0, derated[j]);
@@ -148,13 +148,13 @@ static inline __attribute__((always_inline)) void hil_motor_lanes(HIL_MOTOR_ARGS
         }
         if (uses & HIL_USES_IMPLICIT) {
             /* implicitfast: ∂f/∂L̇ of a dcmotor as MuJoCo 3.11 takes it (engine_derivative.c `mjd_actuator_vel`,
-               nameplate R0 and K): back-EMF −K²/R0 and the controller's K·dV/dL̇/R0 (dV/dL̇ = −kd in position,
-               −kp in velocity), or K(dV/dL̇ − K)(1 − e^(−dt/te))/R0 through the current state; −σ1 of LuGre; none
+               nameplate R0 and kt0): back-EMF −kt0²/R0 and the controller's kt0·dV/dL̇/R0 (dV/dL̇ = −kd in position,
+               −kp in velocity), or kt0(dV/dL̇ − kt0)(1 − e^(−dt/te))/R0 through the current state; −σ1 of LuGre; none
                while the force sits at ±τmax. Beyond MuJoCo: × η, and no motor part while the torque is off
                or the current limiter or derating bind (the force then does not follow ω). */
-            double K0 = C(PL_MOTORCONST), R0 = C(PL_RESISTANCE), dV, bv, tm = C(PL_TAU_MAX);
+            double kt0 = C(PL_KT), R0 = C(PL_RESISTANCE), dV, bv, tm = C(PL_TAU_MAX);
             dV = hil_sel(C(PL_LAW_POSITION) != 0, -C(PL_KD), hil_sel(C(PL_LAW_VELOCITY) != 0, -C(PL_KP), 0.0));
-            bv = hil_sel(inductive, K0 * (dV - K0) * C(PL_DECAY) / R0, -K0 * K0 / R0 + K0 * dV / R0);
+            bv = hil_sel(inductive, kt0 * (dV - kt0) * C(PL_DECAY) / R0, -kt0 * kt0 / R0 + kt0 * dV / R0);
             bv = hil_sel((C(PL_DC_LAW) != 0) & !off & !limited, bv * C(PL_EFFICIENCY), 0.0);
             bv = hil_sel((C(PL_LUGRE) != 0) & (C(PL_ELECTRICAL) != 0), bv - C(PL_LUGRE_S1), bv);
             int64_t clamped = (C(PL_TAU_LIMITED) != 0) & ((fe <= -tm) | (fe >= tm));

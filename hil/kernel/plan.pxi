@@ -22,7 +22,7 @@ cdef void prepare(Params* P, Plan* plan, Py_ssize_t j, double dt) noexcept nogil
     p._inv_thermal_c2 = 1.0 / p.thermal_c2 if p.thermal_c2 > 0 else 0.0
     p._inv_lugre_ws = 1.0 / p.lugre_ws if p.lugre_ws != 0 else 0.0
     p._inv_dtheta_stribeck = 1.0 / p.dtheta_stribeck if p.dtheta_stribeck > 0 else 0.0
-    p._i_sat = p.tau_max / p.motorconst if p.tau_max > 0 and p.motorconst > 0 else INFINITY
+    p._i_sat = p.tau_max / p.kt if p.tau_max > 0 and p.kt > 0 else INFINITY
     p._i2t_budget = (p.peak_current * p.peak_current - p._i_sat * p._i_sat) * p.peak_time if p.peak_current > 0 else 0.0
     p._gravity_torque = -(p.mass + 0.5 * p.arm_mass) * p.gravity * p.length
     p._counts_per_rad = p.encoder_counts / (2.0 * M_PI) if p.encoder_counts > 0 else 0.0

@@ -400,7 +400,7 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
             if P[PL_LAW_DXL * BLOCK + j] != 0:
                 vs = P[PL_VS * BLOCK + j]
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
-                                           P[PL_MOTORCONST * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
+                                           P[PL_KT * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
                    b.temp_rise, b.i2t, b.housing_rise, b.temperature, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, b.dfdw, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,

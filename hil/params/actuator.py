@@ -24,7 +24,7 @@ class ActuatorSpec:
     def with_bam(self, bam: BamParams) -> ActuatorSpec:
         """The same actuator with bam's identified constants and friction budget.
 
-        bam models the servo at its output shaft with a quasi-static motor: K = kt, R, armature,
+        bam models the servo at its output shaft with a quasi-static motor: kt, R, armature,
         gear 1, and its friction budget replaces every other friction description (damping, LuGre). What
         the set holds beyond bam (`BamParams`: friction temperature coefficient, rising static friction,
         thermal constants) replaces the motor's where given.
@@ -32,7 +32,7 @@ class ActuatorSpec:
         extra = _beyond_bam(bam)
         if "friction_tempcoef" in bam.model_fields_set:
             extra["friction_tempcoef"] = bam.friction_tempcoef
-        motor = replace(self.motor, motorconst=bam.kt, resistance=bam.R, armature=bam.armature, gear=1.0,
+        motor = replace(self.motor, kt=bam.kt, resistance=bam.R, armature=bam.armature, gear=1.0,
                         efficiency=1.0, damping=(0.0, 0.0, 0.0), lugre=(0.0,) * 5, **extra)
         return replace(self, motor=motor, friction=bam)
 
@@ -47,7 +47,7 @@ class ActuatorSpec:
         extra = _beyond_bam(f) if f is not None else {}
         if "thermal_r" in extra:   # the thermal model: R(T) and the friction's coefficient need it
             extra |= {"tempcoef": m.tempcoef, "reftemp": m.reftemp, "friction_tempcoef": f.friction_tempcoef}
-        motor = MotorConstants(resistance=m.resistance, motorconst=m.motorconst, gear=m.gear,
+        motor = MotorConstants(resistance=m.resistance, kt=m.kt, gear=m.gear,
                                armature=m.armature, efficiency=m.efficiency, damping=m.damping,
                                lugre=m.lugre, input=m.input, controller=m.controller, ctrlrange=m.ctrlrange, **extra)
         return replace(self, motor=motor, encoder_counts=0.0, temp_limit_c=0.0)

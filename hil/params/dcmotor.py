@@ -2,10 +2,11 @@
 
 Every parameterization of the public models is accepted (MuJoCo DC motor model §3 Table 19; Simscape DC Motor
 block reference, Parameters > Electrical Torque):
-equivalent circuit (`resistance`, `motorconst`), stall torque and no-load speed (`nominal`, with
+equivalent circuit (`resistance`, `kt`), stall torque and no-load speed (`nominal`, with
 MuJoCo's damping correction), rated load and speed (`rated`), rotor damping given directly
-(`damping`) or from the no-load current (`no_load_current`), and datasheet units for Kt / Ke
-(`kt_mnm_per_a`, `kv_rpm_per_v`). `resolve()` turns any of them into `MotorConstants`.
+(`damping`) or from the no-load current (`no_load_current`), and datasheet units for kt / Ke
+(`kt_mnm_per_a`, `kv_rpm_per_v`). `resolve()` turns any of them into `MotorConstants`. One name departs
+from MuJoCo's: its `motorconst` is our `kt` (hil/params/mjcf.py converts at the MJCF boundary).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class DCMotor(Strict):
     """
 
     resistance: PositiveFloat | None = Field(None, description="R [ohm] at reftemp")
-    motorconst: Annotated[list[NonNegativeFloat], Len(1, 2)] | None = Field(
-        None, description="Kt [N·m/A], Ke [V·s/rad]; K = √(Kt·Ke)")
+    kt: PositiveFloat | None = Field(
+        None, description="torque constant kt [N·m/A] = back-EMF constant [V·s/rad] (MuJoCo's motorconst)")
     nominal: Annotated[list[NonNegativeFloat], Len(1, 3)] | None = Field(
         None, description="voltage [V], stall torque [N·m], no-load speed [rad/s]")
     inductance: Annotated[list[NonNegativeFloat], Len(1, 2)] | None = Field(
@@ -75,7 +76,7 @@ class DCMotor(Strict):
     friction_tempcoef: float = Field(
         0.0, description="α_f [1/K]: the friction budget × (1 + α_f·(T − T0)), T the winding temperature")
     iron_loss: NonNegativeFloat = Field(0.0, description="K_fe [W·s²/rad²]: iron loss K_fe·ω² heats the winding")
-    flux_tempcoef: float = Field(0.0, le=0.0, description="α_m [1/K] of K(T) = K0(1 + α_m(T − T0)), magnets weaken")
+    flux_tempcoef: float = Field(0.0, le=0.0, description="α_m [1/K] of kt(T) = kt0(1 + α_m(T − T0)), magnets weaken")
     current_limiter: bool = Field(
         False, description="saturation and derating limit the current (a servo's limiter), not only the "
                            "torque (MuJoCo's clamp)")
@@ -88,8 +89,8 @@ class DCMotor(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> DCMotor:
-        if self.motorconst is not None and (self.kt_mnm_per_a or self.kv_rpm_per_v):
-            raise ValueError("give motorconst or kt_mnm_per_a/kv_rpm_per_v, not both")
+        if self.kt is not None and (self.kt_mnm_per_a or self.kv_rpm_per_v):
+            raise ValueError("give kt or kt_mnm_per_a/kv_rpm_per_v, not both")
         ways = [n for n in ("nominal", "rated") if getattr(self, n) is not None]
         if len(ways) > 1:
             raise ValueError("give nominal or rated, not both")
@@ -121,75 +122,75 @@ class DCMotor(Strict):
         return self
 
     def resolve(self) -> MotorConstants:
-        """SI constants the kernel uses; raises ValueError when R or K cannot be determined."""
+        """SI constants the kernel uses; raises ValueError when R or kt cannot be determined."""
         b = _pad(self.damping, 3)
-        kt = ke = 0.0
-        if self.motorconst is not None:
-            kt, ke = _pad(self.motorconst, 2)
+        kt_sheet = ke_sheet = 0.0
         if self.kt_mnm_per_a:
-            kt = self.kt_mnm_per_a / 1000.0
+            kt_sheet = self.kt_mnm_per_a / 1000.0
         if self.kv_rpm_per_v:
-            ke = 1.0 / (self.kv_rpm_per_v * RPM)  # Table 19: K_v = 1/K_e
-        K = math.sqrt(kt * ke) if kt > 0 and ke > 0 else max(kt, ke)
+            ke_sheet = 1.0 / (self.kv_rpm_per_v * RPM)  # Table 19: K_v = 1/K_e
+        # Table 19: one constant k_t = √(K_t·K_e) when the datasheet gives both
+        kt = self.kt or (math.sqrt(kt_sheet * ke_sheet) if kt_sheet > 0 and ke_sheet > 0 else max(kt_sheet, ke_sheet))
         R = self.resistance or 0.0
-        joint = False  # `rated` and `no_load_current` solved together for K, R and B
+        joint = False  # `rated` and `no_load_current` solved together for kt, R and B
         if self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
-            if self.no_load_current is not None and K == 0:
-                # Simscape "by no-load current" with stall + no-load speed: c = K/R = τ0/V is known
-                # and the no-load point at V_m gives K = c·V·V_m / (V·i0 + c·ω0·V_m).
+            if self.no_load_current is not None and kt == 0:
+                # Simscape "by no-load current" with stall + no-load speed: c = kt/R = τ0/V is known
+                # and the no-load point at V_m gives kt = c·V·V_m / (V·i0 + c·ω0·V_m).
                 i0, vm = self.no_load_current
                 c = tau0 / V
-                K = c * V * vm / (V * i0 + c * w0 * vm)
-            elif K == 0 and w0 > 0:
-                K = V / w0
-                if b[0] > 0:  # MuJoCo's damping correction of K
+                kt = c * V * vm / (V * i0 + c * w0 * vm)
+            elif kt == 0 and w0 > 0:
+                kt = V / w0
+                if b[0] > 0:  # MuJoCo's damping correction of kt
                     if R > 0:
-                        # no-load balance (K/R)(V − Kω0) = Bω0, i.e. K²ω0 − KV + RBω0 = 0 (as MuJoCo 3.11 compiles it)
+                        # no-load balance (kt/R)(V − kt·ω0) = B·ω0, i.e. kt²·ω0 − kt·V + R·B·ω0 = 0
+                        # (as MuJoCo 3.11 compiles it)
                         disc = V * V - 4.0 * w0 * R * b[0] * w0
                         if disc < 0:
                             raise ValueError("nominal: damping too large for this resistance")
-                        K = (V + math.sqrt(disc)) / (2.0 * w0)
+                        kt = (V + math.sqrt(disc)) / (2.0 * w0)
                     else:
-                        K = V / w0 - V * b[0] / tau0
-            if R == 0 and tau0 > 0 and K > 0:
-                R = K * V / tau0
+                        kt = V / w0 - V * b[0] / tau0
+            if R == 0 and tau0 > 0 and kt > 0:
+                R = kt * V / tau0
         if self.rated is not None:
             V, p_rated, w_r, w0 = self.rated
             tau_r = p_rated / w_r
             if w_r >= w0:
                 raise ValueError("rated: rated speed must be below the no-load speed")
-            # τ(ω) = c(V − Kω) − Bω through (ω0, 0) and (ω_r, τ_r): c·K + B = τ_r/(ω0 − ω_r) = s and
+            # τ(ω) = c(V − kt·ω) − B·ω through (ω0, 0) and (ω_r, τ_r): c·kt + B = τ_r/(ω0 − ω_r) = s and
             # c·V = s·ω0, whatever B is.
             s = tau_r / (w0 - w_r)
             c = s * w0 / V
-            joint = self.no_load_current is not None and K == 0 and R == 0
+            joint = self.no_load_current is not None and kt == 0 and R == 0
             if joint:
                 # Simscape's k_t·i_noload = λ·ω_noload solved with the line: at V_m the no-load speed is
-                # ω_nl = c·V_m/s = ω0·V_m/V, so B = K·i0/ω_nl and c·K + K·i0/ω_nl = s.
+                # ω_nl = c·V_m/s = ω0·V_m/V, so B = kt·i0/ω_nl and c·kt + kt·i0/ω_nl = s.
                 i0, vm = self.no_load_current
                 w_nl = w0 * vm / V
-                K = s / (c + i0 / w_nl)
-                R = K / c
-                b[0] = K * i0 / w_nl
-            cK = s - b[0]
-            if K == 0:
-                K = cK / c
+                kt = s / (c + i0 / w_nl)
+                R = kt / c
+                b[0] = kt * i0 / w_nl
+            c_kt = s - b[0]
+            if kt == 0:
+                kt = c_kt / c
             if R == 0:
-                R = K / c
+                R = kt / c
         if R <= 0:
             raise ValueError("resistance: R must be positive (give resistance, nominal or rated)")
-        if K <= 0:
-            raise ValueError("motorconst: K must be positive (give motorconst, nominal or rated)")
+        if kt <= 0:
+            raise ValueError("kt: the torque constant must be positive (give kt, nominal or rated)")
         if self.no_load_current is not None and self.nominal is None and not joint:
             i0, vm = self.no_load_current
-            w_nl = (vm - i0 * R) / K
+            w_nl = (vm - i0 * R) / kt
             if w_nl <= 0:
                 raise ValueError("no_load_current: i0·R exceeds the voltage")
-            b[0] = K * i0 / w_nl  # Simscape: kt·i_noload = λ·ω_noload
+            b[0] = kt * i0 / w_nl  # Simscape: kt·i_noload = λ·ω_noload
         elif self.no_load_current is not None and self.nominal is not None:
             V, tau0, w0 = _pad(self.nominal, 3)
-            b[0] = (tau0 / V) * (V - K * w0) / w0
+            b[0] = (tau0 / V) * (V - kt * w0) / w0
         L, te = _pad(self.inductance, 2)
         if L > 0:
             te = L / R
@@ -203,7 +204,7 @@ class DCMotor(Strict):
                 cth = taut / rt
         kp, ki, kd, slew, imax_i, vmax = _pad(self.controller, 6)
         return MotorConstants(
-            resistance=R, motorconst=K, gear=self.gear, armature=self.armature,
+            resistance=R, kt=kt, gear=self.gear, armature=self.armature,
             efficiency=self.efficiency, te=te, didt_max=didt, tau_max=tau_max, imax=imax,
             iron_loss=self.iron_loss, flux_tempcoef=self.flux_tempcoef, friction_tempcoef=self.friction_tempcoef,
             thermal2=tuple(self.thermal2) if self.thermal2 else (0.0, 0.0),
@@ -223,14 +224,14 @@ class MotorConstants:
     """Resolved motor constants, SI, motor side (see core.pxd for each one's role)."""
 
     resistance: float
-    motorconst: float
+    kt: float  # torque constant = back-EMF constant [N·m/A] = [V·s/rad]
     gear: float = 1.0
     armature: float = 0.0
     efficiency: float = 1.0
     te: float = 0.0
     didt_max: float = 0.0
     tau_max: float = 0.0  # given electrical torque limit [N·m]; 0 = from imax (or none)
-    imax: float = 0.0  # current limit [A]; the torque limit is then K·imax
+    imax: float = 0.0  # current limit [A]; the torque limit is then kt·imax
     iron_loss: float = 0.0  # K_fe [W·s²/rad²]
     friction_tempcoef: float = 0.0  # α_f [1/K] of the friction budget
     thermal2: tuple[float, float] = (0.0, 0.0)  # R_th2 [K/W], housing C [J/K]; 0 = one node
@@ -254,13 +255,13 @@ class MotorConstants:
 
     @property
     def torque_limit(self) -> float:
-        """Electrical torque clamp, motor side [N·m]: τmax as given, else K·imax (MuJoCo), 0 = none."""
-        return self.tau_max or self.motorconst * self.imax
+        """Electrical torque clamp, motor side [N·m]: τmax as given, else kt·imax (MuJoCo), 0 = none."""
+        return self.tau_max or self.kt * self.imax
 
     def kernel_params(self) -> dict[str, float]:
         """The motor part of the kernel's parameter dict."""
         out = dict(
-            resistance=self.resistance, motorconst=self.motorconst, gear=self.gear,
+            resistance=self.resistance, kt=self.kt, gear=self.gear,
             armature=self.armature, efficiency=self.efficiency, te=self.te, didt_max=self.didt_max,
             tau_max=self.torque_limit, current_limiter=int(self.current_limiter),
             peak_current=self.peak[0], peak_time=self.peak[1], iron_loss=self.iron_loss,
@@ -292,23 +293,23 @@ class MotorConstants:
     def derived(self, voltage: float, inertia: float | None = None) -> dict[str, float]:
         """Datasheet quantities of the MuJoCo DC motor model §3 Table 19 at `voltage`, at the output shaft.
 
-        Stall torque Kv/R, no-load speed vK/(K² + RB), torque-speed gradient −R/K², mechanical
-        time constant t_m = RJ/K² (J = armature, or `inertia` at the output), t_e, nominal torque
-        K·imax, stall current v/R.
+        Stall torque kt·v/R, no-load speed v·kt/(kt² + R·B), torque-speed gradient −R/kt², mechanical
+        time constant t_m = R·J/kt² (J = armature, or `inertia` at the output), t_e, nominal torque
+        kt·imax, stall current v/R.
         """
-        g, K, R = self.gear, self.motorconst, self.resistance
+        g, kt, R = self.gear, self.kt, self.resistance
         B = self.damping[0]
         J = inertia if inertia is not None else self.armature * g * g
-        keff = self.efficiency * K
+        keff = self.efficiency * kt
         return {
             "stall_torque_nm": g * keff * voltage / R,
             "stall_current_a": voltage / R,
-            # the kernel applies η to the electrical torque, drag acts after it: ηK(V − Kω)/R = Bω
-            "no_load_speed_rad_s": voltage * keff / (keff * K + R * B) / g,
-            "gradient_rad_s_per_nm": -R / (K * K) / (g * g),
-            "mechanical_time_constant_s": R * J / (g * g * K * K) if J > 0 else float("nan"),
+            # the kernel applies η to the electrical torque, drag acts after it: η·kt(V − kt·ω)/R = B·ω
+            "no_load_speed_rad_s": voltage * keff / (keff * kt + R * B) / g,
+            "gradient_rad_s_per_nm": -R / (kt * kt) / (g * g),
+            "mechanical_time_constant_s": R * J / (g * g * kt * kt) if J > 0 else float("nan"),
             "electrical_time_constant_s": self.te,
             "nominal_torque_nm": g * self.torque_limit * self.efficiency if self.torque_limit else float("nan"),
-            "motor_constant_nm_per_a": K,
+            "kt_nm_per_a": kt,
             "resistance_ohm": R,
         }

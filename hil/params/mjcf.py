@@ -1,20 +1,29 @@
 """Import a `<dcmotor>` actuator from an MJCF file into a `DCMotor` (MuJoCo 3.7–3.11 attributes).
 
 Default classes are honoured the way MuJoCo applies them: the top-level `<default>` first, then
-each nested class down to the element's `class`, then the element's own attributes.
+each nested class down to the element's `class`, then the element's own attributes. MuJoCo's
+`motorconst` is our `kt`: its pair [Kt, Ke] becomes the one constant √(Kt·Ke) MuJoCo itself uses.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from hil.params.config_file import ConfigError, validate
 from hil.params.dcmotor import DCMotor
 
-_LISTS = ("motorconst", "nominal", "inductance", "thermal", "saturation", "cogging", "lugre", "damping",
+_LISTS = ("nominal", "inductance", "thermal", "saturation", "cogging", "lugre", "damping",
           "controller", "ctrlrange")
 _SCALARS = ("resistance", "armature")
+
+
+def _kt(motorconst: list[float]) -> float:
+    """MuJoCo's motorconst [Kt, Ke] as one constant [N·m/A]: √(Kt·Ke) when both are given, else the one given
+    (MuJoCo DC motor model §3 Table 19; a missing trailing value reads as 0, as MuJoCo reads it)."""
+    kt, ke = [*motorconst, 0.0, 0.0][:2]
+    return math.sqrt(kt * ke) if kt > 0 and ke > 0 else max(kt, ke)
 
 
 def _class_chain(root: ET.Element, cls: str | None) -> list[dict[str, str]]:
@@ -66,6 +75,11 @@ def load_dcmotor(path: str | Path, name: str | None = None) -> DCMotor:
         for key in _LISTS:
             if key in attrs:
                 data[key] = [float(v) for v in attrs[key].split()]
+        mc = [float(v) for v in attrs.get("motorconst", "").split()]
+        if any(v < 0 for v in mc) or len(mc) > 2:
+            raise ConfigError(f"{path}: <dcmotor>: motorconst needs one or two non-negative values (Kt, Ke)")
+        if _kt(mc) > 0:   # 0: MuJoCo derives it from `nominal`
+            data["kt"] = _kt(mc)
         for key in _SCALARS:
             if key in attrs:
                 data[key] = float(attrs[key])

@@ -317,7 +317,7 @@ def record(
     damping: Annotated[float | None, typer.Option(
         help="eRob: the PD's damping, D = damping·√kp (default bam's: 2.0 for erob80_100, 1.0 for erob80_50)")] = None,
     kt: Annotated[float | None, typer.Option(
-        help="canopen: N·m per A to turn the PD's amps into CST torque (default: the drive's 0x6076/0x6075)")] = None,
+        help="canopen: kt [N·m/A] to turn the PD's amps into CST torque (default: the drive's 0x6076/0x6075)")] = None,
     offset: Annotated[float, typer.Option(help="eRob: the drive position of the pendulum hanging down [rad]")] = 0.0,
     trajectory: Annotated[list[str] | None, typer.Option(
         help="sin_sin, lift_and_drop, up_and_down, sin_time_square (repeatable; default: all four)")] = None,
@@ -488,20 +488,20 @@ def actuator_show(
     same_v = ds.voltage_v == v
     rpm = 60 / (2 * math.pi)
     rows = [
-        ("stall torque τ0 = K·v/R", fmt(d["stall_torque_nm"], " N·m"),
+        ("stall torque τ0 = kt·v/R", fmt(d["stall_torque_nm"], " N·m"),
          fmt(ds.stall_torque_nm if same_v else None, " N·m")),
         ("stall current v/R", fmt(d["stall_current_a"], " A"), fmt(ds.stall_current_a if same_v else None, " A")),
-        ("no-load speed vK/(K²+RB)", fmt(d["no_load_speed_rad_s"] * rpm, " rpm"),
+        ("no-load speed v·kt/(kt²+RB)", fmt(d["no_load_speed_rad_s"] * rpm, " rpm"),
          fmt(ds.no_load_speed_rpm if same_v else None, " rpm")),
-        ("gradient −R/K²", fmt(d["gradient_rad_s_per_nm"] * rpm, " rpm/(N·m)"), "-"),
-        ("mechanical time constant RJ/K²", fmt(d["mechanical_time_constant_s"] * 1e3, " ms"), "-"),
+        ("gradient −R/kt²", fmt(d["gradient_rad_s_per_nm"] * rpm, " rpm/(N·m)"), "-"),
+        ("mechanical time constant RJ/kt²", fmt(d["mechanical_time_constant_s"] * 1e3, " ms"), "-"),
         ("electrical time constant L/R", fmt(d["electrical_time_constant_s"] * 1e3, " ms"), "-"),
         # imax is the current limit the firmware (or bam's host PD) enforces, not MuJoCo's nominal (continuous)
-        # current, so K·imax is a ceiling, not the rated torque (MuJoCo DC motor model §3 Table 19: τn = K·imax)
-        ("torque at the current limit K·imax", fmt(d["nominal_torque_nm"], " N·m"), "-"),
+        # current, so kt·imax is a ceiling, not the rated torque (MuJoCo DC motor model §3 Table 19: τn = kt·imax)
+        ("torque at the current limit kt·imax", fmt(d["nominal_torque_nm"], " N·m"), "-"),
         ("rated (continuous) torque", "-", fmt(ds.rated_torque_nm, " N·m")),
-        (f"motor constant K ({'motor' if spec.motor.gear != 1 else 'output'} side)",
-         fmt(d["motor_constant_nm_per_a"], " N·m/A"), "-"),
+        (f"torque constant kt ({'motor' if spec.motor.gear != 1 else 'output'} side)",
+         fmt(d["kt_nm_per_a"], " N·m/A"), "-"),
         ("resistance R", fmt(d["resistance_ohm"], " Ω"), "-"),
         ("gear ratio (model)", fmt(spec.motor.gear), fmt(ds.gear_ratio)),
     ]
@@ -519,7 +519,7 @@ def _torque_limit_notes(limit_nm: float, stall_nm: float, volts: float, rated_nm
     """What the current limit's torque means beside the stall torque and the datasheet's rated torque."""
     if math.isnan(limit_nm):
         return []
-    lines = [f"K·imax {limit_nm:.4g} N·m: imax is the current limit the firmware (or bam's host PD) "
+    lines = [f"kt·imax {limit_nm:.4g} N·m: imax is the current limit the firmware (or bam's host PD) "
              "enforces, the catalog's saturation, not a continuous rating"
              + (f"; above the stall torque {stall_nm:.4g} N·m it never binds at {volts:g} V (the winding draws "
                 "at most v/R), the supply caps the torque" if limit_nm > stall_nm else "") + "."]
@@ -534,11 +534,11 @@ def _model_vs_datasheet(gear: float, datasheet_gear: float | None, stall_nm: flo
     """Why the model's column differs from the datasheet's, one line each."""
     lines = []
     if gear == 1 and datasheet_gear and datasheet_gear > 1:
-        lines.append(f"gear 1 vs {datasheet_gear:g}: the model lumps motor and gearbox at the output shaft, so K, R "
+        lines.append(f"gear 1 vs {datasheet_gear:g}: the model lumps motor and gearbox at the output shaft, so kt, R "
                      "and the armature are output-side equivalents (as bam identifies them), not the motor's own.")
     if datasheet_stall_nm and abs(stall_nm / datasheet_stall_nm - 1) > 0.1:
         source = f"bam's {model} constants fitted to motion logs" if model else "the catalog's constants"
-        lines.append(f"stall torque {stall_nm:.3g} vs {datasheet_stall_nm:.3g} N·m: K·v/R of {source}; the "
+        lines.append(f"stall torque {stall_nm:.3g} vs {datasheet_stall_nm:.3g} N·m: kt·v/R of {source}; the "
                      "datasheet's figure is a measured stall, which the firmware's current limit and the "
                      "gearbox efficiency cap.")
     return lines

@@ -85,11 +85,11 @@ def _coupling_problem(p: dict, key: str, value: float, robot: bool) -> str | Non
     if key == "thermal_r2" and value > 0 and not p["thermal_r"] > 0:
         return "thermal_r2 > 0 needs the thermal model (thermal_r > 0: the winding-to-housing R_th1)"
     if key == "peak_current" and value > 0:   # the kernel then limits the current (plan.pxi, LIMIT_CURRENT)
-        if not (p["tau_max"] > 0 and p["motorconst"] > 0):
+        if not (p["tau_max"] > 0 and p["kt"] > 0):
             return "peak_current: this actuator has no continuous current limit to rise above (saturation)"
-        i_cont = p["tau_max"] / p["motorconst"]
+        i_cont = p["tau_max"] / p["kt"]
         if not value > i_cont:
-            return f"peak_current {value:g} A must exceed the continuous limit {i_cont:g} A (tau_max / K)"
+            return f"peak_current {value:g} A must exceed the continuous limit {i_cont:g} A (tau_max / kt)"
     return None
 
 

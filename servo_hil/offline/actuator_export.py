@@ -26,7 +26,7 @@ _BEYOND_BOTH = (
     ("budget_quadratic", "quadratic load-dependent friction (friction paper §III-E): Kmq, Keq"),
     ("friction_tempcoef", "temperature-dependent friction α_f"),
     ("iron_loss", "iron loss K_fe·ω² in the heat balance (MuJoCo DC motor model §1.3.2)"),
-    ("flux_tempcoef", "magnet flux derating K(T) (MuJoCo DC motor model §1.3.4)"),
+    ("flux_tempcoef", "magnet flux derating kt(T) (MuJoCo DC motor model §1.3.4)"),
     ("thermal_r2", "the two-node thermal model (housing node R_th2, C2)"),
     ("peak_current", "the peak current and its i²t budget (MuJoCo DC motor model §1.1)"),
     ("current_limiter", "the servo's current limiter (the limits bound the current, not only the torque)"),
@@ -72,7 +72,7 @@ def _on(p: dict, key: str) -> bool:
 def _common_losses(spec: ActuatorSpec, p: dict) -> list[str]:
     lost = [text for key, text in _BEYOND_BOTH if _on(p, key)]
     if p["efficiency"] != 1.0:
-        lost.append(f"gearbox efficiency η = {p['efficiency']:g} (folding it into K would also scale the back-EMF)")
+        lost.append(f"gearbox efficiency η = {p['efficiency']:g} (folding it into kt would also scale the back-EMF)")
     fw = spec.firmware
     if isinstance(fw, DynamixelPwmLaw) and fw.max_current > 0:
         lost.append(f"the firmware current limiter |i| ≤ {fw.max_current:g} A (bam's XL330 law)")
@@ -88,7 +88,7 @@ def _common_losses(spec: ActuatorSpec, p: dict) -> list[str]:
 
 def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, str]:
     """The v1 `<dcmotor>` controller attributes of the firmware law; adds to `lost` what they miss."""
-    fw, g, R, K = spec.firmware, p["gear"], p["resistance"], p["motorconst"]
+    fw, g, R, kt = spec.firmware, p["gear"], p["resistance"], p["kt"]
     m = spec.motor
     if isinstance(fw, DynamixelPwmLaw):
         dg = fw.error_gain * fw.kp
@@ -96,9 +96,9 @@ def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, s
                 "controller": f"{_g(fw.supply_v * dg / g)} 0 0 0 0 {_g(fw.supply_v * fw.max_duty)}"}
     if isinstance(fw, ErobPdLaw):
         d = fw.damping * math.sqrt(fw.kp)
-        kd = R * d - K * g
+        kd = R * d - kt * g
         if kd < 0:
-            lost.append(f"the PD's damping {d:g} A·s/rad below the back-EMF's K·g/R: kd clipped to 0")
+            lost.append(f"the PD's damping {d:g} A·s/rad below the back-EMF's kt·g/R: kd clipped to 0")
             kd = 0.0
         if p["te"] > 0:
             lost.append("the current law's instantaneous current (the export's current follows the inductance)")
@@ -106,7 +106,7 @@ def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, s
             lost.append("the current law's independence of R(T): the exported gains hold at the reference "
                         "temperature")
         lost.append("the order of the ±max_amps and supply clips, beyond |ω| > "
-                    f"{(fw.supply_v / R + fw.max_amps) * R / (K * g):.3g} rad/s where the two bands part")
+                    f"{(fw.supply_v / R + fw.max_amps) * R / (kt * g):.3g} rad/s where the two bands part")
         return {"input": "position", "controller": f"{_g(R * fw.kp / g)} 0 {_g(kd / g)} 0 0 {_g(fw.supply_v)}"}
     if isinstance(fw, DcmotorLaw):
         kp, ki, kd, slew, imax, vmax = m.controller
@@ -130,15 +130,16 @@ def mjcf(spec: ActuatorSpec, name: str, title: str = "", timestep: float = DEFAU
     `timestep` [s]."""
     p = spec.kernel_params()
     lost = _common_losses(spec, p)
-    motor: dict[str, str] = {"resistance": _g(p["resistance"]), "motorconst": _g(p["motorconst"])}
+    # MuJoCo's motorconst = our kt (MuJoCo takes one value as both Kt and Ke)
+    motor: dict[str, str] = {"resistance": _g(p["resistance"]), "motorconst": _g(p["kt"])}
     if p["gear"] != 1.0:
         motor["gear"] = _g(p["gear"])
     if p["te"] > 0:
         motor["inductance"] = f"0 {_g(p['te'])}"        # L = 0: the time constant as given
     tau_max = p["tau_max"]
     if isinstance(spec.firmware, ErobPdLaw):
-        # the law's ±max_amps: with a quasi-static current the torque clamp K·max_amps (MuJoCo DC motor model §2.1)
-        amps = p["motorconst"] * spec.firmware.max_amps
+        # the law's ±max_amps: with a quasi-static current the torque clamp kt·max_amps (MuJoCo DC motor model §2.1)
+        amps = p["kt"] * spec.firmware.max_amps
         tau_max = min(tau_max, amps) if tau_max > 0 else amps
         lost.append("heating while the current limit binds (MuJoCo heats with the unclamped current)")
     if tau_max > 0 or p["didt_max"] > 0:
@@ -196,19 +197,19 @@ def isaaclab(spec: ActuatorSpec) -> tuple[dict[str, float | None], list[str]]:
     p = spec.kernel_params()
     lost = _common_losses(spec, p)
     lost += [text for key, text in _BEYOND_ISAACLAB if _on(p, key)]
-    fw, g, R, K, eta = spec.firmware, p["gear"], p["resistance"], p["motorconst"], p["efficiency"]
-    kt = eta * g * K                     # output torque per ampere
-    back_emf = kt * K * g / R            # output torque per rad/s of the quasi-static back-EMF
+    fw, g, R, kt, eta = spec.firmware, p["gear"], p["resistance"], p["kt"], p["efficiency"]
+    kt_out = eta * g * kt                 # output torque per ampere
+    back_emf = kt_out * kt * g / R        # output torque per rad/s of the quasi-static back-EMF
     limit = g * eta * p["tau_max"] if p["tau_max"] > 0 else None
     if isinstance(fw, DynamixelPwmLaw):
         v_full = fw.supply_v * fw.max_duty
-        stiffness = kt * fw.supply_v * fw.error_gain * fw.kp / R
+        stiffness = kt_out * fw.supply_v * fw.error_gain * fw.kp / R
         damping = back_emf
     elif isinstance(fw, ErobPdLaw):
         v_full = fw.supply_v
-        stiffness = kt * fw.kp
-        damping = kt * fw.damping * math.sqrt(fw.kp)
-        amps = kt * fw.max_amps
+        stiffness = kt_out * fw.kp
+        damping = kt_out * fw.damping * math.sqrt(fw.kp)
+        amps = kt_out * fw.max_amps
         limit = min(limit, amps) if limit is not None else amps
         lost.append("the supply band's forced braking above the no-load speed (Isaac Lab clips ω to where the "
                     "envelope meets effort_limit)")
@@ -221,8 +222,8 @@ def isaaclab(spec: ActuatorSpec) -> tuple[dict[str, float | None], list[str]]:
                               "for saturation_effort")
         v_full = vmax
         if spec.motor.input == "position":
-            stiffness = kt * kp * g / R
-            damping = kt * (kd + K) * g / R
+            stiffness = kt_out * kp * g / R
+            damping = kt_out * (kd + kt) * g / R
         else:
             lost.append(f"the <dcmotor> {spec.motor.input} input (Isaac Lab's DCMotor is a position PD): "
                         "stiffness 0, damping the back-EMF")
@@ -237,8 +238,8 @@ def isaaclab(spec: ActuatorSpec) -> tuple[dict[str, float | None], list[str]]:
     if limit is None:
         lost.append("no torque limit: effort_limit is left to the asset (null)")
     cfg: dict[str, float | None] = {
-        "saturation_effort": kt * v_full / R,           # stall torque at full command (Table 9: τ0)
-        "velocity_limit": v_full / (K * g),             # no-load speed without friction (Table 9: ω0)
+        "saturation_effort": kt_out * v_full / R,       # stall torque at full command (Table 9: τ0)
+        "velocity_limit": v_full / (kt * g),            # no-load speed without friction (Table 9: ω0)
         "effort_limit": limit,                          # Table 9: τmax
         "stiffness": stiffness,
         "damping": damping,

@@ -54,7 +54,7 @@ def torque_speed_figure(spec: ActuatorSpec, voltage: float | None = None):
     if not v > 0:
         raise ValueError(f"{spec.name}: no supply voltage to draw the envelope at; pass one")
     m = spec.motor
-    w0 = v * m.motorconst / (m.motorconst**2 + m.resistance * m.damping[0]) / m.gear
+    w0 = v * m.kt / (m.kt**2 + m.resistance * m.damping[0]) / m.gear
     omega = np.linspace(-1.3 * w0, 1.3 * w0, 401)
     fig, ax = plt.subplots(figsize=(7, 5))
     for frac, alpha in ((1.0, 1.0), (0.75, 0.7), (0.5, 0.5), (0.25, 0.35)):

@@ -51,7 +51,7 @@ def test_entry_loads_and_resolves(name):
     spec = entry.actuator()
     assert spec.name == name
     assert spec.friction is None
-    assert spec.motor.resistance > 0 and spec.motor.motorconst > 0
+    assert spec.motor.resistance > 0 and spec.motor.kt > 0
     assert spec.motor.gear == 1.0  # output-side equivalent motor, as bam models it
     assert spec.motor.thermal_r > 0 and spec.motor.thermal_c > 0
     assert spec.motor.reftemp == spec.motor.ambient  # R(T) = R at the start
@@ -61,7 +61,7 @@ def test_entry_loads_and_resolves(name):
     for m, model in entry.models.items():
         with_bam = entry.actuator(m)
         assert with_bam.friction is not None and with_bam.friction.model == m
-        assert with_bam.motor.motorconst == model.kt
+        assert with_bam.motor.kt == model.kt
         assert with_bam.motor.resistance == model.R
         assert with_bam.motor.armature == model.armature
 
@@ -126,12 +126,12 @@ def test_nominal_rule_by_hand():
     # `<dcmotor>` nominal, as mjs_setToDCMotor resolves it:
     # nominal="12 0.3 240" damping="1e-4": K = V/ω0 − V·B/τ0, R = K·V/τ0.
     c = DCMotor(nominal=[12.0, 0.3, 240.0], damping=[1e-4]).resolve()
-    assert c.motorconst == pytest.approx(12 / 240 - 12 * 1e-4 / 0.3, rel=1e-12)
-    assert c.motorconst == pytest.approx(0.046, rel=1e-12)
+    assert c.kt == pytest.approx(12 / 240 - 12 * 1e-4 / 0.3, rel=1e-12)
+    assert c.kt == pytest.approx(0.046, rel=1e-12)
     assert c.resistance == pytest.approx(1.84, rel=1e-12)
     # Without damping K = V/ω0 exactly.
     c = DCMotor(nominal=[12.0, 0.3, 240.0]).resolve()
-    assert c.motorconst == pytest.approx(0.05, rel=1e-12)
+    assert c.kt == pytest.approx(0.05, rel=1e-12)
     assert c.resistance == pytest.approx(2.0, rel=1e-12)
 
 
@@ -139,7 +139,7 @@ def test_mx64_nominal_by_hand():
     # [motor] of mx64: nominal = [12 V, 6.0 N·m, 6.5973 rad/s], B = 0.011691602145974832 (bam m1 Kv).
     # K = 12/6.5973 − 12·0.0116916/6.0 = 1.818926 − 0.023383 = 1.795543; R = K·12/6.0 = 3.591085.
     motor = catalog.entry("mx64").actuator().motor
-    assert motor.motorconst == pytest.approx(1.795543, rel=1e-6)
+    assert motor.kt == pytest.approx(1.795543, rel=1e-6)
     assert motor.resistance == pytest.approx(3.591085, rel=1e-6)
     assert motor.damping[0] == 0.011691602145974832
 
@@ -151,7 +151,7 @@ def test_catalog_nominal_follows_mujoco_rule(name):
     B = m.get("damping", [0.0])[0]
     K = V / w0 - V * B / tau0
     motor = catalog.entry(name).actuator().motor
-    assert motor.motorconst == pytest.approx(K, rel=1e-12)
+    assert motor.kt == pytest.approx(K, rel=1e-12)
     assert motor.resistance == pytest.approx(K * V / tau0, rel=1e-12)
 
 
@@ -159,8 +159,8 @@ def test_nominal_rule_with_resistance_by_hand():
     # With R given, MuJoCo (3.11) solves the no-load balance ω0(K² + RB) = VK for K (larger root).
     # ω0(K² + RB) = VK with V = 12, ω0 = 240, R = 1.84, B = 1e-4: K = (12 + √(144 − 4·240·1.84e-4·240))/480.
     c = DCMotor(nominal=[12.0, 0.3, 240.0], damping=[1e-4], resistance=1.84).resolve()
-    assert c.motorconst == pytest.approx((12 + math.sqrt(144 - 4 * 240 * 1.84e-4 * 240)) / 480, rel=1e-12)
-    assert c.motorconst == pytest.approx(0.046, rel=1e-9)
+    assert c.kt == pytest.approx((12 + math.sqrt(144 - 4 * 240 * 1.84e-4 * 240)) / 480, rel=1e-12)
+    assert c.kt == pytest.approx(0.046, rel=1e-9)
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(BAM_DIR) if raw(n)["motor"].get("nominal")])
@@ -177,7 +177,7 @@ def test_catalog_nominal_matches_mujoco(name):
     model = mujoco.MjModel.from_xml_string(xml)
     motor = catalog.entry(name).actuator().motor
     assert motor.resistance == pytest.approx(model.actuator_gainprm[0][0], rel=1e-12)
-    assert motor.motorconst == pytest.approx(model.actuator_gainprm[0][1], rel=1e-12)
+    assert motor.kt == pytest.approx(model.actuator_gainprm[0][1], rel=1e-12)
 
 
 def _sections(data: dict):

@@ -49,7 +49,7 @@ def _step_case(case: str):
     J = jl + arm * g * g                                  # inertia at the output
     w_inf = V * K / (K * K + R * b) / g                   # no-load speed at the output
     t_m = R * J / (g * g * (K * K + R * b))               # = RJ/K² (motor side) when B = 0
-    p = params(resistance=R, motorconst=K, gear=g, armature=arm, load_inertia=jl, damping_b1=b)
+    p = params(resistance=R, kt=K, gear=g, armature=arm, load_inertia=jl, damping_b1=b)
     return p, J, w_inf, t_m
 
 
@@ -91,7 +91,7 @@ def test_voltage_step_exact_discrete_form(case):
 
 def test_voltage_step_mechanical_time_constant_matches_derived():
     p, J, w_inf, t_m = _step_case("gear4_armature")
-    mc = MotorConstants(resistance=R, motorconst=K, gear=4.0, armature=2e-4)
+    mc = MotorConstants(resistance=R, kt=K, gear=4.0, armature=2e-4)
     assert mc.derived(V, inertia=J)["mechanical_time_constant_s"] == pytest.approx(t_m, rel=1e-12)
     dt = t_m / 10000
     w = run(p, np.full(10001, V), dt)["omega"]
@@ -103,7 +103,7 @@ def test_voltage_step_mechanical_time_constant_matches_derived():
 @pytest.mark.parametrize("eta", [1.0, 0.7])
 @pytest.mark.parametrize("gear", [1.0, 5.0])
 def test_stall_torque(gear, eta):
-    mc = MotorConstants(resistance=R, motorconst=K, gear=gear, armature=1e-4, efficiency=eta)
+    mc = MotorConstants(resistance=R, kt=K, gear=gear, armature=1e-4, efficiency=eta)
     d = mc.derived(V)
     p = params(**mc.kernel_params(), load_inertia=LOCKED)
     out = run(p, np.full(200, V), 1e-3)
@@ -119,7 +119,7 @@ def test_stall_torque(gear, eta):
 @pytest.mark.parametrize("gear", [1.0, 5.0])
 def test_no_load_speed_with_damping(gear):
     b = 0.004
-    mc = MotorConstants(resistance=R, motorconst=K, gear=gear, armature=1e-4, damping=(b, 0.0, 0.0))
+    mc = MotorConstants(resistance=R, kt=K, gear=gear, armature=1e-4, damping=(b, 0.0, 0.0))
     d = mc.derived(V)
     p = params(**mc.kernel_params(), load_inertia=1e-3)
     t_m = R * (1e-3 + 1e-4 * gear**2) / (gear**2 * (K * K + R * b))
@@ -134,7 +134,7 @@ def test_no_load_speed_with_damping(gear):
 
 def test_no_load_speed_with_damping_and_efficiency_matches_derived():
     b, eta = 0.004, 0.7
-    mc = MotorConstants(resistance=R, motorconst=K, armature=1e-4, damping=(b, 0.0, 0.0), efficiency=eta)
+    mc = MotorConstants(resistance=R, kt=K, armature=1e-4, damping=(b, 0.0, 0.0), efficiency=eta)
     out = run(params(**mc.kernel_params(), load_inertia=1e-3), np.full(4000, V), 1e-4)
     assert out["omega"][-1] == pytest.approx(mc.derived(V)["no_load_speed_rad_s"], rel=1e-6)
 
@@ -146,7 +146,7 @@ RT, CT, TA = 3.0, 2.0, 25.0   # K/W, J/K, °C → t_T = 6 s
 
 def test_thermal_constant_current_steady_state_and_time_constant():
     i, r0 = 2.0, 1.5
-    p = params(law=LAWS["current"], resistance=r0, motorconst=K, load_inertia=LOCKED, thermal_r=RT,
+    p = params(law=LAWS["current"], resistance=r0, kt=K, load_inertia=LOCKED, thermal_r=RT,
                thermal_c=CT, ambient=TA, reftemp=TA)
     dt = 0.01
     tau = RT * CT
@@ -167,7 +167,7 @@ def test_thermal_constant_current_steady_state_and_time_constant():
 def test_thermal_constant_current_alpha_runaway_fixed_point():
     """Under current control R(T) raises P = i²R(T): T − Ta = R_T i² R0(1 + α(Ta − T0)) / (1 − α R_T i² R0)."""
     i, r0, alpha, t0 = 2.0, 1.5, 0.004, 20.0
-    p = params(law=LAWS["current"], resistance=r0, motorconst=K, load_inertia=LOCKED, thermal_r=RT,
+    p = params(law=LAWS["current"], resistance=r0, kt=K, load_inertia=LOCKED, thermal_r=RT,
                thermal_c=CT, ambient=TA, reftemp=t0, tempcoef=alpha)
     out = run(p, np.full(steps(200, 0.02), i), 0.02)
     c = RT * i * i * r0
@@ -179,7 +179,7 @@ def test_thermal_constant_current_alpha_runaway_fixed_point():
 def test_thermal_voltage_drive_current_drops_as_resistance_rises():
     """Locked rotor at constant voltage: i = V/R(T), fixed point T − Ta = R_T V²/R(T)."""
     v, r0, alpha, t0 = 6.0, 1.5, 0.0039, 20.0
-    p = params(resistance=r0, motorconst=K, load_inertia=LOCKED, thermal_r=RT, thermal_c=CT, ambient=TA,
+    p = params(resistance=r0, kt=K, load_inertia=LOCKED, thermal_r=RT, thermal_c=CT, ambient=TA,
                reftemp=t0, tempcoef=alpha)
     out = run(p, np.full(steps(200, 0.02), v), 0.02)
     # x = T − Ta solves x·R0(1 + α(x + Ta − T0)) = R_T V²
@@ -197,7 +197,7 @@ def test_thermal_voltage_drive_current_drops_as_resistance_rises():
 
 
 def test_temperature_is_nan_without_thermal_state():
-    out = run(params(resistance=R, motorconst=K, load_inertia=1.0), np.full(5, V), 1e-3)
+    out = run(params(resistance=R, kt=K, load_inertia=1.0), np.full(5, V), 1e-3)
     assert np.all(np.isnan(out["temperature"]))
 
 
@@ -208,7 +208,7 @@ DERATE = dict(derate_i_rated=2.0, derate_i_safe=1.0, derate_t1=60.0, derate_t2=8
 
 def _derate_params(**kw) -> dict:
     # stall current V/R = 10 A, far above both limits; C huge so the temperature is held
-    base = dict(resistance=1.0, motorconst=0.5, gear=2.0, efficiency=0.9, load_inertia=LOCKED,
+    base = dict(resistance=1.0, kt=0.5, gear=2.0, efficiency=0.9, load_inertia=LOCKED,
                 thermal_r=1.0, thermal_c=1e12, ambient=TA, reftemp=TA, **DERATE)
     base.update(kw)
     return params(**base)
@@ -267,7 +267,7 @@ def test_derating_while_heating_is_smooth_and_monotone():
 @pytest.mark.parametrize("dt", [1e-4, 1e-3, 5e-3])
 def test_inductance_current_step_exact(dt):
     te, g, eta = 0.01, 3.0, 0.8
-    p = params(resistance=R, motorconst=K, gear=g, efficiency=eta, te=te, load_inertia=LOCKED)
+    p = params(resistance=R, kt=K, gear=g, efficiency=eta, te=te, load_inertia=LOCKED)
     n = steps(0.1, dt)
     out = run(p, np.full(n, V), dt)
     # row k reports i_{k+1}, the current at the end of step k, which makes that step's torque
@@ -279,14 +279,14 @@ def test_inductance_current_step_exact(dt):
 
 def test_inductance_starts_from_set_current_and_decays():
     te, dt = 0.01, 1e-3
-    p = params(resistance=R, motorconst=K, te=te, load_inertia=LOCKED)
+    p = params(resistance=R, kt=K, te=te, load_inertia=LOCKED)
     out = run(p, np.zeros(50), dt, current=4.0)
     np.testing.assert_allclose(out["current"], 4.0 * np.exp(-(np.arange(50) + 1) * dt / te), rtol=1e-12)
 
 
 def test_inductance_didt_limit_caps_per_step_change():
     te, dt, didt = 0.01, 1e-3, 100.0
-    p = params(resistance=R, motorconst=K, te=te, didt_max=didt, load_inertia=LOCKED)
+    p = params(resistance=R, kt=K, te=te, didt_max=didt, load_inertia=LOCKED)
     out = run(p, np.full(100, V), dt)
     i = np.concatenate([[0.0], out["current"]])
     di = np.diff(i)
@@ -377,7 +377,7 @@ def test_friction_budget_stops_a_moving_joint_exactly():
 
 def _rich_params(j: int) -> dict:
     return params(
-        law=LAWS["dxl_pwm"], resistance=2.0 + 0.3 * j, motorconst=0.5, gear=1.0, armature=0.01,
+        law=LAWS["dxl_pwm"], resistance=2.0 + 0.3 * j, kt=0.5, gear=1.0, armature=0.01,
         te=0.002, thermal_r=5.0, thermal_c=3.0, tempcoef=0.0039, reftemp=25.0, ambient=30.0,
         cog_amplitude=0.01 * (j + 1), cog_poles=6, lugre_s0=50.0, lugre_s1=0.05, lugre_tc=0.01,
         lugre_ts=0.02, lugre_ws=0.5, supply_v=12.0, duty_gain=0.158 * 32, max_duty=0.96,

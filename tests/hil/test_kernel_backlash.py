@@ -138,7 +138,7 @@ def test_present_position_lags_a_pwm_reversal():
                                             (dict(backlash=0.001), "backlash needs armature")])
 def test_bad_values_name_the_key(kw, needle):
     with pytest.raises(ValueError, match=needle):
-        DCMotor(resistance=1.0, motorconst=[0.5], **kw)
+        DCMotor(resistance=1.0, kt=0.5, **kw)
 
 
 def test_catalog_entries():

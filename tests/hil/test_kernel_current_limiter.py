@@ -22,7 +22,7 @@ def test_off_by_default():
 @pytest.mark.parametrize("te", [0.0, 1e-3])
 def test_saturation_limits_the_current(te):
     # stall: 10 V / 1 Ω = 10 A asked, τmax = 1 N·m = K·2 A; locked rotor, fixed temperature
-    base = dict(resistance=R, motorconst=K, gear=G, efficiency=ETA, load_inertia=LOCKED, tau_max=1.0, te=te)
+    base = dict(resistance=R, kt=K, gear=G, efficiency=ETA, load_inertia=LOCKED, tau_max=1.0, te=te)
     clamp = run(params(**base), np.full(200, 10.0), 1e-4)
     lim = run(params(**base, current_limiter=1), np.full(200, 10.0), 1e-4)
     # the same torque either way once the current is up ...
@@ -39,7 +39,7 @@ def test_saturation_limits_the_current(te):
 
 
 def test_negative_current_is_limited_too():
-    p = params(resistance=R, motorconst=K, load_inertia=LOCKED, tau_max=1.0, current_limiter=1)
+    p = params(resistance=R, kt=K, load_inertia=LOCKED, tau_max=1.0, current_limiter=1)
     out = run(p, np.full(5, -10.0), 1e-3)
     np.testing.assert_allclose(out["current"], -2.0, rtol=1e-12)
     np.testing.assert_allclose(out["torque"], -1.0, rtol=1e-12)
@@ -48,7 +48,7 @@ def test_negative_current_is_limited_too():
 def test_heating_follows_the_limited_current():
     # one Euler step of C·dT/dt = R·i² − T/R_T from T = 0: ΔT = dt·R·i²/C, i the limited 2 A (not 10 A)
     dt, c = 1e-3, 0.5
-    base = dict(resistance=R, motorconst=K, load_inertia=LOCKED, tau_max=1.0, thermal_r=10.0, thermal_c=c,
+    base = dict(resistance=R, kt=K, load_inertia=LOCKED, tau_max=1.0, thermal_r=10.0, thermal_c=c,
                 ambient=TA, reftemp=TA)
     rise = run(params(**base, current_limiter=1), np.full(2, 10.0), dt, temperature=TA)["temperature"] - TA
     np.testing.assert_allclose(rise[1], dt * R * 4.0 / c, rtol=1e-12)
@@ -70,7 +70,7 @@ def test_derating_limits_the_current(temp, i_lim):
 
 
 def test_below_the_limit_nothing_changes():
-    p = dict(resistance=R, motorconst=K, load_inertia=0.01, tau_max=1.0, **DERATE, thermal_r=1.0,
+    p = dict(resistance=R, kt=K, load_inertia=0.01, tau_max=1.0, **DERATE, thermal_r=1.0,
              thermal_c=1e12, ambient=TA, reftemp=TA)
     a = run(params(**p), np.full(50, 0.5), 1e-3, temperature=TA)
     b = run(params(**p, current_limiter=1), np.full(50, 0.5), 1e-3, temperature=TA)
@@ -81,6 +81,6 @@ def test_below_the_limit_nothing_changes():
 def test_catalog_key_reaches_the_kernel():
     from hil.params.dcmotor import DCMotor
 
-    on = DCMotor(resistance=R, motorconst=[K], saturation=[0.0, 2.0], current_limiter=True).resolve()
+    on = DCMotor(resistance=R, kt=K, saturation=[0.0, 2.0], current_limiter=True).resolve()
     assert on.kernel_params()["current_limiter"] == 1 and on.kernel_params()["tau_max"] == K * 2.0
-    assert DCMotor(resistance=R, motorconst=[K]).resolve().kernel_params()["current_limiter"] == 0
+    assert DCMotor(resistance=R, kt=K).resolve().kernel_params()["current_limiter"] == 0

@@ -14,7 +14,7 @@ from hil.kernel import DXL_MODES, FAULT_BITS, LAWS, Kernel
 from .kernel_helpers import LOCKED, params
 
 DT = 1e-3
-MOTOR = dict(resistance=2.0, motorconst=0.5, armature=1e-3, supply_v=12.0, max_duty=1.0, dxl_goal_duty=1.0)
+MOTOR = dict(resistance=2.0, kt=0.5, armature=1e-3, supply_v=12.0, max_duty=1.0, dxl_goal_duty=1.0)
 
 
 def dxl(**kw) -> dict:

@@ -39,7 +39,7 @@ def flags(out: dict, bit: int) -> np.ndarray:
 # -- open circuit, temporal trigger ----------------------------------------------------------------------
 
 R, K, G, V = 2.0, 0.5, 3.0, 6.0
-MOTOR = dict(resistance=R, motorconst=K, gear=G, armature=1e-4, load_inertia=0.01)
+MOTOR = dict(resistance=R, kt=K, gear=G, armature=1e-4, load_inertia=0.01)
 # light drag keeps a steady torque B·g²·ω but lets the rotor coast through a 75 % dead zone
 DAMPED = dict(MOTOR, damping_b1=0.002)
 ENC_NOISE = FAULT_BITS.get("encoder_noise", FAULT_BITS.get("encoder"))
@@ -116,7 +116,7 @@ def test_open_circuit_off_when_fraction_zero():
 
 def _stall(dt: float, n: int, on_from: int, volts: float, limit: float, duration: float) -> dict:
     # stalled at V/R = 3 A from step `on_from` on (6 V, 2 Ω)
-    p = params(resistance=R, motorconst=K, load_inertia=LOCKED, oc_fraction=1.0, oc_current=limit,
+    p = params(resistance=R, kt=K, load_inertia=LOCKED, oc_fraction=1.0, oc_current=limit,
                oc_duration=duration)
     u = np.where(np.arange(n) >= on_from, volts, 0.0)
     return run(p, u, dt)
@@ -150,7 +150,7 @@ def test_open_circuit_behavioural_below_limit_never_triggers():
 def test_open_circuit_behavioural_needs_continuous_overcurrent():
     """Over-current bursts shorter than the duration, with a dip between them, never latch."""
     dt, steps = 1e-3, 50
-    p = params(resistance=R, motorconst=K, load_inertia=LOCKED, oc_fraction=1.0, oc_current=2.5,
+    p = params(resistance=R, kt=K, load_inertia=LOCKED, oc_fraction=1.0, oc_current=2.5,
                oc_duration=steps * dt)
     k = np.arange(2000)
     u = np.where(k % 60 < 40, V, 1.0)    # 40 steps at 3 A, 20 steps at 0.5 A, repeated
@@ -163,7 +163,7 @@ def test_open_circuit_behavioural_needs_continuous_overcurrent():
 
 # -- supply override (sag / surge) -----------------------------------------------------------------------
 
-DXL = dict(law=LAWS["dxl_pwm"], resistance=R, motorconst=K, gear=1.0, load_inertia=LOCKED, supply_v=12.0,
+DXL = dict(law=LAWS["dxl_pwm"], resistance=R, kt=K, gear=1.0, load_inertia=LOCKED, supply_v=12.0,
            duty_gain=0.158 * 32, max_duty=0.9625)
 
 
@@ -193,7 +193,7 @@ def test_supply_override_in_unsaturated_band():
 
 def test_encoder_quantization():
     counts = 4096
-    p = params(resistance=R, motorconst=K, load_inertia=0.01, encoder_counts=counts)
+    p = params(resistance=R, kt=K, load_inertia=0.01, encoder_counts=counts)
     out = run(p, 3.0 * np.sin(np.linspace(0, 6, 2000)), 1e-3)
     q, qm = out["theta"], out["theta_meas"]
     assert np.ptp(q) > 1.0
@@ -290,7 +290,7 @@ def test_position_law_settles_within_a_count_not_on_goal():
     """dcmotor position controller on a quantized encoder: the loop closes on counts, not on θ."""
     goal, counts = 1.0, 64
     count = 2 * math.pi / counts
-    p = params(law=LAWS["position"], resistance=1.0, motorconst=0.5, kp=20.0, kd=0.5, load_inertia=0.01,
+    p = params(law=LAWS["position"], resistance=1.0, kt=0.5, kp=20.0, kd=0.5, load_inertia=0.01,
                budget=1, friction_base=0.05, encoder_counts=counts)
     q = run(p, np.full(5000, goal), 1e-3)["theta"][-1000:]
     assert np.all(np.abs(q - goal) < count)
@@ -325,7 +325,7 @@ def test_disable_then_enable():
     assert out["torque"][200] != 0.0
 
 
-ERB = dict(law=LAWS["erob_pd"], resistance=2.0, motorconst=1.0, load_inertia=0.1, supply_v=48.0, pd_kp=10.0,
+ERB = dict(law=LAWS["erob_pd"], resistance=2.0, kt=1.0, load_inertia=0.1, supply_v=48.0, pd_kp=10.0,
            pd_damping=1.0, max_amps=12.0)
 
 
@@ -358,7 +358,7 @@ def test_disabled_erob_supply_band_brakes_above_back_emf_speed():
 RIG = """\
 [actuator]
 resistance = 2.0
-motorconst = [0.5]
+kt = 0.5
 armature = 0.0001
 gear = 3.0
 {motor}
@@ -438,7 +438,7 @@ def test_cli_supply_sag(tmp_path):
     rig.write_text("""\
 [actuator]
 resistance = 2.0
-motorconst = [0.5]
+kt = 0.5
 firmware = { law = "dxl_pwm", kp = 32, error_gain = 0.158, max_duty = 0.9625, supply_v = 12.0 }
 
 [load]

@@ -17,7 +17,7 @@ TA, KC = 25.0, 0.5
 
 def _p(**kw):
     return params(**(dict(law=LAWS["torque"], load_inertia=1.0, budget=1, friction_base=KC, thermal_r=1.0,
-                          thermal_c=1e12, ambient=TA, reftemp=TA, resistance=1.0, motorconst=0.5) | kw))
+                          thermal_c=1e12, ambient=TA, reftemp=TA, resistance=1.0, kt=0.5) | kw))
 
 
 def test_off_by_default():
@@ -33,5 +33,5 @@ def test_budget_scales_with_winding_temperature(temp, alpha, scale):
 
 
 def test_catalog_key():
-    m = DCMotor(resistance=1.0, motorconst=[0.5], friction_tempcoef=0.002).resolve()
+    m = DCMotor(resistance=1.0, kt=0.5, friction_tempcoef=0.002).resolve()
     assert m.kernel_params()["friction_tempcoef"] == 0.002

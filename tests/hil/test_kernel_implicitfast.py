@@ -42,7 +42,7 @@ def test_trajectory_matches_mujoco_implicitfast(case: Case, tmp_path: Path):
 
 def test_rig_key_selects_it(tmp_path: Path):
     rig = tmp_path / "rig.toml"
-    rig.write_text('[actuator]\nresistance = 2.0\nmotorconst = [0.05]\n[load]\ninertia = 1e-4\n'
+    rig.write_text('[actuator]\nresistance = 2.0\nkt = 0.05\n[load]\ninertia = 1e-4\n'
                    '[sim]\nintegrator = "implicitfast"\n')
     _, kernel, _ = load_offline_rig(rig)
     assert kernel.get_params(0)["integrator"] == INTEGRATORS["implicitfast"]

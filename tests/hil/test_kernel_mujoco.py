@@ -189,7 +189,7 @@ def _compiled(model) -> dict[str, float]:
     """The kernel parameters as MuJoCo compiled them (gainprm/dynprm/biasprm, XML reference `<dcmotor>`)."""
     gp, dp, bp = model.actuator_gainprm[0], model.actuator_dynprm[0], model.actuator_biasprm[0]
     return dict(
-        resistance=gp[0], motorconst=gp[1], tempcoef=gp[2], reftemp=gp[3], kp=gp[4], ki=gp[5], kd=gp[6],
+        resistance=gp[0], kt=gp[1], tempcoef=gp[2], reftemp=gp[3], kp=gp[4], ki=gp[5], kd=gp[6],
         vmax=gp[7], law=gp[8],
         te=dp[0], didt_max=dp[1], thermal_r=dp[2], thermal_c=dp[3], ambient=dp[4], lugre_s0=dp[5],
         lugre_s1=dp[6], slew=dp[7], imax=dp[8],
@@ -241,7 +241,7 @@ def test_motor_constants_match_mujoco(case: Case, K: float, R: float, tmp_path):
     gain = mujoco.MjModel.from_xml_string(xml).actuator_gainprm[0]
     assert gain[0:2] == pytest.approx([R, K], rel=1e-12)  # the oracle agrees with the hand values
     mc = import_motor(xml, tmp_path)
-    assert [mc.resistance, mc.motorconst] == pytest.approx(list(gain[0:2]), rel=1e-12)
+    assert [mc.resistance, mc.kt] == pytest.approx(list(gain[0:2]), rel=1e-12)
 
 
 def test_voltage_mode_vmax_divergence(tmp_path):
@@ -250,7 +250,7 @@ def test_voltage_mode_vmax_divergence(tmp_path):
     consistently. Our torque is K/R·(clip(u) − Kω), MuJoCo's is K/R·(u − Kω)."""
     case = Case("vmax_voltage", DC + ' controller="0 0 0 0 0 3"', steps(6.0, -5.0, 2.0, -1.0))
     mc, _, mj, ours, _, ctrl = _run(case, tmp_path)
-    K, R = mc.motorconst, mc.resistance
+    K, R = mc.kt, mc.resistance
     assert np.ptp(mj.q) > case.min_ptp and np.ptp(ours["theta"]) > case.min_ptp
     assert np.all(np.abs(ctrl) > 0) and np.any(np.abs(ctrl) > 3.0)
 

@@ -18,7 +18,7 @@ I_CONT, I_PEAK, T_PEAK = 2.0, 4.0, 0.1
 
 
 def _p(**kw):
-    return params(resistance=R, motorconst=K, load_inertia=LOCKED, tau_max=K * I_CONT, peak_current=I_PEAK,
+    return params(resistance=R, kt=K, load_inertia=LOCKED, tau_max=K * I_CONT, peak_current=I_PEAK,
                   peak_time=T_PEAK, **kw)
 
 
@@ -50,7 +50,7 @@ def test_budget_refills_below_the_continuous_current():
 
 
 def test_below_continuous_nothing_changes():
-    base = dict(resistance=R, motorconst=K, load_inertia=LOCKED, tau_max=K * I_CONT)
+    base = dict(resistance=R, kt=K, load_inertia=LOCKED, tau_max=K * I_CONT)
     a = run(params(**base, current_limiter=1), np.full(50, 1.5), DT)
     b = run(_p(), np.full(50, 1.5), DT)
     np.testing.assert_array_equal(a["current"], b["current"])
@@ -64,10 +64,10 @@ def test_below_continuous_nothing_changes():
 ])
 def test_bad_peak_names_the_key(kw, key):
     with pytest.raises(ValueError, match=key):
-        DCMotor(resistance=1.0, motorconst=[0.5], **kw).resolve()
+        DCMotor(resistance=1.0, kt=0.5, **kw).resolve()
 
 
 def test_catalog_key_reaches_the_kernel():
-    m = DCMotor(resistance=1.0, motorconst=[0.5], saturation=[0.0, 2.0], peak=[4.0, 0.1]).resolve()
+    m = DCMotor(resistance=1.0, kt=0.5, saturation=[0.0, 2.0], peak=[4.0, 0.1]).resolve()
     p = m.kernel_params()
     assert p["peak_current"] == 4.0 and p["peak_time"] == 0.1 and p["tau_max"] == 1.0

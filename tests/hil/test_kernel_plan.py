@@ -16,7 +16,7 @@ from hil.kernel import FAULT_BITS, INTEGRATORS, LAWS, Kernel, core
 from tests.hil.kernel_helpers import params as make_params
 
 DT = 1e-3
-MOTOR = dict(resistance=2.0, motorconst=0.0125, gear=200.0, armature=3e-7, te=5e-4, didt_max=2000.0,
+MOTOR = dict(resistance=2.0, kt=0.0125, gear=200.0, armature=3e-7, te=5e-4, didt_max=2000.0,
              tau_max=0.05, thermal_r=5.0, thermal_c=20.0, tempcoef=0.0039, reftemp=25.0, ambient=25.0,
              cog_amplitude=5e-4, cog_poles=6.0, cog_phase=0.3, damping_b1=1e-6, damping_b2=1e-8,
              damping_b3=1e-10, lugre_s0=0.5, lugre_s1=2e-4, lugre_tc=1e-3, lugre_ts=1.5e-3, lugre_ws=10.0,

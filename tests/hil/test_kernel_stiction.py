@@ -71,13 +71,13 @@ def test_longer_dwell_needs_more_torque():
 
 
 def test_catalog_key():
-    m = DCMotor(resistance=1.0, motorconst=[0.5], dwell_stiction=[RISE, GAMMA]).resolve()
+    m = DCMotor(resistance=1.0, kt=0.5, dwell_stiction=[RISE, GAMMA]).resolve()
     kp = m.kernel_params()
     assert (kp["stiction_rise"], kp["stiction_time"]) == (RISE, GAMMA)
-    assert DCMotor(resistance=1.0, motorconst=[0.5]).resolve().kernel_params()["stiction_rise"] == 0.0
+    assert DCMotor(resistance=1.0, kt=0.5).resolve().kernel_params()["stiction_rise"] == 0.0
 
 
 @pytest.mark.parametrize("value", [[-0.1, 0.1], [0.3, 0.0], [0.3]])
 def test_bad_values_name_the_key(value):
     with pytest.raises(ValueError, match="dwell_stiction"):
-        DCMotor(resistance=1.0, motorconst=[0.5], dwell_stiction=value)
+        DCMotor(resistance=1.0, kt=0.5, dwell_stiction=value)

@@ -15,7 +15,7 @@ TA, R1, R2, C1, C2, RES = 25.0, 2.0, 3.0, 1.0, 10.0, 1.0
 
 
 def _p(**kw):
-    return params(**(dict(law=LAWS["current"], resistance=RES, motorconst=0.5, load_inertia=LOCKED, thermal_r=R1,
+    return params(**(dict(law=LAWS["current"], resistance=RES, kt=0.5, load_inertia=LOCKED, thermal_r=R1,
                           thermal_c=C1, thermal_r2=R2, thermal_c2=C2, ambient=TA, reftemp=TA) | kw))
 
 
@@ -60,7 +60,7 @@ def test_one_node_unchanged_bit_for_bit():
     a = Kernel(1, 1e-3)
     a.set_params(0, _p(thermal_r2=0.0, thermal_c2=0.0))
     b = Kernel(1, 1e-3)
-    b.set_params(0, params(law=LAWS["current"], resistance=RES, motorconst=0.5, load_inertia=LOCKED,
+    b.set_params(0, params(law=LAWS["current"], resistance=RES, kt=0.5, load_inertia=LOCKED,
                            thermal_r=R1, thermal_c=C1, ambient=TA, reftemp=TA))
     for k in (a, b):
         k.set_state(0, temperature=TA)
@@ -71,6 +71,6 @@ def test_one_node_unchanged_bit_for_bit():
 @pytest.mark.parametrize("kw", [dict(thermal2=[0.0, 10.0]), dict(thermal2=[3.0, -1.0])])
 def test_bad_values_name_the_key(kw):
     with pytest.raises(ValueError, match="thermal2"):
-        DCMotor(resistance=1.0, motorconst=[0.5], thermal=[2.0, 1.0], **kw)
+        DCMotor(resistance=1.0, kt=0.5, thermal=[2.0, 1.0], **kw)
     with pytest.raises(ValueError, match="thermal2"):
-        DCMotor(resistance=1.0, motorconst=[0.5], thermal2=[3.0, 10.0])
+        DCMotor(resistance=1.0, kt=0.5, thermal2=[3.0, 10.0])

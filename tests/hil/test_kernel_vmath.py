@@ -151,7 +151,7 @@ def full_feature_run(n: int, steps: int = 600, which: list[int] | None = None) -
     that order, as a rig of their own."""
     dt = 1e-3
     full = make_params(
-        law=1, resistance=2.0, motorconst=0.0125, gear=200.0, armature=3e-7, te=5e-4, didt_max=2000.0,
+        law=1, resistance=2.0, kt=0.0125, gear=200.0, armature=3e-7, te=5e-4, didt_max=2000.0,
         tau_max=0.05, thermal_r=5.0, thermal_c=20.0, tempcoef=0.0039, reftemp=25.0, ambient=25.0,
         cog_amplitude=5e-4, cog_poles=6.0, cog_phase=0.3, damping_b1=1e-6, damping_b2=1e-8, damping_b3=1e-10,
         lugre_s0=0.5, lugre_s1=2e-4, lugre_tc=1e-3, lugre_ts=1.5e-3, lugre_ws=10.0, kp=0.2, ki=0.5, kd=0.005,

@@ -45,7 +45,7 @@ def test_every_catalog_actuator_exports_an_mjcf_that_mujoco_loads(tmp_path, name
     assert m.actuator_gaintype[0] == mujoco.mjtGain.mjGAIN_DCMOTOR
     spec = catalog.entry(name).actuator(model)
     p = spec.kernel_params()
-    assert m.actuator_gainprm[0, 0] == p["resistance"] and m.actuator_gainprm[0, 1] == p["motorconst"]
+    assert m.actuator_gainprm[0, 0] == p["resistance"] and m.actuator_gainprm[0, 1] == p["kt"]
     assert m.dof_armature[0] == p["armature"] * p["gear"] ** 2
     assert any("temperature limit" in line for line in lost) == (p["temp_limit"] > 0)
     assert any("encoder" in line for line in lost)
@@ -140,7 +140,7 @@ def test_isaaclab_parameters_reproduce_the_kernels_torque(name, model):
     spec = catalog.entry(name).actuator(model)
     cfg, lost = isaaclab(spec)
     p = spec.kernel_params()
-    R, K, vs = p["resistance"], p["motorconst"], spec.firmware.supply_v
+    R, K, vs = p["resistance"], p["kt"], spec.firmware.supply_v
     full = vs * getattr(spec.firmware, "max_duty", 1.0)
     assert cfg["saturation_effort"] == pytest.approx(K * full / R, rel=1e-12)
     assert cfg["velocity_limit"] == pytest.approx(full / K, rel=1e-12)

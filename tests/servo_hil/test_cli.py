@@ -62,7 +62,7 @@ def test_actuator_show_explains_the_model_against_the_datasheet():
     r = subprocess.run([*SERVO_HIL, "actuator", "show", "mx64", "--model", "m6"], capture_output=True, text=True,
                        timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
-    assert "motor constant K (output side)" in r.stdout
+    assert "torque constant kt (output side)" in r.stdout
     assert "gear 1 vs 200: the model lumps motor and gearbox at the output shaft" in r.stdout
     assert "stall torque 8.3 vs 6 N·m" in r.stdout
 

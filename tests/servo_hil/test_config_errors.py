@@ -26,7 +26,7 @@ from tests.daemon_process import assert_one_cli_line
 GOOD_RIG = """\
 [actuator]
 resistance = 2.0
-motorconst = [0.5]
+kt = 0.5
 armature = 0.0001
 
 [load]
@@ -95,7 +95,7 @@ def test_unknown_section(tmp_path):
 
 
 def test_missing_motor_constant(tmp_path):
-    assert_one_line_error(tmp_path, "motorconst", rig="[actuator]\nresistance = 2.0\n")
+    assert_one_line_error(tmp_path, "kt", rig="[actuator]\nresistance = 2.0\n")
 
 
 def test_missing_actuator_section(tmp_path):
@@ -336,6 +336,25 @@ def test_mjcf_bad_number(tmp_path):
         load_dcmotor(path)
 
 
+@pytest.mark.parametrize("motorconst", ["-0.1", "0.1 0.2 0.3"])
+def test_mjcf_bad_motorconst(tmp_path, motorconst):
+    """MuJoCo's motorconst becomes kt at the import: a negative value or a third one is refused by name."""
+    path = tmp_path / "model.xml"
+    path.write_text(f"<mujoco><actuator><dcmotor joint='j' resistance='1' motorconst='{motorconst}'/>"
+                    "</actuator></mujoco>")
+    with pytest.raises(ConfigError, match=r"model\.xml: <dcmotor>: motorconst needs one or two non-negative"):
+        load_dcmotor(path)
+
+
+def test_mjcf_motorconst_is_kt(tmp_path):
+    """One value is kt as it is; a pair [Kt, Ke] is the one constant √(Kt·Ke) (MuJoCo DC motor model §3 Table 19)."""
+    path = tmp_path / "model.xml"
+    path.write_text("<mujoco><actuator><dcmotor name='a' joint='j' resistance='1' motorconst='0.04'/>"
+                    "<dcmotor name='b' joint='j' resistance='1' motorconst='0.04 0.09'/></actuator></mujoco>")
+    assert load_dcmotor(path, "a").kt == 0.04
+    assert load_dcmotor(path, "b").kt == pytest.approx(0.06, rel=1e-15)
+
+
 # -- non-finite numbers, Dynamixel registers and bus settings, through the installed CLI ---------------------
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -347,7 +366,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 60.0) -> subpr
 
 @pytest.mark.parametrize(("old", "new", "key"), [
     ("resistance = 2.0", "resistance = inf", "actuator.resistance"),
-    ("motorconst = [0.5]", "motorconst = [nan]", "actuator.motorconst.0"),
+    ("kt = 0.5", "kt = nan", "actuator.kt"),
     ("inertia = 0.01", "inertia = inf", "load.inertia"),
     ("inertia = 0.01", "inertia = 0.01\ngravity = inf", "load.gravity"),
     ("dt = 0.001", "dt = nan", "sim.dt"),

@@ -248,7 +248,7 @@ class EtherbanServer(DrivesServerThread):
         elif mode == Mode.CSV:
             drive.write(*TARGET_VELOCITY, u.velocity_counts(order.target))
         else:
-            nm = order.target * drive.kt_nm_per_a
+            nm = order.target * drive.output_kt_nm_per_a
             drive.write(*TARGET_TORQUE, u.torque_permille(nm))
         return True
 
@@ -291,7 +291,7 @@ class EtherbanServer(DrivesServerThread):
 
     def _status(self, status: pb.Status, i: int, drive: Cia402Drive) -> None:
         drive.refresh()
-        u, kt = drive.units, drive.kt_nm_per_a
+        u, kt = drive.units, drive.output_kt_nm_per_a
         status.device = i
         status.target_position = u.position_rad(drive.read(*TARGET_POSITION))
         status.velocity_demand = u.velocity_rad(drive.read(*VELOCITY_DEMAND))

@@ -28,7 +28,7 @@ CURRENT_UNIT_A = 3.36e-3                      # MX-64(2.0) Present Current (e-ma
 
 def servo_locked(registers: dict[str, int] | None = None) -> DynamixelServo:
     p = kernel_params(entry("mx64").actuator(), LoadConfig(), EncoderConfig(), FaultConfig(), "euler")
-    p.update(load_inertia=1e30, tau_max=p["motorconst"] * I_CONT, peak_current=I_PEAK, peak_time=T_PEAK)
+    p.update(load_inertia=1e30, tau_max=p["kt"] * I_CONT, peak_current=I_PEAK, peak_time=T_PEAK)
     kernel = Kernel(1, DT)
     kernel.set_params(0, p)
     return DynamixelServo(load_model("mx64"), KernelJoint(kernel), {"ID": 1, **(registers or {})})
@@ -53,7 +53,7 @@ def run(servo: DynamixelServo, steps: int) -> None:
 
 def test_peak_spent_is_the_budgets_closed_form():
     p = kernel_params(entry("mx64").actuator(), LoadConfig(), EncoderConfig(), FaultConfig(), "euler")
-    p.update(tau_max=p["motorconst"] * I_CONT, peak_current=I_PEAK, peak_time=T_PEAK)
+    p.update(tau_max=p["kt"] * I_CONT, peak_current=I_PEAK, peak_time=T_PEAK)
     budget = (I_PEAK**2 - I_CONT**2) * T_PEAK
     assert not peak_spent(p, budget * (1 - 1e-12))
     assert peak_spent(p, budget)

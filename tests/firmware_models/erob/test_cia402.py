@@ -505,7 +505,7 @@ def test_cst_holds_a_torque_against_a_locked_rotor():
     rig.enable(Mode.CST)
     rig.w(0x6071, 500)                                        # 500 ‰ of 31 N·m
     rig.run(50)
-    kt = rig.kernel.get_params(0)["motorconst"]
+    kt = rig.kernel.get_params(0)["kt"]
     assert rig.kernel.get_params(0)["law"] == LAWS["current"]
     assert rig.joint.u == pytest.approx(15.5 / kt)            # current = torque/kt
     assert rig.st["i_out"] == pytest.approx(15.5 / kt)
@@ -635,7 +635,7 @@ def peak_rig(**params) -> tuple[Rig, float, float]:
     model §1.1), in CST asking 500 ‰ of 31 N·m, more than either limit; (rig, i_cont, i_peak) [A]."""
     rig = Rig(load_inertia=LOCKED, **params)
     p = rig.kernel.get_params(0)
-    kt, g = p["motorconst"], p["gear"]
+    kt, g = p["kt"], p["gear"]
     i_ask = 15.5 / (kt * g * p["efficiency"])
     i_cont, i_peak = 0.4 * i_ask, 0.8 * i_ask
     rig.joint.command(params={"tau_max": kt * i_cont, "peak_current": i_peak, "peak_time": 0.05})
@@ -691,8 +691,8 @@ def test_no_peak_limit_no_overcurrent_fault():
     """The continuous limit alone (no peak, nothing to spend) limits the current without a fault."""
     rig = Rig(load_inertia=LOCKED)
     p = rig.kernel.get_params(0)
-    i_cont = 0.4 * 15.5 / (p["motorconst"] * p["gear"] * p["efficiency"])
-    rig.joint.command(params={"tau_max": p["motorconst"] * i_cont, "current_limiter": 1})
+    i_cont = 0.4 * 15.5 / (p["kt"] * p["gear"] * p["efficiency"])
+    rig.joint.command(params={"tau_max": p["kt"] * i_cont, "current_limiter": 1})
     rig.enable(Mode.CST)
     rig.w(0x6071, 500)
     rig.run(300)

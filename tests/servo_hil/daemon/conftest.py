@@ -38,7 +38,7 @@ from . import MqttClient, Stream, free_port, ok, wait_port
 ACTUATORS = {
     "arm": """joint = "arm"
 resistance = 2.0
-motorconst = [0.05]
+kt = 0.05
 armature = 1e-5
 gear = 50
 damping = [1e-4]

@@ -241,6 +241,8 @@ ERRORS = [
                  ("unknown parameter", "stiffness"), id="unknown-parameter"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "law", "value": 1.0},
                  ("unknown parameter", "law"), id="structural-parameter"),
+    pytest.param({"cmd": "set_param", "actuator": "arm", "name": "motorconst", "value": 0.05},
+                 ("unknown parameter", "motorconst", " kt,"), id="mujoco-name-of-kt"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "gear", "value": 0.0}, ("gear", "out of range"),
                  id="gear-zero"),
     pytest.param({"cmd": "set_param", "actuator": "arm", "name": "mass", "value": -1.0},

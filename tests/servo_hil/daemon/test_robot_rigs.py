@@ -48,7 +48,7 @@ DCMOTOR_ARM = """
 [[actuators]]
 joint = "shoulder"
 resistance = 1.0
-motorconst = [0.03]
+kt = 0.03
 gear = {gear}
 armature = {armature}
 damping = [{b1}]
@@ -57,7 +57,7 @@ controller = [2, 0, 0, 0, 0, 12]
 [[actuators]]
 joint = "elbow"
 resistance = 3.0
-motorconst = [0.018]
+kt = 0.018
 gear = 120
 armature = 2e-7
 damping = [2e-6]

@@ -394,7 +394,7 @@ def test_real_xl330_fit_beats_the_published_set_and_replay_reproduces_it(xl330_l
     (out / "rig.toml").write_text('[actuator]\ncatalog = "xl330_m288"\nparams = "params.json"\n'
                                   '[load]\nmass = 0.49\nlength = 0.1\n')
     _, _, spec = load_offline_rig(out / "rig.toml")
-    assert spec.friction.model == "m4" and spec.motor.motorconst == params["kt"]
+    assert spec.friction.model == "m4" and spec.motor.kt == params["kt"]
 
 
 # --- MCAP path ---------------------------------------------------------------------------------------------

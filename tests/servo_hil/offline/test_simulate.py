@@ -15,7 +15,7 @@ from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 RIG_INLINE = """
 [actuator]
 resistance = 2.0
-motorconst = [0.05]
+kt = 0.05
 armature = 1e-5
 gear = 50
 input = "position"
@@ -142,7 +142,7 @@ def test_torque_law_has_no_current(tmp_path, law):
     (tmp_path / "rig.toml").write_text(f"""
 [actuator]
 resistance = 1.0
-motorconst = [0.1]
+kt = 0.1
 firmware = {{ law = "{law}" }}
 [load]
 inertia = 0.5
