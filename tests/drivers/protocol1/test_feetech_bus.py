@@ -93,6 +93,19 @@ def test_reg_write_and_broadcast_action():
     assert [s.table.get("Acceleration") for s in bus.servos] == [50, 60]
 
 
+def test_reset_restores_factory_values_but_keeps_id_and_baud():
+    bus = bus_of(3)
+    send(bus, 3, WRITE, bytes([55, 0]))          # Lock = 0: the next write is saved
+    send(bus, 3, WRITE, bytes([21, 10]))         # P_Coefficient
+    assert replies(send(bus, 3, 0x06)) == [(3, 0, b"")]
+    assert replies(send(bus, 3, READ, bytes([21, 1]))) == [(3, 0, bytes([32]))]
+
+
+def test_sync_read_skips_an_absent_id():
+    bus = bus_of(1, 2)
+    assert [r[0] for r in replies(send(bus, BROADCAST_ID, SYNC_READ, bytes([56, 2, 2, 7, 1])))] == [2, 1]
+
+
 def test_a_servo_at_another_baud_rate_does_not_hear():
     bus = bus_of(1)
     assert send(bus, 1, PING, baud=115_200) == []

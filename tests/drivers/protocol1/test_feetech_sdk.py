@@ -126,3 +126,26 @@ def test_a_baud_the_servo_lacks_is_one_line(tmp_path):
     rig = write_sts_rig(tmp_path, "baud", ids=(1,), baud=9_600)
     res = subprocess.run([*SERVO_HIL, "run", str(rig.path)], capture_output=True, text=True, timeout=60)
     assert_one_cli_line(res, "baud 9600", "Baud_Rate")
+
+
+def test_lock_step_the_shaft_moves_only_with_the_daemons_steps(module_launcher):
+    rig = write_sts_rig(module_launcher.dir, "sts_lockstep", ids=(1,), fast=True, lockstep=True)
+    d = module_launcher.start(rig)
+    port, ph = sdk(rig.port)
+    try:
+        assert ph.write1ByteTxRx(port, 1, TORQUE_ENABLE, 1) == (scs.COMM_SUCCESS, 0)
+        assert ph.write2ByteTxRx(port, 1, GOAL_POSITION, 2048 + 500) == (scs.COMM_SUCCESS, 0)
+        d.ok("step", n=1)
+        start = ph.read2ByteTxRx(port, 1, PRESENT_POSITION)[0]
+        time.sleep(0.3)                                     # wall time alone moves nothing
+        assert ph.read2ByteTxRx(port, 1, PRESENT_POSITION)[0] == start
+        seen = [start]
+        for _ in range(5):
+            d.ok("step", n=100)
+            seen.append(ph.read2ByteTxRx(port, 1, PRESENT_POSITION)[0])
+        assert seen[0] < seen[1] < seen[2] and max(seen) > start + 300   # then it may overshoot and settle
+        d.ok("step", n=1500)
+        assert abs(ph.read2ByteTxRx(port, 1, PRESENT_POSITION)[0] - 2548) <= 15
+    finally:
+        port.closePort()
+        d.terminate()
