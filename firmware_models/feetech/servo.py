@@ -46,6 +46,8 @@ class FeetechServo:
     `registers` override EEPROM defaults at power-up as a rig file gives them (the servo's saved EEPROM: they
     survive a power cycle)."""
 
+    family = "feetech"
+
     def __init__(self, spec: ModelSpec, joint: Joint, registers: Mapping[str, int] | None = None):
         self.spec = spec
         self.joint = joint

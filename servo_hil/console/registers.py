@@ -118,7 +118,8 @@ def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
     for server in daemon.buses:
         bus = getattr(server, "bus", None)
         for servo in getattr(bus, "servos", ()):
-            if hasattr(servo, "table") and hasattr(servo, "joint"):
+            # a Feetech servo's table has another layout: the grid shows Dynamixel tables only so far
+            if hasattr(servo, "table") and hasattr(servo, "joint") and getattr(servo, "family", "") != "feetech":
                 out[daemon.live.names[servo.joint.j]] = (server, servo)
     return out
 
