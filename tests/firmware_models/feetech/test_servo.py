@@ -168,3 +168,60 @@ def test_voltage_outside_the_limits_sets_bit_0():
     s = sts_servo({"Max_Voltage_Limit": 60})    # the catalog's supply is 7.4 V
     s.housekeeping()
     assert s.ping()[0] & 1
+
+
+def _peak_speed(registers: dict[str, int], writes: list[tuple[int, int, int, int | None]], seconds: float) -> float:
+    """The largest |Present_Velocity| [step/s] over a 400-step move after `writes`."""
+    s = sts_servo(registers)
+    for address, value, size, bit in writes:
+        write(s, address, value, size, bit)
+    write(s, TORQUE_ENABLE, 1, 1)
+    write(s, GOAL_POSITION, 2048 + 1000, 2, 15)
+    peak = 0
+    for _ in range(round(seconds / 0.01)):
+        run(s, 0.01)
+        peak = max(peak, abs(read(s, PRESENT_VELOCITY, 2, 15)))
+    return peak
+
+
+def test_goal_velocity_limits_the_move_and_0_is_the_maximum():
+    slow = _peak_speed({}, [(GOAL_VELOCITY, 500, 2, 15)], 1.0)
+    fast = _peak_speed({}, [(GOAL_VELOCITY, 0, 2, 15)], 1.0)
+    assert 400 <= slow <= 650          # the setpoint runs at 500 step/s, the shaft follows it
+    assert fast > 1.5 * slow
+
+
+def test_acceleration_slows_the_start_and_maximum_acceleration_caps_it():
+    def reached(writes):
+        s = sts_servo()
+        for address, value, size, bit in writes:
+            write(s, address, value, size, bit)
+        write(s, TORQUE_ENABLE, 1, 1)
+        write(s, GOAL_POSITION, 2048 + 1000, 2, 15)
+        run(s, 0.2)
+        return read(s, PRESENT_POSITION, 2, 15) - 2048
+    free = reached([])
+    gentle = reached([(ACCELERATION, 10, 1, None)])                 # 1000 step/s²: ≈ 20 steps in 0.2 s
+    capped = reached([(ACCELERATION, 254, 1, None), (85, 10, 1, None)])   # Maximum_Acceleration 10
+    assert gentle < 60 < free
+    assert abs(capped - gentle) <= 10
+
+
+def test_pwm_mode_drives_goal_time_as_a_duty_with_bit_10_for_direction():
+    s = sts_servo()
+    write(s, MODE, 2, 1)
+    write(s, TORQUE_ENABLE, 1, 1)
+    write(s, GOAL_TIME, -500, 2, 10)
+    run(s, 0.2)
+    assert read(s, PRESENT_LOAD, 2, 10) == pytest.approx(-500, abs=5)
+    assert read(s, PRESENT_VELOCITY, 2, 15) < 0
+
+
+def test_over_current_sets_bit_3_after_its_protection_time():
+    # a stalled shaft (a goal against a heavy pendulum) draws more than a low Protection_Current
+    s = sts_servo({"Protection_Current": 20, "Over_Current_Protection_Time": 10, "Overload_Torque": 100})
+    write(s, TORQUE_ENABLE, 1, 1)
+    write(s, GOAL_POSITION, 3072, 2, 15)
+    run(s, 0.3)
+    assert s.ping()[0] & 8
+    assert read(s, TORQUE_ENABLE, 1) == 0     # Unloading_Condition 44 has bit 3
