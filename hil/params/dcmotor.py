@@ -1,12 +1,8 @@
 """DC motor parameters with MuJoCo's `<dcmotor>` attribute names and value order, resolved to SI constants.
 
-Every parameterization of the public models is accepted (MuJoCo DC motor model §3 Table 19; Simscape DC Motor
-block reference, Parameters > Electrical Torque):
-equivalent circuit (`resistance`, `kt`), stall torque and no-load speed (`nominal`, with
-MuJoCo's damping correction), rated load and speed (`rated`), rotor damping given directly
-(`damping`) or from the no-load current (`no_load_current`), and datasheet units for kt / Ke
-(`kt_mnm_per_a`, `kv_rpm_per_v`). `resolve()` turns any of them into `MotorConstants`. One name departs
-from MuJoCo's: its `motorconst` is our `kt` (hil/params/mjcf.py converts at the MJCF boundary).
+`resolve()` turns any parameterization of the public models (MuJoCo DC motor model §3 Table 19; Simscape DC Motor
+block reference, Parameters > Electrical Torque) into `MotorConstants`. The attributes, and where our `kt` departs
+from MuJoCo's `motorconst`: docs/configuration.md, Offline rig.
 """
 
 from __future__ import annotations
