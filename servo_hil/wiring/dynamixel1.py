@@ -35,8 +35,8 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
         model = load_model(a.catalog)
         value = baud_value(model, cfg.baud)
         if value is None:
-            raise ConfigError(f"buses ({cfg.name}): baud {cfg.baud} is not a {model.spec.title} speed (its Baud "
-                              f"Rate gives 2000000/(value+1) bit/s, within 3 %: e.g. 1000000, 57600)")
+            raise ConfigError(f"buses ({cfg.name}): baud {cfg.baud} is not a speed the {model.spec.title} can take "
+                              f"(its Baud Rate gives 2000000/(value+1) bit/s, within 3 %: e.g. 1000000, 57600)")
         registers = {"ID": a.id, "Baud Rate": value}
         for name, v in a.registers.items():
             registers[name] = _power_up_value(model, where, name, v)
