@@ -10,6 +10,7 @@ from hil.kernel.core import (
     INTEGRATORS,
     LAWS,
     OUTPUTS,
+    STS_MODES,
     Kernel,
     default_params,
     friction_budget,
@@ -17,5 +18,5 @@ from hil.kernel.core import (
     peak_spent,
 )
 
-__all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "Kernel", "default_params", "friction_budget",
-           "hand_record", "peak_spent"]
+__all__ = ["DXL_MODES", "FAULT_BITS", "INTEGRATORS", "LAWS", "OUTPUTS", "STS_MODES", "Kernel", "default_params",
+           "friction_budget", "hand_record", "peak_spent"]

@@ -56,9 +56,10 @@ def _vmath(str fn, x, a=None):
 # Names exported to Python (hil.kernel): the enum values above live only in C.
 LAWS = {"voltage": LAW_VOLTAGE, "position": LAW_POSITION, "velocity": LAW_VELOCITY,
         "dxl_pwm": LAW_DXL_PWM, "erob_pd": LAW_EROB_PD, "current": LAW_CURRENT, "torque": LAW_TORQUE,
-        "dxl": LAW_DXL}
+        "dxl": LAW_DXL, "sts_pwm": LAW_STS_PWM, "sts": LAW_STS}
 DXL_MODES = {"pwm": DXL_PWM, "current": DXL_CURRENT, "velocity": DXL_VELOCITY, "position": DXL_POSITION,
              "current_position": DXL_CURRENT_POSITION}
+STS_MODES = {"position": STS_POSITION, "wheel": STS_WHEEL, "pwm": STS_PWM, "step": STS_STEP}
 INTEGRATORS = {"euler": INTEGRATOR_EULER, "bam": INTEGRATOR_BAM, "implicitfast": INTEGRATOR_IMPLICITFAST}
 FAULT_BITS = {"open_circuit": FAULT_OPEN_CIRCUIT, "supply": FAULT_SUPPLY, "encoder_noise": FAULT_ENCODER_NOISE,
               "derated": FAULT_DERATED, "overheat": FAULT_OVERHEAT, "encoder_stuck": FAULT_ENCODER_STUCK,

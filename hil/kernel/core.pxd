@@ -14,6 +14,8 @@ cdef enum:
     LAW_CURRENT = 5       # u = motor current [A]
     LAW_TORQUE = 6        # u = output torque [N·m]
     LAW_DXL = 7           # Dynamixel firmware (modes, profile, PID): u = goal in the unit of dxl_mode
+    LAW_STS_PWM = 8       # bam Feetech STS3215 law (speed-limited setpoint, voltage law): u = goal position [rad]
+    LAW_STS = 9           # Feetech STS firmware (modes, setpoint profile, PID): u = goal in the unit of sts_mode
 
     # dxl_mode: what the Dynamixel law regulates (firmware_models maps the Operating Mode register to it)
     DXL_PWM = 0               # the duty: u = goal duty [-1, 1]
@@ -21,6 +23,12 @@ cdef enum:
     DXL_VELOCITY = 2          # the velocity: u = goal velocity [rad/s]
     DXL_POSITION = 3          # the position through the profile and PID: u = goal position [rad]
     DXL_CURRENT_POSITION = 4  # the position, its PID output a current capped by Goal Current: u = goal position [rad]
+
+    # sts_mode: the Feetech STS Operating Mode (33) values, what the Feetech law regulates
+    STS_POSITION = 0          # the position through the setpoint and PID: u = goal position [rad]
+    STS_WHEEL = 1             # the velocity (wheel mode): u = goal velocity [rad/s]
+    STS_PWM = 2               # open loop: u = duty [-1, 1]
+    STS_STEP = 3              # relative steps, made absolute by firmware_models: u = goal position [rad]
 
     INTEGRATOR_EULER = 0  # MuJoCo's semi-implicit Euler with implicit damping
     INTEGRATOR_BAM = 1    # bam's step: velocity first, q += dq·dt + ½·a·dt², |dq| ≤ 100 rad/s
@@ -55,7 +63,8 @@ cdef packed struct State:
     int64_t shutdown           # torque shut down by a latched fault in shutdown_mask (until cleared)
     int64_t latched            # latched fault bits (FAULT_OVERHEAT, FAULT_OVERLOAD)
     double ol_timer            # steps |i| has exceeded overload_current in a row
-    # -- Dynamixel firmware state (LAW_DXL)
+    # -- Dynamixel firmware state (LAW_DXL); the Feetech laws (LAW_STS_PWM, LAW_STS) keep their setpoint in
+    #    traj_valid, traj_pos, traj_vel, pos_integral, vel_integral and duty (feetech.pxi)
     int64_t traj_valid         # 0: the trajectory restarts from the measured shaft position
     double dxl_goal            # goal the running profile was planned for (NaN: plan on the next step)
     double traj_pos            # Position Trajectory [rad]

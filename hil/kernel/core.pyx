@@ -48,6 +48,7 @@ cdef extern from "plan.h" nogil:
         LAWS_DXL "HIL_LAWS_DXL"
         LAWS_DXL_PWM "HIL_LAWS_DXL_PWM"
         LAWS_CURRENT "HIL_LAWS_CURRENT"
+        LAWS_STS "HIL_LAWS_STS"
         USES_DC_LAW "HIL_USES_DC_LAW"
         USES_QS "HIL_USES_QS"
         USES_DERATE "HIL_USES_DERATE"
@@ -84,5 +85,6 @@ cdef enum:
 
 include "plan.pxi"
 include "dynamixel.pxi"
+include "feetech.pxi"
 include "step.pxi"
 include "api.pxi"

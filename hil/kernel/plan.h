@@ -58,7 +58,8 @@ enum {
     HIL_USES_MOTOR_X = 262144,  /* current limiter, peak budget, iron loss, flux derating, two thermal nodes */
     HIL_USES_BACKLASH = 524288, /* gear backlash: the motor side's own angle and velocity */
     HIL_USES_MECH_X = 1048576,  /* backlash, rising static friction, implicitfast (load.h) */
-    HIL_USES_IMPLICIT = 2097152 /* implicitfast: the actuator's velocity derivative (motor.h) */
+    HIL_USES_IMPLICIT = 2097152, /* implicitfast: the actuator's velocity derivative (motor.h) */
+    HIL_LAWS_STS = 4194304      /* the Feetech laws (feetech.pxi sts_pwm_law, sts_firmware) */
 };
 
 /* F(k) for the constant k = the bits among a, b (c) that `uses` holds: one version of a lane loop per

@@ -90,7 +90,7 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
     c[PL_DC_LAW * st] = p.law <= LAW_VELOCITY
     c[PL_LAW_POSITION * st] = p.law == LAW_POSITION
     c[PL_LAW_VELOCITY * st] = p.law == LAW_VELOCITY
-    c[PL_VMODE * st] = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
+    c[PL_VMODE * st] = p.law <= LAW_DXL_PWM or p.law == LAW_DXL or p.law == LAW_STS_PWM or p.law == LAW_STS
     c[PL_LAW_DXL_PWM * st] = p.law == LAW_DXL_PWM
     c[PL_LAW_EROB_PD * st] = p.law == LAW_EROB_PD
     c[PL_LAW_CURRENT * st] = p.law == LAW_CURRENT
@@ -112,12 +112,13 @@ cdef inline void plan_row(const Params* p, double* c, Py_ssize_t st) noexcept no
 
 cdef inline int kinds(const Params* p) noexcept nogil:
     """What actuator p's step computes (plan.h HIL_* kinds; from its prepared Params, as the plan's flags)."""
-    cdef bint voltage_law = p.law <= LAW_DXL_PWM or p.law == LAW_DXL
+    cdef bint voltage_law = p.law <= LAW_DXL_PWM or p.law == LAW_DXL or p.law == LAW_STS_PWM or p.law == LAW_STS
     cdef bint stribeck = (p.budget != 0 or stiction(p)) and p.dtheta_stribeck > 0
     cdef bint implicit = p.integrator == INTEGRATOR_IMPLICITFAST
     return ((NEED_POW if stribeck and p.alpha != 1.0 and p.alpha != 2.0 else 0)
             | (NEED_ZOH if p.lugre_s0 > 0 and p.law != LAW_TORQUE else 0)
             | (LAWS_DXL if p.law == LAW_DXL else 0) | (LAWS_DXL_PWM if p.law == LAW_DXL_PWM else 0)
+            | (LAWS_STS if p.law == LAW_STS_PWM or p.law == LAW_STS else 0)
             | (LAWS_CURRENT if p.law == LAW_EROB_PD or p.law == LAW_CURRENT else 0)
             | (USES_DC_LAW if p.law <= LAW_VELOCITY else 0)
             | (USES_QS if voltage_law and not p.te > 0 else 0)

@@ -317,7 +317,8 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
        or more, else libm; within round-off of each other);
     3. sensing and faults (sense.h `hil_sense_pass`), the firmware laws (law.h: `hil_law_pass`, and
        `hil_dxl_pwm_pass`, `hil_current_law_pass` for a block that holds such laws), all vectorized across
-       actuators, but the Dynamixel firmware's (LAW_DXL: `dxl_firmware`, per actuator); then the motor, vectorized too (motor.h `hil_motor_pass`), the latches watching its
+       actuators, but the Dynamixel and Feetech firmware's (LAW_DXL: `dxl_firmware`; LAW_STS_PWM, LAW_STS:
+       feetech.pxi; per actuator); then the motor, vectorized too (motor.h `hil_motor_pass`), the latches watching its
        current and the step's fault bits (sense.h `hil_fault_latch_pass`), the bristle hold's exp(a·dt);
     4. load, friction budget, integration and the LuGre bristle update (load.h `hil_load_pass`, over
        the plan's columns and the block's arrays: vectorized across actuators).
@@ -401,6 +402,14 @@ cdef inline void step_block(void* lanes, const double* P, const void* params, vo
                 vs = P[PL_VS * BLOCK + j]
                 b.V[j] = vs * dxl_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j], vs, b.R[j],
                                            P[PL_KT * BLOCK + j] * b.Ld[j], b.enabled[j] != 0, dt)
+    if need & LAWS_STS:
+        for j in range(m):
+            if p[j].law == LAW_STS_PWM:
+                b.V[j] = P[PL_VS * BLOCK + j] * sts_pwm_law(&p[j], &s[j], b.u[j], b.theta_meas[j],
+                                                            b.enabled[j] != 0, dt)
+            elif p[j].law == LAW_STS:
+                b.V[j] = P[PL_VS * BLOCK + j] * sts_firmware(&p[j], &s[j], b.u[j], b.theta_meas[j], b.omega[j],
+                                                             b.enabled[j] != 0, dt)
     hil_motor_pass(P, BLOCK, mv, dt, law, b.sin_x, b.exp_x, b.bristle, b.current,
                    b.temp_rise, b.i2t, b.housing_rise, b.temperature, b.torque, b.i_out, b.v_out, b.derated, b.zoh_a, b.zoh_ea, b.zoh_inv_a, b.dfdw, need)
     hil_fault_latch_pass(P, BLOCK, mv, dt, b.i_out, b.derated, b.overheat, b.oc_active, b.oc_timer, b.ol_timer,

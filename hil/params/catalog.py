@@ -62,7 +62,7 @@ class CatalogModel(BamParams):
 class CatalogEntry(Strict):
     name: str
     title: str
-    family: Literal["dynamixel", "erob", "generic"]
+    family: Literal["dynamixel", "feetech", "erob", "generic"]
     model_number: int | None = None
     datasheet: Datasheet
     motor: CatalogMotor

@@ -1,0 +1,200 @@
+"""The kernel's Feetech laws: bam's STS3215 law (LAW_STS_PWM) against bam's own rollouts, and the STS firmware
+(LAW_STS): its reduction to bam's law, the setpoint profile, the modes, dead band and torque limit.
+
+Oracle: tests/data/bam_rollouts/bam_sts3215_rollouts.json, made with bam's simulator (tests/data/README.md).
+"""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hil.kernel import LAWS, STS_MODES, Kernel
+from hil.params import catalog
+from hil.params.firmware import StsLaw
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+
+from .kernel_helpers import LOCKED, params
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "bam_rollouts" / "bam_sts3215_rollouts.json"
+STEP_RAD = 2 * math.pi / 4096      # one STS position step
+DT = 1e-3
+MOTOR = dict(resistance=2.0, kt=0.5, armature=1e-3, supply_v=12.0, max_duty=1.0)
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return json.loads(GOLDEN.read_text())
+
+
+def bam_rig(setup: dict, law: dict | None = None) -> dict:
+    """Kernel parameters of the catalog's STS3215 with bam's set m1 on the rollouts' pendulum."""
+    fw = law or {"kp": setup["kp"], "supply_v": setup["vin"]}
+    spec = catalog.entry("sts3215").actuator("m1", fw).bam_only()
+    load = LoadConfig(mass=setup["mass"], arm_mass=setup["arm_mass"], length=setup["length"])
+    return kernel_params(spec, load, EncoderConfig(), FaultConfig(), "bam")
+
+
+def rollout(p: dict, dt: float, goal, enable):
+    k = Kernel(1, dt)
+    k.set_params(0, p)
+    return k.run(np.asarray(goal, dtype=float), np.asarray(enable, dtype=float))
+
+
+@pytest.mark.parametrize("setup", ["sts3215", "sts3215_kp16"])
+def test_bam_sts3215_rollouts_to_round_off(golden, setup):
+    s = golden["setups"][setup]
+    p = bam_rig(s["setup"])
+    assert p["law"] == LAWS["sts_pwm"]
+    for name, traj in s["trajectories"].items():
+        out = rollout(p, s["dt"], traj["goal_position"], traj["torque_enable"])
+        ref = traj["models"]["m1"]
+        assert np.ptp(ref["q"]) > 0.5, f"{name}: the reference should move"
+        err_q = np.max(np.abs(out["theta"][:, 0] - ref["q"]))
+        err_dq = np.max(np.abs(out["omega"][:, 0] - ref["dq"]))
+        assert err_q <= 1e-12, f"{setup} {name}: |q - q_bam| = {err_q:.3g} rad"
+        assert err_dq <= 1e-11, f"{setup} {name}: |dq - dq_bam| = {err_dq:.3g} rad/s"
+
+
+def test_the_rollout_comparison_can_fail(golden):
+    """kp 32 does not reproduce the kp 16 rollout, nor does a setpoint without bam's speed limit."""
+    s = golden["setups"]["sts3215_kp16"]
+    traj = s["trajectories"]["goal_steps"]
+    ref = np.array(traj["models"]["m1"]["q"])
+    for law in ({"kp": 32, "supply_v": 7.4}, {"kp": 16, "supply_v": 7.4, "max_velocity": math.inf}):
+        out = rollout(bam_rig(s["setup"], law), s["dt"], traj["goal_position"], traj["torque_enable"])
+        assert np.max(np.abs(out["theta"][:, 0] - ref)) > 1e-3
+
+
+def test_firmware_law_with_bams_registers_is_bams_law_bit_for_bit(golden):
+    """LAW_STS in position mode with P 32, I 0, D 0 (bam's recorder writes D 0), Goal Speed 3400 steps/s,
+    Acceleration 0 and no dead zone gives LAW_STS_PWM's bits while the torque is on."""
+    s = golden["setups"]["sts3215"]
+    bam = bam_rig(s["setup"])
+    fw = catalog.entry("sts3215").firmware
+    sts = dict(bam) | StsLaw(kp=32, error_gain=fw["error_gain"], max_duty=fw["max_duty"],
+                             max_velocity=fw["max_velocity"], supply_v=7.4).kernel_params()
+    assert sts["law"] == LAWS["sts"] and sts["sts_mode"] == STS_MODES["position"]
+    for name in ("sin_sin", "up_and_down", "sin_time_square"):
+        traj = s["trajectories"][name]
+        assert all(traj["torque_enable"])
+        a = rollout(bam, s["dt"], traj["goal_position"], 1.0)
+        b = rollout(sts, s["dt"], traj["goal_position"], 1.0)
+        assert np.array_equal(a["theta"], b["theta"]) and np.array_equal(a["voltage"], b["voltage"])
+    # a D gain makes it differ (the comparison above can fail)
+    traj = s["trajectories"]["sin_sin"]
+    c = rollout(sts | {"sts_kd": 0.05}, s["dt"], traj["goal_position"], 1.0)
+    assert np.max(np.abs(c["theta"] - rollout(bam, s["dt"], traj["goal_position"], 1.0)["theta"])) > 1e-6
+
+
+def sts(**kw) -> dict:
+    return params(law=LAWS["sts"], sts_p=32.0, sts_error_gain=0.166, **(MOTOR | kw))
+
+
+def states(p: dict, goals, enable=1.0) -> list[dict]:
+    k = Kernel(1, DT)
+    k.set_params(0, p)
+    out = []
+    for g in goals:
+        k.step([g], [enable], [0.0])
+        out.append(dict(k.get_state(0)))
+    return out
+
+
+def ramps_within(vel, a: float) -> bool:
+    """The setpoint's speed changes by at most a·DT a step, but for the landing on the goal (feetech.pxi
+    `sts_setpoint`: at most 2·a·DT there, what the step grid leaves over)."""
+    dv = np.abs(np.diff(vel))
+    over = dv > a * DT * (1 + 1e-9)
+    return int(over.sum()) <= 1 and bool(np.all(dv <= 2 * a * DT))
+
+
+def test_setpoint_speed_and_acceleration_limits_and_landing_on_the_goal():
+    v, a, goal = 3.0, 20.0, 2.0
+    st = states(sts(sts_speed=v, sts_acc=a, load_inertia=LOCKED), [goal] * 2000)
+    vel = np.array([s["traj_vel"] for s in st])
+    assert vel.max() == pytest.approx(v, abs=1e-12)
+    assert ramps_within(vel, a)
+    t_done = next(k for k, s in enumerate(st) if s["traj_pos"] == goal) * DT
+    assert t_done == pytest.approx(goal / v + v / a, abs=5 * DT)          # d/v + one ramp's time
+    assert st[-1]["traj_pos"] == goal and st[-1]["traj_vel"] == 0.0
+    pos = np.array([s["traj_pos"] for s in st])
+    assert np.all(np.diff(pos) >= 0) and pos.max() == goal               # no overshoot
+
+
+def test_goal_behind_a_running_setpoint_brakes_then_returns():
+    st = states(sts(sts_speed=3.0, sts_acc=20.0, load_inertia=LOCKED), [2.0] * 300 + [0.0] * 1500)
+    vel = np.array([s["traj_vel"] for s in st])
+    assert ramps_within(vel, 20.0) and vel.min() < -2.9       # it turned and ran back at the speed limit
+    assert st[-1]["traj_pos"] == 0.0 and st[-1]["traj_vel"] == 0.0
+
+
+def test_position_mode_holds_the_goal_and_the_torque_limit_clamps_the_duty():
+    st = states(sts(sts_speed=5.0), [0.5] * 3000)
+    assert st[-1]["theta"] == pytest.approx(0.5, abs=1e-3)
+    k = Kernel(1, DT)
+    k.set_params(0, sts(max_duty=0.3, load_inertia=LOCKED))
+    k.step([1.0], [1.0], [0.0])
+    assert k.get_state(0)["duty"] == 0.3 and k.get_state(0)["v_out"] == pytest.approx(0.3 * 12.0)
+
+
+def test_dead_band_drives_nothing_inside_and_everything_outside():
+    k = Kernel(1, DT)
+    k.set_params(0, sts(sts_dead_pos=3 * STEP_RAD, sts_dead_neg=1 * STEP_RAD, load_inertia=LOCKED))
+    for goal, driven in ((2.5 * STEP_RAD, False), (-0.5 * STEP_RAD, False), (-1.5 * STEP_RAD, True),
+                         (3.5 * STEP_RAD, True)):
+        k.step([goal], [1.0], [0.0])
+        duty = k.get_state(0)["duty"]
+        assert (duty != 0.0) == driven, (goal / STEP_RAD, duty)
+        if driven:
+            assert duty == pytest.approx(goal * 32 * 0.166, rel=1e-12)
+
+
+def test_wheel_mode_reaches_the_goal_velocity_at_the_acceleration():
+    a = 10.0
+    st = states(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_acc=a, armature=1e-2),
+                [2.0] * 3000)
+    vel = np.array([s["traj_vel"] for s in st])
+    assert np.all(np.diff(vel) <= a * DT * (1 + 1e-9)) and vel[-1] == 2.0
+    assert st[-1]["omega"] == pytest.approx(2.0, rel=1e-3)
+    st = states(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_speed=1.0, armature=1e-2),
+                [-3.0] * 3000)
+    assert st[-1]["omega"] == pytest.approx(-1.0, rel=1e-3)              # Goal Speed beyond the limit
+
+
+def test_pwm_mode_is_open_loop_duty_within_the_limit():
+    k = Kernel(1, DT)
+    k.set_params(0, sts(sts_mode=STS_MODES["pwm"], max_duty=0.5, load_inertia=LOCKED))
+    k.step([0.25], [1.0], [0.0])
+    assert k.get_state(0)["v_out"] == pytest.approx(0.25 * 12.0)
+    k.step([-0.9], [1.0], [0.0])
+    assert k.get_state(0)["v_out"] == pytest.approx(-0.5 * 12.0)
+
+
+def test_step_mode_regulates_like_position():
+    a = states(sts(sts_mode=STS_MODES["step"], sts_speed=4.0), [1.0] * 1500)
+    b = states(sts(sts_mode=STS_MODES["position"], sts_speed=4.0), [1.0] * 1500)
+    assert [s["theta"] for s in a] == [s["theta"] for s in b]
+
+
+def test_torque_off_lets_the_setpoint_follow_the_shaft():
+    k = Kernel(1, DT)
+    k.set_params(0, sts(sts_speed=1.0, gravity=9.81, mass=0.2, length=0.1))
+    k.set_state(0, theta=1.0)
+    for _ in range(200):
+        k.step([1.0], [0.0], [0.0])
+    st = k.get_state(0)
+    assert st["traj_pos"] == st["theta_meas"] and st["duty"] == 0.0 and st["theta"] < 0.9
+    k.step([st["theta"]], [1.0], [0.0])      # torque on: the move starts from the shaft, no jump
+    assert abs(k.get_state(0)["traj_pos"] - st["theta"]) <= 1.0 * DT * (1 + 1e-12)
+
+
+def test_sts_pwm_setpoint_runs_with_the_torque_off_as_bams_does():
+    k = Kernel(1, DT)
+    k.set_params(0, params(law=LAWS["sts_pwm"], sts_p=32.0, sts_error_gain=0.166, sts_speed=2.0,
+                           **(MOTOR | dict(load_inertia=LOCKED))))
+    for _ in range(100):
+        k.step([1.0], [0.0], [0.0])
+    assert k.get_state(0)["traj_pos"] == pytest.approx(0.2, abs=1e-12) and k.get_state(0)["duty"] == 0.0
