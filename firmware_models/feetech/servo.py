@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from firmware_models.feetech.control_table import ControlTable, ModelSpec
+from firmware_models.feetech.control_table import ControlTable, ModelSpec, encode_sign
 from hil.joint import Joint
 from hil.kernel import LAWS, STS_MODES
 
@@ -95,6 +95,7 @@ class FeetechServo:
         self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}
         self._last_t = None
         self._cache()
+        self._settings()
         self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
         self.joint.sync()
         t.set("Goal_Position", self._present_steps(self._measured()))
@@ -112,8 +113,9 @@ class FeetechServo:
         """`length` bytes at `address`, the Present items as of the loop's latest state. A read past the table is
         not answered: the status byte has no bit for it (our choice, docs/feetech.md)."""
         if address + length > _PRESENT_FIRST and address < _PRESENT_END:
-            self.housekeeping()
-            self._refresh_present()
+            st = self._state()
+            self.housekeeping(st)
+            self._refresh_present(st)
         data = self.table.read(address, length)
         return None if data is None else (self._status, data)
 
@@ -167,6 +169,7 @@ class FeetechServo:
         if "ID" in changed or "Baud_Rate" in changed or "Return_Delay_Time" in changed \
                 or "Response_Status_Level" in changed:
             self._cache()
+        self._settings()
         if "Max_Torque_Limit" in changed and t.get("Torque_Limit") > t.get("Max_Torque_Limit"):
             t.set("Torque_Limit", t.get("Max_Torque_Limit"))
         if "Torque_Enable" in changed:
@@ -186,6 +189,7 @@ class FeetechServo:
             offset = (actual - _ZERO_STEP + 2048) % 4096 - 2048
             t.set("Homing_Offset", max(-2047, min(2047, offset)))
             self._flash = bytes(t.data[:_EEPROM_END])
+            self._settings()
             t.set("Torque_Enable", 0 if self._unloaded else int(self._enabled))
             self.joint.command(goal=self._kernel_goal())
             return
@@ -253,65 +257,103 @@ class FeetechServo:
         st = st if st is not None else self._state()
         return st["theta_meas"] if st["k"] > 0 else st["theta"]
 
+    def _settings(self) -> None:
+        """The register values every read and every housekeeping pass use, kept as attributes (refreshed after
+        each write that changes a register, and at power-up), with the Present items' places in the table."""
+        t = self.table
+        unit = {name: t.item(name).si_per_unit for name in ("Present_Velocity", "Present_Current",
+                                                             "Protection_Current", "Moving_Velocity_Threshold")}
+        self._homing = t.get("Homing_Offset")
+        self._full_angle = bool(t.get("Phase") & _PHASE_FULL_ANGLE)
+        self._v_range = (t.get("Min_Voltage_Limit") / 10, t.get("Max_Voltage_Limit") / 10)    # [V]
+        self._max_temp = t.get("Max_Temperature_Limit")                                    # [°C]
+        self._overload_pct = t.get("Overload_Torque")
+        self._overload_s = t.get("Protection_Time") * 0.01
+        self._current_max = t.get("Protection_Current") * unit["Protection_Current"]     # [A]
+        self._current_s = t.get("Over_Current_Protection_Time") * 0.01
+        self._unloading = t.get("Unloading_Condition")
+        self._moving_threshold = t.get("Moving_Velocity_Threshold") * unit["Moving_Velocity_Threshold"]
+        self._velocity_unit = unit["Present_Velocity"]
+        self._current_unit = unit["Present_Current"]
+        order = self.spec.byte_order
+        self._put = {name: (t.item(name).address, t.item(name).size, t.item(name).sign_bit, order)
+                     for name in ("Present_Position", "Present_Velocity", "Present_Load", "Present_Current",
+                                  "Present_Voltage", "Present_Temperature", "Status", "Moving", "Torque_Enable")}
+
+    def _set_fast(self, name: str, value: int) -> None:
+        address, size, bit, order = self._put[name]
+        raw = encode_sign(value, bit)
+        self.table.data[address:address + size] = max(0, min(raw, (1 << (8 * size)) - 1)).to_bytes(size, order)
+
     def _present_steps(self, theta: float) -> int:
         """Present_Position for shaft angle `theta`: actual − Homing_Offset (LeRobot `_get_half_turn_homings`),
         folded into 0..4095 unless Phase bit 4 (angle feedback mode) asks for the full angle."""
-        t = self.table
-        p = round(theta / self._rad) + _ZERO_STEP - t.get("Homing_Offset")
-        return p if t.get("Phase") & _PHASE_FULL_ANGLE else p % self.spec.resolution
+        p = round(theta / self._rad) + _ZERO_STEP - self._homing
+        return p if self._full_angle else p % self.spec.resolution
 
-    def _refresh_present(self) -> None:
-        t = self.table
-        st = self._state()
-        theta = self._measured(st)
-        t.set("Present_Position", self._present_steps(theta))
-        t.set("Present_Velocity", round(st["omega"] / t.item("Present_Velocity").si_per_unit))
-        t.set("Present_Load", round(st["duty"] / self._full_duty * 1000) if self._full_duty else 0)
-        t.set("Present_Current", round(abs(st["i_out"]) / t.item("Present_Current").si_per_unit))
-        t.set("Present_Voltage", round(self._vin() * 10))
-        temp = st["temperature"] if st["k"] > 0 else 25.0 + st["temp_rise"]
-        t.set("Present_Temperature", max(0, round(temp)))
-        t.set("Status", self._status)
-        threshold = t.get("Moving_Velocity_Threshold") * t.item("Moving_Velocity_Threshold").si_per_unit
-        moving = abs(st["omega"]) > threshold or abs(st["traj_vel"]) > 0.0
-        t.set("Moving", int(moving and self._enabled))
-        t.set("Torque_Enable", int(self._enabled and not self._unloaded))
+    def _refresh_present(self, st: Mapping | None = None) -> None:
+        st = st if st is not None else self._state()
+        put = self._set_fast
+        put("Present_Position", self._present_steps(self._measured(st)))
+        put("Present_Velocity", round(st["omega"] / self._velocity_unit))
+        put("Present_Load", round(st["duty"] / self._full_duty * 1000) if self._full_duty else 0)
+        put("Present_Current", round(abs(st["i_out"]) / self._current_unit))
+        put("Present_Voltage", round(self._vin() * 10))
+        put("Present_Temperature", max(0, round(self._temperature(st))))
+        put("Status", self._status)
+        moving = abs(st["omega"]) > self._moving_threshold or st["traj_vel"] != 0.0
+        put("Moving", int(moving and self._enabled))
+        put("Torque_Enable", int(self._enabled and not self._unloaded))
+
+    @staticmethod
+    def _temperature(st: Mapping) -> float:
+        """The kernel's temperature [°C]; before its first step, ambient (25 °C) plus the rise."""
+        return st["temperature"] if st["k"] > 0 else 25.0 + st["temp_rise"]
 
     def _vin(self) -> float:
-        p = self.joint.params()
-        v = p.get("supply_override", math.nan)
-        return v if v == v else (p.get("supply_v") or self._supply_v)
+        """The supply [V]: read from the kernel's parameters at most every 10 ms of simulation time (a supply
+        fault changes it at run time)."""
+        now = self.joint.time_s()
+        if self._vin_at is None or not 0.0 <= now - self._vin_at < 0.01:
+            p = self.joint.params()
+            v = p.get("supply_override", math.nan)
+            self._vin_cached = v if v == v else (p.get("supply_v") or self._supply_v)
+            self._vin_at = now
+        return self._vin_cached
+
+    _vin_at: float | None = None
+    _vin_cached = 0.0
 
     # ------------------------------------------------------------------ protections
-    def housekeeping(self) -> None:
-        """The protections, run between packets (and before a read of the Present items): each condition of the
-        Status byte is set while it holds; one whose Unloading_Condition bit is set releases the torque."""
+    def housekeeping(self, st: Mapping | None = None) -> None:
+        """The protections, run between packets (and before a read of the Present items, with the state `st` that
+        read uses): each condition of the Status byte is set while it holds; one whose Unloading_Condition bit is
+        set releases the torque."""
         t = self.table
-        st = self._state()
+        st = st if st is not None else self._state()
         now = self.joint.time_s()
         dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
         self._last_t = now
         found = 0
-        vin = self._vin()
-        if not t.get("Min_Voltage_Limit") / 10 <= vin <= t.get("Max_Voltage_Limit") / 10:
+        lo, hi = self._v_range
+        if not lo <= self._vin() <= hi:
             found |= VOLTAGE
-        temp = st["temperature"] if st["k"] > 0 else 25.0 + st["temp_rise"]
-        if temp > t.get("Max_Temperature_Limit"):
+        if self._temperature(st) > self._max_temp:
             found |= OVERHEAT
         load = abs(st["duty"]) / self._full_duty * 100 if self._full_duty else 0.0     # [%]
-        current = abs(st["i_out"])
-        for bit, over, limit_s in (
-                (OVERLOAD, self._enabled and load >= t.get("Overload_Torque") > 0,
-                 t.get("Protection_Time") * 0.01),
-                (OVERCURRENT, current > t.get("Protection_Current") * t.item("Protection_Current").si_per_unit,
-                 t.get("Over_Current_Protection_Time") * 0.01)):
-            self._timers[bit] = self._timers[bit] + dt if over else 0.0
-            if over and self._timers[bit] >= limit_s:
-                found |= bit
+        timers = self._timers
+        over = self._enabled and load >= self._overload_pct > 0
+        timers[OVERLOAD] = timers[OVERLOAD] + dt if over else 0.0
+        if over and timers[OVERLOAD] >= self._overload_s:
+            found |= OVERLOAD
+        over = abs(st["i_out"]) > self._current_max
+        timers[OVERCURRENT] = timers[OVERCURRENT] + dt if over else 0.0
+        if over and timers[OVERCURRENT] >= self._current_s:
+            found |= OVERCURRENT
         if not found & ~self._status:
             return
         self._status |= found
-        if found & t.get("Unloading_Condition") and self._enabled and not self._unloaded:
+        if found & self._unloading and self._enabled and not self._unloaded:
             self._unloaded = True
             t.set("Torque_Enable", 0)
             self.joint.command(enable=False)
