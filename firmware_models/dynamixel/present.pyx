@@ -70,6 +70,8 @@ cdef class PresentItems:
                  double following_error_window_pulses):
         cdef int k
         for k, name in enumerate(ITEMS):
+            if name == "Present Current" and not spec.has(name):
+                name = "Present Load"   # XL430: its load estimate in the current's place, `current_a` its unit
             if spec.has(name):
                 it = spec.item(name)
                 self.addr[k] = it.address

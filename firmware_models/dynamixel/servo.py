@@ -76,7 +76,7 @@ class DynamixelServo(ServoCore):
         self._backup: bytearray | None = None
         self._hw_error = 0             # Hardware Error Status as latched (HW_* bits)
         self._last_instruction_s = 0.0
-        self._current_a = spec.item("Present Current").si_per_unit   # [A per unit]
+        self._current_a = self._current_unit_a(spec)   # [A per unit] of Present Current (or Present Load)
         # register ⇄ SI: Present items, positions (multi-turn, homing, reverse), velocities, currents (in C)
         self._units = PresentItems(spec, self._current_a, self._hw_max_duty, self.fw.in_position_window_pulses,
                                    self.fw.following_error_window_pulses)
@@ -296,7 +296,7 @@ class DynamixelServo(ServoCore):
             "dxl_kvi": fw.velocity_i(t.get("Velocity I Gain")),
             "max_duty": t.get("PWM Limit") * duty_per_pwm,
             "dxl_goal_duty": abs(t.get("Goal PWM")) * duty_per_pwm,
-            "dxl_goal_current": abs(t.get("Goal Current")) * self._current_a,
+            "dxl_goal_current": abs(self._get_if_present("Goal Current")) * self._current_a,
             "max_current": current_limit_a if fw.current_limiter else 0.0,
             "dxl_prof_vel": pv * 1e-3 if time_based else pv * VELOCITY_UNIT,
             "dxl_prof_acc": pa * 1e-3 if time_based else pa * ACCELERATION_UNIT,
@@ -427,6 +427,15 @@ class DynamixelServo(ServoCore):
         self.joint.command(params=self._kernel_params(), goal=self._kernel_goal())
 
     # ------------------------------------------------------------------ helpers
+    def _current_unit_a(self, spec: ModelSpec) -> float:
+        """[A] per unit of Present Current; a model without a current sensor (XL430) reports Present Load in
+        0.1 % of its maximum torque instead (e-manual XL430-W250 §Present Load(126): "inferred … from the
+        internal output value"), taken as 0.1 % of the stall current at the configured supply."""
+        if spec.has("Present Current"):
+            return spec.item("Present Current").si_per_unit
+        p = self.joint.params()
+        return spec.item("Present Load").si_per_unit * p["supply_v"] / p["resistance"]
+
     def _get_if_present(self, name: str) -> int:
         return self.table.get(name) if self.spec.has(name) else 0
 

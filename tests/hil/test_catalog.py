@@ -28,6 +28,8 @@ BAM_DIR = {
     "erob80_100": "erob80_100",
     "xm430_w350": None,
     "xh540_w270": None,
+    "xl430_w250": None,
+    "xl330_m077": None,
 }
 ALL_MODELS = ["m1", "m2", "m3", "m4", "m5", "m6"]
 WITH_MODELS = [name for name, d in BAM_DIR.items() if d]
