@@ -107,8 +107,9 @@ class LoadConfig(Strict):
 
 
 class EncoderConfig(Strict):
-    counts_per_rev: NonNegativeFloat | None = Field(None, description="default: the catalog's encoder")
-    noise_rad: NonNegativeFloat = 0.0
+    encoder_counts: NonNegativeFloat | None = Field(
+        None, description="counts per output revolution (the kernel's encoder_counts); default: the catalog's encoder")
+    encoder_noise: NonNegativeFloat = Field(0.0, description="std-dev of the measured position's noise [rad]")
     seed: int = Field(1, ge=1, lt=2**64)
 
 
@@ -446,8 +447,8 @@ def exact_bam_spec(spec: ActuatorSpec, encoder: EncoderConfig) -> ActuatorSpec:
     ConfigError for what bam's model cannot have: no bam parameter set, an encoder given."""
     if spec.friction is None:
         raise ConfigError("exact_bam: bam's model needs a bam parameter set: catalog = … with model = … or params = …")
-    if encoder.counts_per_rev is not None or encoder.noise_rad > 0:
-        raise ConfigError("exact_bam: bam's model has no encoder: drop encoder.counts_per_rev / encoder.noise_rad")
+    if encoder.encoder_counts is not None or encoder.encoder_noise > 0:
+        raise ConfigError("exact_bam: bam's model has no encoder: drop encoder.encoder_counts / encoder.encoder_noise")
     return spec.bam_only()
 
 
@@ -457,9 +458,9 @@ def kernel_params(spec: ActuatorSpec, load: LoadConfig, encoder: EncoderConfig, 
     p = spec.kernel_params()
     p.update(load.kernel_params())
     p["integrator"] = INTEGRATORS[integrator]
-    if encoder.counts_per_rev is not None:
-        p["encoder_counts"] = encoder.counts_per_rev
-    p.update(encoder_noise=encoder.noise_rad, seed=encoder.seed, oc_fraction=faults.open_circuit_fraction,
+    if encoder.encoder_counts is not None:
+        p["encoder_counts"] = encoder.encoder_counts
+    p.update(encoder_noise=encoder.encoder_noise, seed=encoder.seed, oc_fraction=faults.open_circuit_fraction,
              oc_time=faults.open_circuit_time_s, oc_current=faults.open_circuit_current_a,
              oc_duration=faults.open_circuit_duration_s)
     if faults.supply_v is not None:

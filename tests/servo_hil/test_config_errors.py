@@ -373,7 +373,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 60.0) -> subpr
     ("[sim]", "[initial]\ntheta = nan\n[sim]", "initial.theta"),
     ("[sim]", "[initial]\nomega = -inf\n[sim]", "initial.omega"),
     ("[sim]", "[faults]\nopen_circuit_time_s = inf\n[sim]", "faults.open_circuit_time_s"),
-    ("[sim]", "[encoder]\nnoise_rad = nan\n[sim]", "encoder.noise_rad"),
+    ("[sim]", "[encoder]\nencoder_noise = nan\n[sim]", "encoder.encoder_noise"),
 ])
 def test_simulate_refuses_nan_and_inf_naming_the_key(tmp_path, old, new, key):
     """Regression: nan and ±inf in a rig were accepted silently (an infinite resistance, a NaN start angle)."""

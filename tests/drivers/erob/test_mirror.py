@@ -89,7 +89,7 @@ def test_python_canopen_through_the_mirror(tmp_path, record_property, eds):
     net = canopen.Network()
     try:
         real = real_launcher.start(write_can_rig(tmp_path, "real", actuators=ONE_EROB, model="m6",
-                                                 actuator_extra="encoder = { noise_rad = 0.0005, seed = 3 }\n"))
+                                                 actuator_extra="encoder = { encoder_noise = 0.0005, seed = 3 }\n"))
         real_tap = SlcanTap(real.rig.port)
         taps.append(real_tap)
         real_tap.start()

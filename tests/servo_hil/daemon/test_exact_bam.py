@@ -84,7 +84,7 @@ def test_the_daemon_with_exact_bam_follows_replay(tmp_path, xl330_logs, start_da
 
 
 @pytest.mark.parametrize(("actuator", "needle"), [
-    ('catalog = "xl330_m288"\nmodel = "m6"\n[encoder]\ncounts_per_rev = 4096\n', "no encoder"),
+    ('catalog = "xl330_m288"\nmodel = "m6"\n[encoder]\nencoder_counts = 4096\n', "no encoder"),
     ('resistance = 2.0\nkt = 0.05\n', "bam parameter set"),
 ])
 def test_exact_bam_refuses_what_bams_model_has_not(tmp_path, actuator, needle):
