@@ -47,7 +47,7 @@ class Datasheet(Sourced):
     gear_ratio: PositiveFloat | None = None
     encoder_counts: PositiveFloat | None = None
     rotor_inertia_kgm2: PositiveFloat | None = None
-    max_temperature_c: float | None = None
+    temp_limit_c: float | None = None   # the firmware's temperature limit [°C]: the kernel's temp_limit
     mass_kg: PositiveFloat | None = None
 
 
@@ -100,7 +100,7 @@ class CatalogEntry(Strict):
             motor=constants,
             firmware=self.firmware_law(firmware),
             encoder_counts=self.datasheet.encoder_counts or 0.0,
-            temp_limit_c=self.datasheet.max_temperature_c or 0.0,
+            temp_limit_c=self.datasheet.temp_limit_c or 0.0,
         )
         if model is not None:
             if model not in self.models:

@@ -9,7 +9,7 @@ import pytest
 from . import FLAG, MqttClient, Stream, ok
 from .conftest import ARM_GEAR
 
-MX_TEMP_LIMIT = 80.0  # config/actuators/mx64.toml max_temperature_c
+MX_TEMP_LIMIT = 80.0  # config/actuators/mx64.toml temp_limit_c
 
 
 @pytest.fixture
