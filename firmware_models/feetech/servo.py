@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from firmware_models.feetech import law
 from firmware_models.feetech.control_table import ControlTable, ModelSpec, encode_sign
 from hil.joint import Joint
-from hil.kernel import LAWS, STS_MODES
 
 __all__ = ["STATUS_BITS", "FeetechServo"]
 
@@ -29,7 +29,10 @@ _CALIBRATE = 128          # Torque_Enable value: the present position becomes 20
 _ZERO_STEP = 2048         # 0 rad at the middle of the encoder's range, as the Dynamixel models take it
 _PHASE_SPEED_ZERO_IS_MAX = 0x08   # Phase bit 3: Goal_Velocity 0 means the maximum speed
 _PHASE_FULL_ANGLE = 0x10          # Phase bit 4: Present_Position is not folded into 0..4095
-_MODES = {0: "position", 1: "wheel", 2: "pwm", 3: "step"}
+# the registers law.kernel_params converts (LeRobot's names)
+_LAW_REGISTERS = ("Operating_Mode", "P_Coefficient", "D_Coefficient", "I_Coefficient", "CW_Dead_Zone",
+                  "CCW_Dead_Zone", "Velocity_closed_loop_P_proportional_coefficient",
+                  "Velocity_closed_loop_I_integral_coefficient", "Acceleration", "Goal_Velocity", "Torque_Limit")
 # writes whose only effect is on what the law is given (gains, limits, profile)
 _LAW_ITEMS = frozenset({"P_Coefficient", "D_Coefficient", "I_Coefficient", "CW_Dead_Zone", "CCW_Dead_Zone",
                         "Velocity_closed_loop_P_proportional_coefficient",
@@ -204,40 +207,25 @@ class FeetechServo:
         self.joint.command(params=self._kernel_params(), goal=self._kernel_goal(), enable=on, clear_latches=on)
 
     def _kernel_params(self) -> dict:
-        """The law `sts`'s parameters from the registers (units: the model's [units], Feetech STS memory table)."""
+        """The law `sts`'s parameters from the registers (law.kernel_params), with what the firmware adds:
+        Maximum_Acceleration caps Acceleration, Protective_Torque caps the torque after an overload, and
+        Goal_Velocity 0 is the maximum speed only with Phase bit 3 (the STS3215's setting), else a stop."""
         t = self.table
-        mode = t.get("Operating_Mode")
-        full_speed = t.get("Maximum_Velocity_Limit") * t.item("Maximum_Velocity_Limit").si_per_unit
-        speed = abs(t.get("Goal_Velocity")) * t.item("Goal_Velocity").si_per_unit
-        if speed == 0 or speed > full_speed:
-            # Goal_Velocity 0 is the maximum speed with Phase bit 3 (the STS3215's setting), else a stop
-            speed = full_speed if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX or speed else 0.0
-        acc_unit = t.item("Acceleration").si_per_unit
-        acc = min(t.get("Acceleration"), t.get("Maximum_Acceleration")) * acc_unit   # 0: no limit
-        limit = t.get("Torque_Limit")
+        registers = {name: t.get(name) for name in _LAW_REGISTERS}
+        registers["Acceleration"] = min(registers["Acceleration"], t.get("Maximum_Acceleration"))
         if self._protective:
-            limit = min(limit, 10 * t.get("Protective_Torque"))
-        return {
-            "law": LAWS["sts"],
-            "sts_mode": STS_MODES[_MODES.get(mode, "position")],
-            "sts_p": float(t.get("P_Coefficient")),
-            "sts_error_gain": self._error_gain,
-            # EST until the law's own register scalings: 0.01 duty per (unit · rad/s) and per (unit · rad)
-            "sts_kvp": 0.01 * t.get("Velocity_closed_loop_P_proportional_coefficient"),
-            "sts_kvi": 0.01 * t.get("Velocity_closed_loop_I_integral_coefficient"),
-            "sts_speed": speed,
-            "sts_acc": acc,
-            "max_duty": self._full_duty * min(limit, 1000) / 1000.0,
-        }
+            registers["Torque_Limit"] = min(registers["Torque_Limit"], 10 * t.get("Protective_Torque"))
+        full = t.get("Maximum_Velocity_Limit") * 50 if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX else 0
+        return law.kernel_params(registers, self._error_gain, self._full_duty, full, self.spec.resolution)
 
     def _kernel_goal(self) -> float:
         """The law's goal u: a position [rad] (modes 0 and 3), a velocity [rad/s] (1) or a duty (2)."""
         t = self.table
         mode = t.get("Operating_Mode")
         if mode == 1:
-            return t.get("Goal_Velocity") * t.item("Goal_Velocity").si_per_unit
+            return law.speed(t.get("Goal_Velocity"), self.spec.resolution)
         if mode == 2:
-            return t.get("Goal_Time") * t.item("Goal_Time").si_per_unit * self._full_duty
+            return law.pwm_duty(t.get("Goal_Time"), self._full_duty)
         theta = self._measured()
         present = self._present_steps(theta)
         goal = t.get("Goal_Position")
