@@ -149,3 +149,31 @@ def test_lock_step_the_shaft_moves_only_with_the_daemons_steps(module_launcher):
     finally:
         port.closePort()
         d.terminate()
+
+
+def test_garbage_on_the_pty_never_stops_the_bus(sts):
+    """Random bytes and damaged frames through the pty (bounded: 10⁴ inputs); the servos answer afterwards and the
+    daemon's log has no traceback (the launcher checks it at teardown)."""
+    import random
+
+    rng = random.Random(3)
+    with serial.Serial(sts.rig.port, 1_000_000, timeout=0) as line:
+        for k in range(10_000):
+            if k % 3:
+                data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12)))
+            else:
+                params = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 6)))
+                data = bytearray(encode_instruction(rng.choice([1, 2, 3, 0xFE]), rng.choice([1, 2, 0x06, 0x7F, 0x82]),
+                                                    params))
+                data[rng.randrange(len(data))] ^= 0x10
+            line.write(bytes(data))
+            if k % 500 == 0:
+                line.reset_input_buffer()
+        time.sleep(0.3)
+        line.reset_input_buffer()
+    assert sts.alive
+    port, ph = sdk(sts.rig.port)
+    try:
+        assert ph.ping(port, 1)[:2] == (777, scs.COMM_SUCCESS)
+    finally:
+        port.closePort()
