@@ -225,3 +225,16 @@ def test_over_current_sets_bit_3_after_its_protection_time():
     run(s, 0.3)
     assert s.ping()[0] & 8
     assert read(s, TORQUE_ENABLE, 1) == 0     # Unloading_Condition 44 has bit 3
+
+
+def test_a_big_endian_scs_table_stores_the_high_byte_first():
+    # SCS models store words high byte first (feetech-servo-sdk SCS_SETEND(1): SCS_MAKEWORD swaps the bytes)
+    from dataclasses import replace
+
+    from firmware_models.feetech.control_table import ControlTable
+
+    spec = replace(load_model("sts3215"), byte_order="big")
+    t = ControlTable(spec)
+    t.set("Goal_Position", -0x0123)
+    assert bytes(t.data[42:44]) == bytes([0x81, 0x23])
+    assert t.get("Goal_Position") == -0x0123
