@@ -155,7 +155,7 @@ class BusConfig(Strict):
     """One `[[buses]]` entry: a bus on which the rig's servos answer as the real ones do."""
 
     name: str
-    protocol: Literal["dynamixel", "canopen", "etherban", "feetech"]
+    protocol: Literal["dynamixel", "dynamixel1", "canopen", "etherban", "feetech"]
     port: str | None = Field(None, description="pty symlink path to create; none = print the /dev/pts name")
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
@@ -166,6 +166,8 @@ class BusConfig(Strict):
                           "arguments; etherban: the real server's ZeroMQ endpoint, tcp://HOST:PORT); the rig's "
                           "servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
+    eeprom: str | None = Field(None, description="EEPROM state file: what clients write to the servos' EEPROM "
+                                                 "is kept there and comes back at the next start")
     record_segment_s: PositiveFloat = Field(600.0, description="mirror: a new MCAP file (segment) every this many "
                                                                "seconds of log time; a kill cuts only the last")
     bind: str = Field(ETHERBAN_ENDPOINT, description="etherban: the ZeroMQ REP endpoint to bind")

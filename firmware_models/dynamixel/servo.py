@@ -8,9 +8,11 @@ Table Description), and says so where the choice is ours (docs/dynamixel.md).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from firmware_models.dynamixel.control_table import ControlTable, ControlTableError, ModelSpec
 from firmware_models.dynamixel.firmware_constants import FirmwareConstants, load_firmware_constants
+from firmware_models.dynamixel.model_spec import EEPROM_END, Access
 from firmware_models.dynamixel.present import PULSES_PER_REV, PWM_FULL, VELOCITY_UNIT, PresentItems
 from firmware_models.dynamixel.servo_core import (
     EFFECT_CACHE,
@@ -87,6 +89,21 @@ class DynamixelServo(ServoCore):
         self._cache()
         self._sense()
         self._power_up()
+        # EEPROM as last saved: a change after an instruction is handed to `on_eeprom_change` (a state file)
+        self.on_eeprom_change: Callable[[DynamixelServo], None] | None = None
+        self._eeprom_seen = bytes(self.table.data[:EEPROM_END])
+
+    def eeprom_items(self) -> dict[str, int]:
+        """The writable EEPROM items and their values: what a servo's flash keeps over a power cycle."""
+        return {it.name: self.table.get(it.name) for it in self.spec.items
+                if it.address < EEPROM_END and it.access is Access.RW}
+
+    def _eeprom_written(self) -> None:
+        now = bytes(self.table.data[:EEPROM_END])
+        if now != self._eeprom_seen:
+            self._eeprom_seen = now
+            if self.on_eeprom_change is not None:
+                self.on_eeprom_change(self)
 
     # ------------------------------------------------------------------ identity, as the bus needs it
     def _cache(self) -> None:
@@ -130,7 +147,10 @@ class DynamixelServo(ServoCore):
             return Reply(exc.code)
         if wakes:
             changed = ["Torque Enable", *changed]
-        return Reply(self._apply(changed, wakes) if changed else 0)
+        reply = Reply(self._apply(changed, wakes) if changed else 0)
+        if address < EEPROM_END:
+            self._eeprom_written()
+        return reply
 
     def note_instruction(self, now_s: float | None = None) -> None:
         """An instruction packet reached this servo at simulation time `now_s` [s] (default: now): the Bus
@@ -166,6 +186,7 @@ class DynamixelServo(ServoCore):
         self.table.factory_reset(option)
         self._backup = None
         self._power_up(reboot=True)
+        self._eeprom_written()
         return Reply()
 
     def clear(self, params: bytes) -> Reply:
@@ -191,8 +212,9 @@ class DynamixelServo(ServoCore):
             return Reply()
         if self._backup is None:
             return Reply(1)
-        self.table.data[:64] = self._backup[:64]
+        self.table.data[:EEPROM_END] = self._backup[:EEPROM_END]
         self._power_up(reboot=True)
+        self._eeprom_written()
         return Reply()
 
     # ------------------------------------------------------------------ power-up / reboot

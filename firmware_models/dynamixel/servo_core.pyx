@@ -181,9 +181,9 @@ cdef class ServoCore:
         """The Write of `data` at `address` when at most a new goal follows from it: checked, applied all or
         nothing, and the kernel goal set. None, with nothing done, when it may need more of the firmware
         (housekeeping, a torque-on by a goal write, a torque, mode, parameter or identity change, Indirect
-        items): servo.py's `write` does those."""
+        items, any EEPROM item: the flash a state file keeps): servo.py's `write` does those."""
         cdef Py_ssize_t end = address + len(data), a
-        if address <= 64 < end or self._torque_on_by_goal(address, end):
+        if address < 64 or address <= 64 < end or self._torque_on_by_goal(address, end):
             return None
         if 0 <= address and end <= len(self._effect_at):   # else write_direct says why it is refused
             for a in range(address, end):

@@ -11,6 +11,7 @@ from drivers.hosts.dynamixel_mirror import MirrorServer
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access, ModelSpec, load_model, model_names
 from firmware_models.dynamixel.servo import DynamixelServo
+from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
 from servo_hil.wiring.mirror import open_recorder
 
@@ -23,7 +24,12 @@ log = logging.getLogger("servo-hil")
 
 def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> DynamixelServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    servos, faults = [], []
+    servos, faults, joints = [], [], []
+    store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
+    try:
+        saved = store.load() if store else {}
+    except EepromFileError as exc:
+        raise ConfigError(str(exc)) from None
     for j, a in enumerate(live.rig.actuators):
         if a.bus != cfg.name:
             continue
@@ -39,13 +45,28 @@ def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
             registers[name] = _power_up_value(spec, a.catalog, where, name, value)
+        if a.joint in saved:             # the servo's flash, as a client last wrote it
+            kept = {it.name for it in spec.items if it.eeprom and it.access is Access.RW}
+            try:
+                store.check_servo(a.joint, saved[a.joint], spec.model_number, kept)
+            except EepromFileError as exc:
+                raise ConfigError(str(exc)) from None
+            registers.update(saved[a.joint].items)
         servo = DynamixelServo(spec, live.joint(j), registers)
         if problem := servo.supply_outside_limits():   # as the real servo on that supply: said once, not refused
             log.warning("%s: %s; give firmware = { supply_v = ... } or the limits in registers", where, problem)
         servos.append(servo)
         faults.append(live.bus_faults[j])
+        joints.append(a.joint)
     if not servos:
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
+    if store is not None:
+        def save(_changed: DynamixelServo) -> None:    # in the bus thread, after the instruction that changed it
+            store.save({joint: SavedServo(s.spec.model_number, s.eeprom_items())
+                        for joint, s in zip(joints, servos, strict=True)})
+
+        for s in servos:
+            s.on_eeprom_change = save
     bus = DynamixelBus(servos, faults)
     path = port or cfg.port
     if cfg.real:
