@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import dynamixel_sdk as sdk
+
 from tests.daemon_process import BusDaemon, BusLauncher
 from tests.servo_hil.daemon import free_port
 
@@ -55,3 +57,17 @@ class Dxl1Launcher(BusLauncher):
 
     def argv(self, rig: Dxl1Rig) -> list[str]:
         return [*super().argv(rig), "--port", rig.port]
+
+
+class SlackPortHandler(sdk.PortHandler):
+    """The SDK's PortHandler with `slack_ms` added to every packet timeout (its own is ~34 ms): a daemon starved of
+    CPU for a while on a loaded 2-core host (the SDK spinning on one core) is not taken for a missing reply.
+    Expected timeouts then take `slack_ms` longer."""
+
+    def __init__(self, path: str, slack_ms: float = 200.0):
+        super().__init__(path)
+        self.slack_ms = slack_ms
+
+    def setPacketTimeout(self, packet_length):
+        super().setPacketTimeout(packet_length)
+        self.packet_timeout += self.slack_ms

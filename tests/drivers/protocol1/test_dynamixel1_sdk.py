@@ -28,6 +28,7 @@ from tests.drivers.protocol1.dynamixel1_rig import (
     STATUS_RETURN_LEVEL,
     TORQUE_ENABLE,
     Dxl1Launcher,
+    SlackPortHandler,
     write_rig,
 )
 
@@ -54,7 +55,7 @@ class Bus:
     """The SDK's PortHandler at 1 Mbps and Protocol 1.0 PacketHandler on the daemon's pty."""
 
     def __init__(self, path: str):
-        self.port = sdk.PortHandler(path)
+        self.port = SlackPortHandler(path)
         assert self.port.openPort() and self.port.setBaudRate(BAUD)
         self.ph = sdk.PacketHandler(1.0)
 
