@@ -35,7 +35,7 @@ from servo_hil.rig import Rig
 
 log = logging.getLogger("servo-hil")
 LAW_NAMES = {v: k for k, v in LAWS.items()}
-POSITION_LAWS = {LAWS["position"], LAWS["dxl_pwm"], LAWS["erob_pd"]}
+POSITION_LAWS = {LAWS["position"], LAWS["dxl_pwm"], LAWS["sts_pwm"], LAWS["erob_pd"]}
 DIRECT_MODES = ("voltage", "current", "torque")
 
 BIG = 1e9

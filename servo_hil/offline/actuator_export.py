@@ -15,7 +15,7 @@ from xml.sax.saxutils import quoteattr
 from hil.params import catalog
 from hil.params.actuator import ActuatorSpec
 from hil.params.config_file import ConfigError
-from hil.params.firmware import DcmotorLaw, DynamixelPwmLaw, ErobPdLaw
+from hil.params.firmware import DcmotorLaw, DynamixelPwmLaw, ErobPdLaw, StsPwmLaw
 
 # the daemon's default loop, 1 kHz (servo_hil.rig LoopConfig, SimConfig): the step the catalog's laws run at
 DEFAULT_TIMESTEP_S = 0.001
@@ -94,6 +94,11 @@ def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, s
         dg = fw.error_gain * fw.kp
         return {"input": "position",
                 "controller": f"{_g(fw.supply_v * dg / g)} 0 0 0 0 {_g(fw.supply_v * fw.max_duty)}"}
+    if isinstance(fw, StsPwmLaw):
+        # bam's setpoint limiter clip(goal, q_s ± v·dt) is the controller's slew limit (in gear·rad/s)
+        slew = fw.max_velocity * g if math.isfinite(fw.max_velocity) else 0.0
+        return {"input": "position", "controller": f"{_g(fw.supply_v * fw.error_gain * fw.kp / g)} 0 0 {_g(slew)} 0 "
+                                                   f"{_g(fw.supply_v * fw.max_duty)}"}
     if isinstance(fw, ErobPdLaw):
         d = fw.damping * math.sqrt(fw.kp)
         kd = R * d - kt * g
@@ -121,7 +126,7 @@ def _law_controller(spec: ActuatorSpec, p: dict, lost: list[str]) -> dict[str, s
             out["ctrlrange"] = f"{_g(m.ctrlrange[0])} {_g(m.ctrlrange[1])}"
         return out
     raise ConfigError(f"{spec.name}: firmware law {fw.law!r} has no <dcmotor> controller counterpart "
-                      "(dxl_pwm, erob_pd and the dcmotor's own law export)")
+                      "(dxl_pwm, sts_pwm, erob_pd and the dcmotor's own law export)")
 
 
 def mjcf(spec: ActuatorSpec, name: str, title: str = "", timestep: float = DEFAULT_TIMESTEP_S) -> Exported:
@@ -201,10 +206,12 @@ def isaaclab(spec: ActuatorSpec) -> tuple[dict[str, float | None], list[str]]:
     kt_out = eta * g * kt                 # output torque per ampere
     back_emf = kt_out * kt * g / R        # output torque per rad/s of the quasi-static back-EMF
     limit = g * eta * p["tau_max"] if p["tau_max"] > 0 else None
-    if isinstance(fw, DynamixelPwmLaw):
+    if isinstance(fw, DynamixelPwmLaw | StsPwmLaw):
         v_full = fw.supply_v * fw.max_duty
         stiffness = kt_out * fw.supply_v * fw.error_gain * fw.kp / R
         damping = back_emf
+        if isinstance(fw, StsPwmLaw):
+            lost.append("the setpoint's speed limit (Isaac Lab's DCMotor takes the goal at once)")
     elif isinstance(fw, ErobPdLaw):
         v_full = fw.supply_v
         stiffness = kt_out * fw.kp
@@ -234,7 +241,7 @@ def isaaclab(spec: ActuatorSpec) -> tuple[dict[str, float | None], list[str]]:
             lost.append("the controller's slew limit")
     else:
         raise ConfigError(f"{spec.name}: firmware law {fw.law!r} has no Isaac Lab DCMotor counterpart "
-                          "(dxl_pwm, erob_pd and the dcmotor's own law export)")
+                          "(dxl_pwm, sts_pwm, erob_pd and the dcmotor's own law export)")
     if limit is None:
         lost.append("no torque limit: effort_limit is left to the asset (null)")
     cfg: dict[str, float | None] = {

@@ -30,8 +30,11 @@ BAM_DIR = {
     "xh540_w270": None,
     "xl430_w250": None,
     "xl330_m077": None,
+    "sts3215": "feetech_sts3215_7_4V",
+    "sts3215_12v": None,
 }
 ALL_MODELS = ["m1", "m2", "m3", "m4", "m5", "m6"]
+MODELS = {"feetech_sts3215_7_4V": ["m1"]}   # bam directories without m1–m6 (bam identified only m1)
 WITH_MODELS = [name for name, d in BAM_DIR.items() if d]
 
 
@@ -49,7 +52,7 @@ def test_catalog_lists_exactly_the_expected_entries():
 def test_entry_loads_and_resolves(name):
     entry = catalog.entry(name)
     assert entry.name == name
-    assert entry.family == ("erob" if name.startswith("erob") else "dynamixel")
+    assert entry.family == ("erob" if name.startswith("erob") else "feetech" if name.startswith("sts") else "dynamixel")
     spec = entry.actuator()
     assert spec.name == name
     assert spec.friction is None
@@ -59,7 +62,7 @@ def test_entry_loads_and_resolves(name):
     assert spec.motor.reftemp == spec.motor.ambient  # R(T) = R at the start
     assert spec.motor.torque_limit > 0
     assert spec.encoder_counts == entry.datasheet.encoder_counts
-    assert sorted(entry.models) == (ALL_MODELS if BAM_DIR[name] else [])
+    assert sorted(entry.models) == (MODELS.get(BAM_DIR[name], ALL_MODELS) if BAM_DIR[name] else [])
     for m, model in entry.models.items():
         with_bam = entry.actuator(m)
         assert with_bam.friction is not None and with_bam.friction.model == m
@@ -76,9 +79,10 @@ def test_unknown_model_is_refused():
 @pytest.mark.parametrize("name", WITH_MODELS)
 def test_models_are_bam_files_exactly(name, bam_params):
     files = sorted((bam_params / BAM_DIR[name]).glob("m*.json"))
-    assert [f.stem for f in files] == ALL_MODELS
+    expected = MODELS.get(BAM_DIR[name], ALL_MODELS)
+    assert [f.stem for f in files] == expected
     models = raw(name)["models"]
-    assert sorted(models) == ALL_MODELS
+    assert sorted(models) == expected
     loaded = catalog.entry(name).models
     for f in files:
         bam = json.loads(f.read_text())

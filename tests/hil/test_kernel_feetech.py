@@ -198,3 +198,40 @@ def test_sts_pwm_setpoint_runs_with_the_torque_off_as_bams_does():
     for _ in range(100):
         k.step([1.0], [0.0], [0.0])
     assert k.get_state(0)["traj_pos"] == pytest.approx(0.2, abs=1e-12) and k.get_state(0)["duty"] == 0.0
+
+
+SIM_RIG = """
+[actuator]
+catalog = "{name}"
+model = "m1"
+exact_bam = true
+[load]
+mass = 0.567
+length = 0.105
+[sim]
+dt = 0.005
+integrator = "bam"
+"""
+
+
+def test_servo_hil_simulate_of_the_catalog_sts3215_is_bams_rollout(golden, tmp_path):
+    """`servo-hil simulate` on a rig of the catalog's STS3215 (the CSV path) reproduces bam's goal-step rollout."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from servo_hil.cli.main import app
+
+    traj = golden["setups"]["sts3215"]["trajectories"]["goal_steps"]
+    (tmp_path / "rig.toml").write_text(SIM_RIG.format(name="sts3215"))
+    with (tmp_path / "in.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t", "u", "enable"])
+        for k, (g, e) in enumerate(zip(traj["goal_position"], traj["torque_enable"], strict=True)):
+            w.writerow([repr(k * 0.005), repr(g), int(e)])
+    res = CliRunner().invoke(app, ["simulate", str(tmp_path / "rig.toml"), "--input", str(tmp_path / "in.csv"),
+                                   "--out", str(tmp_path / "out.csv")])
+    assert res.exit_code == 0, res.output
+    with (tmp_path / "out.csv").open() as fh:
+        q = np.array([float(r["theta"]) for r in csv.DictReader(fh)])
+    assert np.max(np.abs(q - traj["models"]["m1"]["q"])) <= 1e-12
