@@ -11,6 +11,7 @@ from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access
 from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import Protocol1Model, baud_value, load_model, model_names
+from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
 
 if TYPE_CHECKING:
@@ -24,7 +25,12 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
     if cfg.real:
         raise ConfigError(f"buses ({cfg.name}): a dynamixel1 bus has no mirror yet; drop real = ...")
-    servos, faults = [], []
+    servos, faults, joints = [], [], []
+    store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
+    try:
+        saved = store.load() if store else {}
+    except EepromFileError as exc:
+        raise ConfigError(str(exc)) from None
     for j, a in enumerate(live.rig.actuators):
         if a.bus != cfg.name:
             continue
@@ -40,10 +46,25 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
         registers = {"ID": a.id, "Baud Rate": value}
         for name, v in a.registers.items():
             registers[name] = _power_up_value(model, where, name, v)
+        if store is not None and a.joint in saved:      # the servo's EEPROM, as a client last wrote it
+            kept = {it.name for it in model.spec.items if it.address < model.eeprom_end and it.access is Access.RW}
+            try:
+                store.check_servo(a.joint, saved[a.joint], model.spec.model_number, kept)
+            except EepromFileError as exc:
+                raise ConfigError(str(exc)) from None
+            registers.update(saved[a.joint].items)
         servos.append(Dynamixel1Servo(model, live.joint(j), registers))
         faults.append(live.bus_faults[j])
+        joints.append(a.joint)
     if not servos:
         raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
+    if store is not None:
+        def save(_changed: Dynamixel1Servo) -> None:   # in the bus thread, after the instruction that changed it
+            store.save({joint: SavedServo(s.spec.model_number, s.eeprom_items())
+                        for joint, s in zip(joints, servos, strict=True)})
+
+        for s in servos:
+            s.on_eeprom_change = save
     bus = Dynamixel1Bus(servos, faults)
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
     server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)

@@ -10,9 +10,10 @@ docs/dynamixel-protocol1.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
-from firmware_models.dynamixel.control_table import ControlTable, ControlTableError
+from firmware_models.dynamixel.control_table import Access, ControlTable, ControlTableError
 from firmware_models.dynamixel.protocol1.table import BAUD_TOLERANCE, Protocol1Model
 from hil.joint import Joint
 from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
@@ -88,7 +89,23 @@ class Dynamixel1Servo:
         self._reset_pending = False
         self._hw = 0             # live hardware error bits (Input Voltage, Overheating, Overload)
         self._t0 = joint.time_s()
+        # EEPROM as last saved: a change after an instruction is handed to `on_eeprom_change` (a state file)
+        self.on_eeprom_change: Callable[[Dynamixel1Servo], None] | None = None
+        self._eeprom_seen = bytes(self.table.data[:model.eeprom_end])
         self._power_up()
+
+    def eeprom_items(self) -> dict[str, int]:
+        """The writable EEPROM items (addresses below the RAM area) and their values."""
+        end = self.model.eeprom_end
+        return {it.name: self.table.get(it.name) for it in self.spec.items
+                if it.address < end and it.access is Access.RW}
+
+    def _eeprom_written(self) -> None:
+        now = bytes(self.table.data[:self.model.eeprom_end])
+        if now != self._eeprom_seen:
+            self._eeprom_seen = now
+            if self.on_eeprom_change is not None:
+                self.on_eeprom_change(self)
 
     # ------------------------------------------------------------------ what the bus reads
     @property
@@ -151,6 +168,7 @@ class Dynamixel1Servo:
             self.table.set("Torque Enable", 1)
             changed = ["Torque Enable", *changed]
         self._apply(changed)
+        self._eeprom_written()
         return self._answer(error)
 
     def reg_write(self, address: int, data: bytes) -> Reply:
@@ -186,6 +204,7 @@ class Dynamixel1Servo:
             self._reset_pending = False
             self.table.data[:] = self._factory
             self._power_up()
+            self._eeprom_written()
         t, st, p = self.table, self.joint.read_state(), self.joint.params()
         hw = 0
         vin = self._vin(p)

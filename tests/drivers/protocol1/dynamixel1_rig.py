@@ -36,12 +36,15 @@ class Dxl1Rig:
     cmd: str       # ZeroMQ command endpoint
 
 
-def write_rig(directory: Path, name: str, *, fast: bool = True, baud: int = 1_000_000) -> Dxl1Rig:
-    """The three servos on bus 'ax' (dynamixel1), ZeroMQ on free loopback ports, MQTT off."""
+def write_rig(directory: Path, name: str, *, fast: bool = True, baud: int = 1_000_000,
+              eeprom: Path | None = None) -> Dxl1Rig:
+    """The three servos on bus 'ax' (dynamixel1), ZeroMQ on free loopback ports, MQTT off; `eeprom`: the bus's
+    EEPROM state file."""
     cmd = f"tcp://127.0.0.1:{free_port()}"
     parts = [f'name = "{name}"\n[loop]\nrate_hz = 1000\nmlockall = false\n',
              f'[zmq]\npub = "tcp://127.0.0.1:{free_port()}"\ncommand = "{cmd}"\n[mqtt]\nenabled = false\n',
-             f'[[buses]]\nname = "ax"\nprotocol = "dynamixel1"\nbaud = {baud}\nfast = {str(fast).lower()}\n']
+             f'[[buses]]\nname = "ax"\nprotocol = "dynamixel1"\nbaud = {baud}\nfast = {str(fast).lower()}\n'
+             + (f'eeprom = "{eeprom}"\n' if eeprom else "")]
     for joint, catalog, dxl_id, extra in SERVOS:
         parts.append(f'\n[[actuators]]\njoint = "{joint}"\ncatalog = "{catalog}"\n{extra}bus = "ax"\nid = {dxl_id}\n')
     path = directory / f"{name}.toml"

@@ -247,3 +247,23 @@ def test_factory_reset_restores_id_1_and_57600_bps(fresh):
         assert b.ph.ping(b.port, 1)[0] == 12            # the AX-12A, still at 1 Mbps
     finally:
         b.close()
+
+
+def test_eeprom_survives_a_restart_with_a_state_file(tmp_path):
+    # the bus's `eeprom` state file keeps what a client wrote to EEPROM (docs/configuration.md); RAM starts afresh
+    launcher = Dxl1Launcher(tmp_path)
+    rig = write_rig(tmp_path, "dxl1_eeprom", eeprom=tmp_path / "eeprom.toml")
+    try:
+        d = launcher.start(rig)
+        b = Bus(d.rig.port)
+        assert b.write(AX, (6, 2), 200) == 0                       # CW Angle Limit: EEPROM
+        assert b.write(AX, (25, 1), 1) == 0                        # LED: RAM
+        b.close()
+        assert d.terminate() == 0
+        d = launcher.start(rig)
+        b = Bus(d.rig.port)
+        assert b.read(AX, (6, 2)) == (200, 0)
+        assert b.read(AX, (25, 1)) == (0, 0)
+        b.close()
+    finally:
+        launcher.finish()
