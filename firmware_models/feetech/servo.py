@@ -10,7 +10,7 @@ silent the choice is ours and docs/feetech.md says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from firmware_models.feetech import law
 from firmware_models.feetech.control_table import ControlTable, ModelSpec, encode_sign
@@ -74,6 +74,20 @@ class FeetechServo:
         self._unloaded = False           # a protection released the torque (Unloading_Condition)
         self._protective = False         # overload without unloading: the output is held at Protective_Torque
         self._power_up()
+        # the saved EEPROM changed (a write with Lock 0, a calibration, a RESET): handed to this (a state file)
+        self.on_eeprom_change: Callable[[FeetechServo], None] | None = None
+
+    def eeprom_items(self) -> dict[str, int]:
+        """The writable EEPROM items (and writable factory items) as saved: what the servo's flash keeps over a
+        power cycle (Lock decides what reaches it)."""
+        saved = ControlTable(self.spec)
+        saved.data[:_EEPROM_END] = self._flash
+        out = {it.name: saved.get(it.name) for it in self.spec.items if it.area == "eeprom" and it.access == "RW"}
+        return out | self._flash_factory
+
+    def _saved(self, before: tuple) -> None:
+        if (self._flash, self._flash_factory) != before and self.on_eeprom_change is not None:
+            self.on_eeprom_change(self)
 
     # ------------------------------------------------------------------ identity, as the bus reads it
     def _cache(self) -> None:
@@ -145,6 +159,7 @@ class FeetechServo:
     def reset(self) -> tuple[int, bytes]:
         """RESET: factory values everywhere but ID and Baud_Rate, so the servo stays reachable (our choice: the
         manual does not say which items a reset keeps), saved at once, then a power cycle."""
+        before = (self._flash, dict(self._flash_factory))
         keep = {"ID": self.table.get("ID"), "Baud_Rate": self.table.get("Baud_Rate")}
         reply = (self._status, b"")
         self.table.reset()
@@ -153,10 +168,16 @@ class FeetechServo:
         self._flash = bytes(self.table.data[:_EEPROM_END])
         self._flash_factory = {n: self.spec.item(n).default for n in self._flash_factory}
         self._power_up()
+        self._saved(before)
         return reply
 
     # ------------------------------------------------------------------ firmware
     def _apply(self, address: int, data: bytes) -> None:
+        before = (self._flash, dict(self._flash_factory))
+        self._apply_now(address, data)
+        self._saved(before)
+
+    def _apply_now(self, address: int, data: bytes) -> None:
         t = self.table
         lock_open = t.get("Lock") == 0      # as before this write: the Lock flag decides whether EEPROM is saved
         changed = t.write(address, data)
@@ -191,7 +212,8 @@ class FeetechServo:
             actual = round(self._measured() / self._rad) + _ZERO_STEP
             offset = (actual - _ZERO_STEP + 2048) % 4096 - 2048
             t.set("Homing_Offset", max(-2047, min(2047, offset)))
-            self._flash = bytes(t.data[:_EEPROM_END])
+            lo = t.item("Homing_Offset").address
+            self._flash = self._flash[:lo] + bytes(t.data[lo:lo + 2]) + self._flash[lo + 2:]   # only the offset
             self._settings()
             t.set("Torque_Enable", 0 if self._unloaded else int(self._enabled))
             self.joint.command(goal=self._kernel_goal())

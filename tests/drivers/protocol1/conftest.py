@@ -22,7 +22,8 @@ class StsRig:
 
 
 def write_sts_rig(directory: Path, name: str, ids=(1, 2), *, fast: bool = False, baud: int = 1_000_000,
-                  lockstep: bool = False, registers: dict[int, str] | None = None) -> StsRig:
+                  lockstep: bool = False, registers: dict[int, str] | None = None,
+                  eeprom: Path | None = None) -> StsRig:
     """A rig in `directory`: STS3215s (catalog sts3215, bam m1, a small pendulum each) at `ids` on bus 'sts'."""
     head = rig_head(name)
     cmd = re.search(r'command = "([^"]+)"', head).group(1)
@@ -30,6 +31,8 @@ def write_sts_rig(directory: Path, name: str, ids=(1, 2), *, fast: bool = False,
     text = head + f"[loop]\nmlockall = false\nlockstep = {str(lockstep).lower()}\nintegrator = \"bam\"\n"
     text += f'[[buses]]\nname = "sts"\nprotocol = "feetech"\nport = "{port}"\nbaud = {baud}\n' \
             f"fast = {str(fast).lower()}\n"
+    if eeprom is not None:
+        text += f'eeprom = "{eeprom}"\n'
     for k, sid in enumerate(ids):
         text += (f'[[actuators]]\njoint = "j{k}"\ncatalog = "sts3215"\nmodel = "m1"\n'
                  f'load = {{ mass = 0.1, length = 0.1 }}\nbus = "sts"\nid = {sid}\n')

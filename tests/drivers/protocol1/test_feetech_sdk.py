@@ -116,6 +116,27 @@ def test_replies_are_paced_at_the_baud_rate_after_the_return_delay(module_launch
     assert median < wire + 3e-3               # and not far behind it
 
 
+def test_eeprom_written_with_lock_0_survives_a_restart_through_the_state_file(module_launcher, tmp_path):
+    state = tmp_path / "sts.eeprom.toml"
+    rig = write_sts_rig(module_launcher.dir, "sts_eeprom", ids=(1,), fast=True, eeprom=state)
+    for p_written, lock in ((20, 1), (16, 0)):
+        d = module_launcher.start(rig)
+        port, ph = sdk(rig.port)
+        try:
+            assert ph.write1ByteTxRx(port, 1, 55, lock) == (scs.COMM_SUCCESS, 0)        # Lock
+            assert ph.write1ByteTxRx(port, 1, 21, p_written) == (scs.COMM_SUCCESS, 0)   # P_Coefficient
+        finally:
+            port.closePort()
+        assert d.terminate() == 0
+    d = module_launcher.start(rig)
+    port, ph = sdk(rig.port)
+    try:
+        assert ph.read1ByteTxRx(port, 1, 21) == (16, scs.COMM_SUCCESS, 0)   # 20 (locked) was not kept, 16 was
+    finally:
+        port.closePort()
+        d.terminate()
+
+
 def test_two_servos_on_one_id_is_one_line(tmp_path):
     rig = write_sts_rig(tmp_path, "dup", ids=(4, 4))
     res = subprocess.run([*SERVO_HIL, "run", str(rig.path)], capture_output=True, text=True, timeout=60)

@@ -238,3 +238,23 @@ def test_a_big_endian_scs_table_stores_the_high_byte_first():
     t.set("Goal_Position", -0x0123)
     assert bytes(t.data[42:44]) == bytes([0x81, 0x23])
     assert t.get("Goal_Position") == -0x0123
+
+
+def test_the_saved_eeprom_is_what_lock_let_through():
+    s = sts_servo()
+    seen = []
+    s.on_eeprom_change = lambda servo: seen.append(servo.eeprom_items()["P_Coefficient"])
+    write(s, P_COEF, 20, 1)                 # Lock = 1: in effect, not saved
+    assert seen == [] and s.eeprom_items()["P_Coefficient"] == 32
+    write(s, LOCK, 0, 1)
+    write(s, P_COEF, 18, 1)
+    assert seen == [18]
+    write(s, LOCK, 1, 1)
+    write(s, HOMING, 300, 2, 11)            # locked again: not saved
+    write(s, P_COEF, 25, 1)
+    assert seen == [18] and s.eeprom_items()["Homing_Offset"] == 0
+    write(s, TORQUE_ENABLE, 128, 1)         # a calibration saves the offset alone (0 at the hanging rest)...
+    write(s, HOMING, 300, 2, 11)
+    write(s, TORQUE_ENABLE, 128, 1)         # ...and again after the offset moved: saved, P's unsaved 25 is not
+    assert s.eeprom_items()["Homing_Offset"] == read(s, HOMING, 2, 11) == 0
+    assert s.eeprom_items()["P_Coefficient"] == 18
