@@ -118,8 +118,10 @@ def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
     for server in daemon.buses:
         bus = getattr(server, "bus", None)
         for servo in getattr(bus, "servos", ()):
-            # a Feetech servo's table has another layout: the grid shows Dynamixel tables only so far
-            if hasattr(servo, "table") and hasattr(servo, "joint") and getattr(servo, "family", "") != "feetech":
+            # a Feetech or Protocol 1.0 servo's table has another layout and error byte: the grid shows Dynamixel
+            # Protocol 2.0 tables only so far
+            if hasattr(servo, "table") and hasattr(servo, "joint") and getattr(servo, "family", "") not in (
+                    "feetech", "dynamixel1"):
                 out[daemon.live.names[servo.joint.j]] = (server, servo)
     return out
 

@@ -72,6 +72,8 @@ class Dynamixel1Servo:
     `status_return_level` are what the bus reads per packet.
     """
 
+    family = "dynamixel1"   # what the web console tells servo kinds apart by
+
     def __init__(self, model: Protocol1Model, joint: Joint, registers: dict[str, int] | None = None):
         self.model = model
         self.spec = model.spec
