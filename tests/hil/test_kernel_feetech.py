@@ -235,3 +235,50 @@ def test_servo_hil_simulate_of_the_catalog_sts3215_is_bams_rollout(golden, tmp_p
     with (tmp_path / "out.csv").open() as fh:
         q = np.array([float(r["theta"]) for r in csv.DictReader(fh)])
     assert np.max(np.abs(q - traj["models"]["m1"]["q"])) <= 1e-12
+
+
+def test_feetech_laws_in_a_mixed_rig_give_their_lone_bits():
+    """The Feetech laws run per actuator inside the lane blocks (step.pxi): among 40 actuators of other laws, every
+    one of them steps exactly as it does alone, on each vector-math path, in `run` and in `step`."""
+    from hil.kernel.core import SIMD_PATHS, _simd
+
+    others = [params(law=LAWS["dxl_pwm"], duty_gain=5.0, **(MOTOR | {"max_duty": 0.9})),
+              params(law=LAWS["position"], kp=8.0, **MOTOR), params(law=LAWS["erob_pd"], pd_kp=3.0, max_amps=2.0,
+                                                                      **MOTOR)]
+    feetech = [params(law=LAWS["sts_pwm"], sts_p=32.0, sts_error_gain=0.166, sts_speed=4.0, **MOTOR),
+               sts(sts_speed=3.0, sts_acc=20.0, sts_kd=0.01, sts_ki=2.0, sts_dead_pos=1e-3, sts_dead_neg=2e-3),
+               sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_acc=10.0),
+               sts(sts_mode=STS_MODES["pwm"], max_duty=0.6)]
+    # no transcendental in the rig (no pendulum, cogging or Stribeck): libm's and the vector paths' sines
+    # and exponentials agree to round-off only, and a lone actuator takes libm's (step.pxi `math_path`)
+    rig = [(feetech + others)[j % 7] | {"load_inertia": 1e-3 * (1 + j)} for j in range(40)]
+    t = np.arange(800) * DT
+    u = np.sin(2 * np.pi * 1.5 * t)[:, None] * np.linspace(0.5, 1.5, 40)[None, :]
+    enable = np.ones_like(u)
+    enable[300:350, ::3] = 0.0
+    start = _simd()
+    try:
+        for path in SIMD_PATHS:
+            try:
+                _simd(path)
+            except ValueError:
+                continue
+            k = Kernel(40, DT)
+            for j, p in enumerate(rig):
+                k.set_params(j, p)
+            mixed = k.run(u, enable)
+            for j, p in enumerate(rig):
+                alone = Kernel(1, DT)
+                alone.set_params(0, p)
+                one = alone.run(u[:, j], enable[:, j])
+                assert np.array_equal(mixed["theta"][:, j], one["theta"][:, 0]), (path, j, p["law"])
+                assert np.array_equal(mixed["voltage"][:, j], one["voltage"][:, 0]), (path, j, p["law"])
+            assert np.ptp(mixed["theta"][:, :4], axis=0).min() > 1e-2      # the Feetech actuators move
+            stepped = Kernel(40, DT)
+            for j, p in enumerate(rig):
+                stepped.set_params(j, p)
+            for i in range(200):
+                stepped.step(u[i], enable[i], 0.0)
+            assert [stepped.get_state(j)["theta"] for j in range(40)] == list(mixed["theta"][200])
+    finally:
+        _simd(start)
