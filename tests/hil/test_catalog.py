@@ -32,6 +32,7 @@ BAM_DIR = {
     "xl330_m077": None,
     "sts3215": "feetech_sts3215_7_4V",
     "sts3215_12v": None,
+    "ax12a": None,
 }
 ALL_MODELS = ["m1", "m2", "m3", "m4", "m5", "m6"]
 MODELS = {"feetech_sts3215_7_4V": ["m1"]}   # bam directories without m1–m6 (bam identified only m1)
