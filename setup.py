@@ -99,7 +99,7 @@ KERNEL_FLAGS = ("-fno-tree-loop-distribute-patterns",)
 extensions = [extension("hil.kernel.core", depends=KERNEL_HEADERS, flags=KERNEL_FLAGS),
               extension("hil.loop.rt"), extension("hil.loop.realtime"), extension("hil.loop.publisher"),
               extension("bench.zmq_receiver"),
-              extension("drivers.emulated.dynamixel.codec"), extension("drivers.emulated.slcan.slcan_codec"),
+              extension("drivers.emulated.dynamixel.codec"), extension("drivers.emulated.slcan.codec"),
               extension("drivers.emulated.dynamixel.bus"), extension("firmware_models.dynamixel.present"),
               extension("firmware_models.dynamixel.servo_core"), extension("firmware_models.dynamixel.write_checks"),
               extension("firmware_models.dynamixel.joint_link"), robot_extension()]

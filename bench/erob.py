@@ -32,7 +32,7 @@ from bench.host import (
     machine,
     probe,
 )
-from drivers.emulated.slcan.slcan import CanFrame, encode_frame, frame_bits
+from drivers.emulated.slcan.adapter import CanFrame, encode_frame, frame_bits
 from servo_hil.daemon.telemetry import StealMeter, percentile_us
 
 BITRATE = 1_000_000

@@ -1,16 +1,5 @@
-"""A real CAN bus named the way python-can names one: the `real` bus of a CANopen mirror, the bus
-`servo-hil record --protocol canopen` drives.
-
-Two spellings, both ending as the keyword arguments of `can.Bus(**kwargs)` (python-can's own
-configuration convention, as in its config file and `CAN_*` environment variables):
-
-- a string `INTERFACE:CHANNEL[@BITRATE]`, e.g. `slcan:/dev/ttyACM0@1000000`, `socketcan:can0`,
-  `pcan:PCAN_USBBUS1@1000000` (the channel is everything between the first `:` and the last `@`);
-- a table of python-can keyword arguments, e.g.
-  `{ interface = "slcan", channel = "/dev/ttyACM0", bitrate = 1000000, sleep_after_open = 0 }`.
-
-Without a bitrate the caller's default (the rig bus's `baud`) is used.
-"""
+"""A real CAN bus named the way python-can names one (`INTERFACE:CHANNEL[@BITRATE]` or a table of `can.Bus`
+keyword arguments): the real bus of a CANopen mirror or of `servo-hil record` (docs/protocols/canopen.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +8,7 @@ from typing import Any
 import can
 from can.interfaces import VALID_INTERFACES
 
-from drivers.emulated.slcan.slcan import CanFrame
+from drivers.emulated.slcan.adapter import CanFrame
 
 __all__ = ["can_bus_kwargs", "open_can_bus", "to_frame", "to_message"]
 

@@ -1,36 +1,5 @@
-"""Proxy mirror of a CAN bus of eRobs: our SLCAN pty between an unchanged controller and the real bus.
-
-The controller opens our pty as its SLCAN adapter (paced at the CAN bit rate as usual,
-`drivers/emulated/slcan/slcan.py`).
-Every frame it transmits goes to the real bus through python-can as it came, and every frame the real bus carries
-comes back to the controller as it came, in order: the controller sees the real bus, unchanged. On the side, the
-rig's CANopen nodes on this bus are the simulated twins of the real ones (same node IDs): they hear the same frames
-— NMT, SYNC, RPDOs, SDO writes of controlword, mode, targets and PDO mapping — so the twin drives follow the
-controller's commands; their own frames are dropped. They also hear the real nodes' frames, as nodes on one bus do
-(heartbeat consumers, say).
-
-With a recorder, each real frame that carries drive values — a TPDO, or an expedited SDO upload reply —
-is decoded to SI with the twin's units and PDO mapping (the same SDO writes configured both), beside the
-twin's values of the same objects read at the same instant. A TPDO holds 8 bytes (position and velocity
-fill it), so the frames of one SYNC cycle make one state: a node's values are gathered until one of them
-arrives again (the next cycle's TPDO, the next SDO poll) — in the order the real bus sent them, whatever
-the wall-clock timing — and logged at the time of the first gathered frame as `/real/<joint>/state` and
-`/sim/<joint>/state` (a state needs the position 0x6064; the last one when the mirror stops). Every
-controller frame addressed to a node goes to `/bus/<joint>/commands`. Assumed: the real node powered up
-with the EDS's PDO maps, as the twin did (a map the real node stored with 0x1010 and the controller never
-rewrote would be decoded wrongly).
-
-The twin follows the real drive's state. As the mirror starts, before it forwards anything, it reads each real
-node's statusword 0x6041 and modes of operation display 0x6061 by SDO upload and brings the twin's CiA 402 drive
-to the same state (controlwords along the CiA 402 state machine) and mode (0x6060; in CSP after 0x607A = the
-twin's actual position, so it holds where it is). Afterwards, whenever a real frame carries 0x6041 or 0x6061 (a
-TPDO, an SDO upload reply) and the twin's differs, the twin takes the real one again; a real heartbeat whose NMT
-state differs from the twin node's puts the twin node in that state. Each sync is an event on
-`/bus/<joint>/events`. Both sides' states carry `enable` (Operation enabled) and `mode` (0x6061): the twin's
-values, and the real node's last reported ones (a controlword or 0x6060 the controller sends makes them unknown
-until the node reports them again; an acknowledged SDO download of 0x6060 reports the mode). Fault states are
-not copied (the twin has no cause for one): the log shows the real drive's fault beside the twin's state.
-"""
+"""Proxy mirror of a CANopen bus: our SLCAN pty between an unchanged controller and the real bus, the rig's nodes as
+the real nodes' twins, and the side-by-side log of both (docs/protocols/canopen.md, "Proxy mirror")."""
 
 from __future__ import annotations
 
@@ -45,10 +14,10 @@ import can
 from drivers.emulated.canopen.bus import CanopenBus
 from drivers.emulated.canopen.node import NMT_PRE_OPERATIONAL, NMT_START, NMT_STOP, CanopenNode
 from drivers.emulated.canopen.pdo import od_variable
-from drivers.emulated.slcan.slcan import CanFrame
+from drivers.emulated.slcan.adapter import CanFrame
 from drivers.hosts.can_interface import to_frame, to_message
 from drivers.hosts.side_by_side import SideBySideLog, record_pair
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.schedulers.cia402_drives import Cia402Drives
 from drivers.wire.faults import BusFaults
 from drivers.wire.ports import PtyPort
 from drivers.wire.server import ServerThread
@@ -149,7 +118,7 @@ class CanMirror(CanopenBus):
     """The CAN bus `name` mirrored: the controller on `controller` (our SLCAN pty), the real nodes on `real`
     (a python-can bus, described by `real_label`), the rig's `nodes` as twins. `joints`: node ID → joint."""
 
-    def __init__(self, drives: ErobDrives, nodes: list[tuple[Cia402Drive, int, BusFaults]], controller: PtyPort,
+    def __init__(self, drives: Cia402Drives, nodes: list[tuple[Cia402Drive, int, BusFaults]], controller: PtyPort,
                  real: can.BusABC, real_label: str, joints: dict[int, str], record: SideBySideLog | None = None,
                  bitrate: int = 1_000_000, name: str = "can"):
         super().__init__(drives, nodes, controller, bitrate, name)

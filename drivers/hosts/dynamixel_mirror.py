@@ -1,23 +1,5 @@
-"""Proxy mirror: our pty between an unchanged controller and the real Dynamixel bus.
-
-Every byte the controller sends goes to the real bus as it came, and every byte the real servos send
-back goes to the controller as it came: the controller sees the real bus, unchanged. On the side,
-the instructions also reach a simulated twin of each servo (the rig's servos on this bus), so goal,
-mode and gain writes seen on the wire drive the twin; its own replies are dropped. When a real reply
-answers a read of the Present items, the real values and the twin's, read at the same moment, go to
-the side-by-side recorder (`/real/<joint>/state`, `/sim/<joint>/state`), and each write to
-`/bus/<joint>/commands`.
-
-The twin follows the real servo's state (e-manual, Control Table: Operating Mode (11) is EEPROM, written with
-torque off; Torque Enable (64) and the goal items are RAM). As the mirror starts, before it serves the
-controller, it reads Operating Mode, Torque Enable and the goal items of each twin's ID from the real servo and
-writes them into the twin the way a controller would (torque off, mode, torque, goals). Afterwards, whenever a
-real reply shows Torque Enable or Operating Mode — a read that covers it, or the acknowledged write of it — and
-the twin's differs, the twin takes the real value (and any goal item the reply carries); each such sync is an
-event on `/bus/<joint>/events`. Both sides' states carry `enable` and `mode`: the twin's registers, and the
-real servo's last reported values (unknown after a change no status packet confirms: a Sync, Bulk, broadcast
-or registered write of them, a Reboot).
-"""
+"""Proxy mirror of a Dynamixel bus: our pty between an unchanged controller and the real bus, the rig's servos as
+the real servos' twins, and the side-by-side log of both (docs/protocols/dynamixel.md, "Proxy mirror")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """How a host drives one real eRob's current at 1 kHz (`servo-hil record --protocol etherban|canopen`): a `Link`
-takes the current set-point of one cycle and returns the drive's state of that cycle, in SI.
-
-- `EtherbanLink`: an Etherban server, as bam's client talks to it (ZeroMQ REQ, protobuf; a TORQUE order whose
-  target is the current in A; bam/erob/etherban.py `Client.position_control`).
-- `CanopenLink`: CANopen with python-canopen over any python-can bus, in CST (CiA 402): RPDO + SYNC each cycle,
-  the state back in two synchronous TPDOs (CiA 301 PDO and SYNC services; CiA 402-2 cyclic synchronous torque mode).
-"""
+takes the current set-point of one cycle and returns the drive's state of that cycle, in SI, over Etherban
+(`EtherbanLink`) or CANopen in CST (`CanopenLink`); docs/protocols/canopen.md, "Recording a real drive"."""
 
 from __future__ import annotations
 

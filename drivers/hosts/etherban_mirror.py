@@ -1,22 +1,6 @@
-"""Proxy mirror of an Etherban server: bam's unchanged eRob client talks to the real server through us.
-
-The mirror binds the Etherban endpoint the client connects to (`bind`) and connects to the real server (`real`,
-e.g. tcp://robot-pc:7332). Each request goes to the real server as it came, and the real server's reply goes back
-to the client as it came: the client sees the real server, unchanged. On the side, the same request drives the
-simulated twins (the rig's drives, device i = the i-th of the bus's joints) exactly as the rig's own Etherban
-server would (`drivers.emulated.etherban.etherban.EtherbanServer.handle`, so the twin is enabled in the cyclic
-mode of the first order, as the real drive is); the twin's own Response is kept for the log only.
-
-The client side is a ZeroMQ ROUTER socket, which a REQ client cannot tell from a REP one (ZeroMQ guide, "The
-Extended Reply Envelope"): a request the real server does not answer within `timeout_s` is left unanswered, as a
-dead server would leave it, without blocking the next one (the REQ socket to the real server is relaxed and
-correlated, zmq_setsockopt ZMQ_REQ_RELAXED). Nothing is made up: no reply, no Response.
-
-With a recorder, each Response pair gives `/real/<joint>/state` (the real Status: present position, velocity,
-current, target position) and `/sim/<joint>/state` (the twin's Status of the same request, with `enable`
-= Operation enabled and `mode` = 0x6061, which the Etherban Status does not carry for the real drive), and each
-order `/bus/<joint>/commands`.
-"""
+"""Proxy mirror of an Etherban server: bam's unchanged eRob client talks to the real server through us, the same
+requests drive the rig's drives as twins, and both sides' states go to the side-by-side log
+(docs/protocols/etherban.md, "Proxy mirror")."""
 
 from __future__ import annotations
 
@@ -27,9 +11,9 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from drivers.emulated.etherban import etherban_pb2 as pb
-from drivers.emulated.etherban.etherban import DrivesServerThread, EtherbanServer
+from drivers.emulated.etherban.server import DrivesServerThread, EtherbanServer
 from drivers.hosts.side_by_side import SideBySideLog, record_pair
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.schedulers.cia402_drives import Cia402Drives
 from firmware_models.cia402 import MODE_DISPLAY, Cia402Drive, State
 
 __all__ = ["EtherbanMirror"]
@@ -45,9 +29,9 @@ def _fields(status: pb.Status) -> dict:
 
 class EtherbanMirror(DrivesServerThread):
     """Serves the Etherban endpoint `bind`, forwards to the real server `real`, drives `devices` as twins.
-    `joints`: device index → joint name. A `drivers.wire.server.BusServer`."""
+    `joints`: device index → joint name. A `BusServer`."""
 
-    def __init__(self, drives: ErobDrives, devices: list[Cia402Drive], bind: str, real: str, joints: list[str],
+    def __init__(self, drives: Cia402Drives, devices: list[Cia402Drive], bind: str, real: str, joints: list[str],
                  record: SideBySideLog | None = None, name: str = "etherban", timeout_s: float = 1.0,
                  fifo_priority: int = 0):
         self.drives = drives

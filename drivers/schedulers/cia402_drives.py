@@ -1,21 +1,6 @@
-"""The eRob drives of a running rig and the thread that runs their firmware at the control rate.
-
-An eRob is reached two ways: CANopen on its CAN bus, as ZeroErr's eRob_CANopen_Python demos do
-(`drivers/emulated/canopen/bus.py`), and, as Rhoban's bam/erob/etherban.py does, through an EtherCAT master behind the
-Etherban ZeroMQ server (`drivers/emulated/etherban/etherban.py`). Both talk to the same simulated drive: one
-`Cia402Drive` per actuator, created by whichever opens it first, shared by both, and ticked here.
-
-Threads: the drive model holds no lock (firmware_models/cia402/), so every access — a CAN frame,
-an Etherban request, a tick — goes under `lock`. A tick runs `Cia402Drive.tick()` of every drive (the
-eRob's 1 kHz position loop; the drive takes its dt from the simulation clock, so a paused or lock-step
-rig simply sees dt = 0), then the `tick_hooks` (the CANopen time services: heartbeat, event-driven TPDOs,
-EMCY, delayed frames) with the monotonic time. When (`clock`, a `TickClock`): once per cycle of the
-master — a CAN SYNC once the nodes sampled their TPDOs, an Etherban request once its Response is sent
-(the drive's cyclic synchronous modes run their cycle on it, CiA 402) — else once per `period_s`. Who: the thread
-that serves the cycle ticks for it (`sync_tick`); the periodic ticks run in the thread of a CAN bus that
-took them (`take_ticks`), else (an Etherban-only rig, or once that bus stops) in this module's thread.
-So a 1 kHz master leaves no second thread to contend for the GIL and the lock at 1 kHz.
-"""
+"""The CiA 402 drives of a running rig and the thread that runs their firmware at the control rate: every bus or
+server that reaches a drive (a CANopen node, an Etherban device) shares it here, under one lock, and the drives tick
+once per master cycle or else once per period (docs/protocols/cia402.md, "Scheduling")."""
 
 from __future__ import annotations
 
@@ -26,15 +11,14 @@ from collections.abc import Callable
 
 from drivers.wire.server import ServerThread
 from firmware_models.cia402 import Cia402Drive
-from hil.joint import Joint
 
-__all__ = ["ErobDrives"]
+__all__ = ["Cia402Drives"]
 
-class ErobDrives:
-    """The rig's eRob drives by actuator index, their lock and their tick thread.
+class Cia402Drives:
+    """The rig's CiA 402 drives by actuator index, their lock and their tick thread.
 
     `start()` / `release()` are reference counted (each bus or server that uses the drives calls
-    both); the thread (a `drivers.wire.server.ServerThread`) runs while at least one user is started. A crash of
+    both); the thread (a `ServerThread`) runs while at least one user is started. A crash of
     the thread is kept in `error` and logged; the users report it (the daemon checks their `error`).
     """
 
@@ -60,15 +44,15 @@ class ErobDrives:
         thread = self._thread
         return self._error or (thread.error if thread is not None else None)
 
-    def drive(self, j: int, variant: str, node_id: int, joint: Joint) -> Cia402Drive:
-        """The drive of actuator `j`, created on first use as `variant` (config/erob/<variant>.toml)
-        with the object dictionary of CANopen node `node_id`."""
+    def drive(self, j: int, name: str, create: Callable[[], Cia402Drive]) -> Cia402Drive:
+        """The drive of actuator `j`, made by `create()` on first use (a drive of product `name`); ValueError if
+        actuator `j` already has a drive of another product."""
         with self.lock:
             d = self.drives.get(j)
             if d is None:
-                d = self.drives[j] = Cia402Drive.for_variant(variant, node_id, joint)
-            elif d.config.name != variant:
-                raise ValueError(f"actuator {j} is already an {d.config.name} drive, not {variant}")
+                d = self.drives[j] = create()
+            if d.config.name != name:
+                raise ValueError(f"actuator {j} is already a {d.config.name} drive, not {name}")
             return d
 
     def power_cycle(self) -> None:
@@ -114,7 +98,7 @@ class ErobDrives:
             wanted = self._users > 0 and self._ticker is None
             if wanted and self._thread is None:
                 # as the bus threads that wait for our lock
-                self._thread = ServerThread("servo-hil-erob", self.fifo_priority, target=self._run)
+                self._thread = ServerThread("servo-hil-cia402", self.fifo_priority, target=self._run)
                 self._thread.start()
                 return
             if wanted or self._thread is None:

@@ -1,21 +1,5 @@
-"""Byte ports a bus server listens on, and wire-time pacing of its replies.
-
-A bus server (Dynamixel Protocol 2.0, later SLCAN) needs one thing from the port layer: a
-non-blocking byte pipe to the controller with a file descriptor for select/poll. Two kinds exist:
-
-* `PtyPort`: a pseudo-terminal. The controller's unchanged code (e.g. `dynamixel_sdk.PortHandler`
-  through pyserial) opens the slave side as if it were a USB serial adapter; we serve the master.
-* `SerialDevicePort`: a real serial device, for a controller board wired to us through a
-  USB-RS485 adapter.
-
-A pty moves bytes as fast as memory does, so `PacedWriter` releases a reply no earlier than a real
-UART at the configured baud rate would deliver it (docs/architecture.md, Timing).
-
-Linux pty facts this module relies on (pty(7), termios(3); re-checked by tests/drivers/test_ports.py):
-termios settings made on the slave are read back through the master; when the last holder of the
-slave closes it, reads on the master fail with EIO; until someone sets raw mode, the line
-discipline echoes and translates bytes.
-"""
+"""Byte ports a bus server listens on — a pty the controller opens as its serial adapter (`PtyPort`), a real serial
+device (`SerialDevicePort`) — and wire-time pacing of replies (`PacedWriter`); docs/protocols/wire.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """What every bus server of a rig is (`BusServer`), the real-time thread every one of them runs (`ServerThread`), and
-what a server does with an input whose handling raised (`InputFailures`).
-
-A bus server answers for simulated devices where a controller connects: a Dynamixel bus on a pty, an SLCAN
-adapter and its CANopen nodes, an Etherban ZeroMQ socket, or a proxy mirror in front of real hardware. The
-application (servo_hil/wiring) builds one per `[[buses]]` entry of a rig, starts it, prints `path` and `summary`,
-watches `error` and stops it; it needs nothing else from a server.
-"""
+what a server does with an input whose handling raised (`InputFailures`); docs/protocols/wire.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""One simulated eRob's CiA 402 drive (`Cia402Drive`), cut along the profile's seams: `objects` (object
-addresses, codes and bits, modes, units), `state_machine` (controlword, transitions, faults), `modes` (the
-modes of operation and stop ramps) and `drive` (the object store, the tick, actual values, the kernel
-command). This package re-exports their public names."""
+"""The CiA 402 drive profile apart from any product: the drive model (`Cia402Drive`) cut along the profile's seams
+— `objects` (addresses, codes, bits, units), `state_machine`, `modes`, `drive` — and what a product hands it
+(`config`: `DriveConfig`). This package re-exports their public names; docs/protocols/cia402.md describes them."""
 
+from firmware_models.cia402.config import DriveConfig, PositionLoop, Sensed
 from firmware_models.cia402.drive import Cia402Drive
 from firmware_models.cia402.modes import profile_step
 from firmware_models.cia402.objects import (
     ABORT_VALUE_RANGE,
-    AUX_POSITION,
     CONTROLWORD,
     CURRENT_ACTUAL,
     CW_CHANGE_IMMEDIATELY,
@@ -16,8 +15,6 @@ from firmware_models.cia402.objects import (
     CW_NEW_SETPOINT,
     CW_RELATIVE,
     DC_LINK_VOLTAGE,
-    DRIVE_TEMPERATURE,
-    ENCODER_DIFFERENCE,
     ERR_FOLLOWING,
     ERR_NONE,
     ERR_OVERCURRENT,
@@ -40,7 +37,6 @@ from firmware_models.cia402.objects import (
     MAX_TORQUE,
     MODE,
     MODE_DISPLAY,
-    MOTOR_ENCODER,
     POSITION_ACTUAL,
     POSITION_DEMAND,
     POSITION_INTERNAL,
@@ -74,7 +70,6 @@ from firmware_models.cia402.objects import (
     TORQUE_ACTUAL,
     TORQUE_DEMAND,
     TORQUE_OFFSET,
-    TORQUE_SENSOR,
     TORQUE_SLOPE,
     TWO_PI,
     VELOCITY_ACTUAL,
@@ -85,6 +80,7 @@ from firmware_models.cia402.objects import (
     VELOCITY_WINDOW_TIME,
     Mode,
     Units,
+    default_values,
 )
 from firmware_models.cia402.state_machine import (
     STATE_BITS,
@@ -96,7 +92,6 @@ from firmware_models.cia402.state_machine import (
 
 __all__ = [
     "ABORT_VALUE_RANGE",
-    "AUX_POSITION",
     "CONTROLWORD",
     "CURRENT_ACTUAL",
     "CW_CHANGE_IMMEDIATELY",
@@ -105,8 +100,6 @@ __all__ = [
     "CW_NEW_SETPOINT",
     "CW_RELATIVE",
     "DC_LINK_VOLTAGE",
-    "DRIVE_TEMPERATURE",
-    "ENCODER_DIFFERENCE",
     "ERROR_CODE",
     "ERROR_HISTORY",
     "ERROR_REGISTER",
@@ -129,7 +122,6 @@ __all__ = [
     "MAX_TORQUE",
     "MODE",
     "MODE_DISPLAY",
-    "MOTOR_ENCODER",
     "POSITION_ACTUAL",
     "POSITION_DEMAND",
     "POSITION_INTERNAL",
@@ -164,7 +156,6 @@ __all__ = [
     "TORQUE_ACTUAL",
     "TORQUE_DEMAND",
     "TORQUE_OFFSET",
-    "TORQUE_SENSOR",
     "TORQUE_SLOPE",
     "TWO_PI",
     "VELOCITY_ACTUAL",
@@ -175,10 +166,14 @@ __all__ = [
     "VELOCITY_WINDOW_TIME",
     "Cia402Drive",
     "Command",
+    "DriveConfig",
     "Mode",
+    "PositionLoop",
+    "Sensed",
     "State",
     "Units",
     "decode_controlword",
+    "default_values",
     "error_register",
     "profile_step",
 ]

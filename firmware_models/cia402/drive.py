@@ -1,40 +1,6 @@
-"""One simulated eRob's CiA 402 drive: state machine, modes, actual values and faults.
-
-The drive keeps a plain object store `values[(index, subindex)] = int`, seeded from the object
-dictionary (`object_dictionary.load_object_dictionary`), and reaches the physics only through a
-`hil.joint.Joint`. The CANopen layers (SDO server, PDOs, NMT, EMCY producer) sit on top and call:
-
-- `write(index, subindex, value)` for every SDO download or RPDO entry, after they checked existence,
-  access, size and the EDS range. It returns None or the CiA 402-level SDO abort code
-  0x06090030 (value range) for a mode 0x6060 outside 0x6502, a quick stop option 0x605A other than
-  0, 1, 2, 5, 6, a fault reaction option 0x605E other than 0, 1, 2, or a non-zero write to 0x1003:0.
-  The generic codes (0x06020000 no object, 0x06090011 no sub-index, 0x06010002 read only,
-  0x06070010 length, 0x06090030 for EDS limits) are the SDO layer's.
-- `read(index, subindex)` for uploads and TPDOs (the statusword is current after every write and tick);
-- `tick()` periodically (1 kHz in the real-time loop): actual values from the kernel state, faults,
-  automatic transitions, the profile generators, and the kernel command;
-- `emcy_pending()` for the EMCY frames to send.
-Calls must be serialised by the caller (the class holds no lock).
-
-Statusword: state bits per the table; bit 4 (voltage enabled) while the DC link is powered; bit 5
-(quick stop) is 1 in Ready to switch on, Switched on and Operation enabled; bit 9 (remote) once
-initialised; bit 7 (warning) while the kernel derates the current (for temperature, or to the continuous
-limit once the peak current's i²t budget is spent); bit 11 (internal limit)
-while a software position limit 0x607D, the max torque 0x6072 or (CSV) the max motor speed 0x6080 cuts
-the demand. Mode-specific bits in
-Operation enabled: PP 10 target reached (demand at the target, |actual − target| ≤ 0x6067 for 0x6068 ms;
-or stopped under halt), 12 set-point acknowledge, 13 following error; PV 10 |v − target| ≤ 0x606D for
-0x606E ms, 12 speed (|v| ≤ 0x606F); PT 10 torque demand at the target; CSP/CSV/CST 12 "drive follows
-the command value", CSP 13 following error (bit 10 is reserved in the cyclic modes and stays 0).
-In Quick stop active bit 10 means "stopped". With mode 0 (no mode, the EDS default) the drive holds
-its position and sets no mode bits.
-
-Drive Temperature 0x22A2 (UNSIGNED16 in the EDS, °C) reads the housing node where the kernel's two-node thermal
-model is on (thermal_r2 > 0), the winding otherwise.
-
-The state machine and faults are in `state_machine`, the modes of operation in `modes`, the objects and
-units in `objects`.
-"""
+"""The CiA 402 drive model (`Cia402Drive`): an object store, the state machine, the modes of operation, actual
+values and faults of one drive, on one `hil.joint.Joint`. Interface, statusword and behaviour:
+docs/protocols/cia402.md."""
 
 from __future__ import annotations
 
@@ -42,18 +8,16 @@ import math
 
 from canopen.objectdictionary import ObjectDictionary
 
+from firmware_models.cia402.config import DriveConfig, Sensed
 from firmware_models.cia402.modes import Modes
 from firmware_models.cia402.objects import (
     _M,
     _MODE_VALUES,
     _TORQUE_MODES,
     ABORT_VALUE_RANGE,
-    AUX_POSITION,
     CONTROLWORD,
     CURRENT_ACTUAL,
     DC_LINK_VOLTAGE,
-    DRIVE_TEMPERATURE,
-    ENCODER_DIFFERENCE,
     ERR_OVERCURRENT,
     ERROR_HISTORY,
     FAULT_REACTION_OPTION,
@@ -62,7 +26,6 @@ from firmware_models.cia402.objects import (
     MAX_TORQUE,
     MODE,
     MODE_DISPLAY,
-    MOTOR_ENCODER,
     POSITION_ACTUAL,
     POSITION_DEMAND,
     POSITION_INTERNAL,
@@ -84,30 +47,24 @@ from firmware_models.cia402.objects import (
     TORQUE_ACTUAL,
     TORQUE_DEMAND,
     TORQUE_OFFSET,
-    TORQUE_SENSOR,
-    TWO_PI,
     VELOCITY_ACTUAL,
     VELOCITY_DEMAND,
     VELOCITY_THRESHOLD,
     Mode,
     Units,
     _sat,
+    default_values,
 )
 from firmware_models.cia402.state_machine import _S, STATE_BITS, StateMachine
-from firmware_models.erob.object_dictionary import (
-    ErobConfig,
-    default_values,
-    load_config,
-    load_object_dictionary,
-)
 from hil.joint import Joint
 from hil.kernel import FAULT_BITS, LAWS
 
 
 class Cia402Drive(StateMachine, Modes):
-    """The CiA 402 drive of one eRob: object store `values`, state machine, modes, faults, on `joint`."""
+    """The CiA 402 drive of one product (`config`) with object dictionary `od`: object store `values`, state
+    machine, modes, faults, on `joint`. Calls must be serialised by the caller (the drive holds no lock)."""
 
-    def __init__(self, od: ObjectDictionary, joint: Joint, config: ErobConfig):
+    def __init__(self, od: ObjectDictionary, joint: Joint, config: DriveConfig):
         self.od = od
         self.joint = joint
         self.config = config
@@ -121,18 +78,13 @@ class Cia402Drive(StateMachine, Modes):
         self._emcy: list[tuple[int, int, bytes]] = []
         self.reset()
 
-    @classmethod
-    def for_variant(cls, variant: str, node_id: int, joint: Joint) -> Cia402Drive:
-        """The drive of `config/erob/<variant>.toml` with its object dictionary for `node_id`."""
-        return cls(load_object_dictionary(variant, node_id), joint, load_config(variant))
-
     def reset(self) -> None:
         """Power-up / NMT reset node: objects to their defaults, Not ready to switch on, torque off,
         kernel latches released. The first `tick()` completes the initialisation (transitions 0, 1)."""
         v = self.values
         v.clear()
         v.update(self.defaults)
-        self.units = Units(self.config.units.encoder_counts, self.config.units.zero_counts,
+        self.units = Units(self.config.counts_per_rev, self.config.zero_counts,
                            v[RATED_TORQUE] / 1000.0, v[RATED_CURRENT] / 1000.0)
         self.state = _S.NOT_READY_TO_SWITCH_ON
         self._mode = Mode(v[MODE]) if v[MODE] in _MODE_VALUES else _M.NO_MODE
@@ -166,7 +118,7 @@ class Cia402Drive(StateMachine, Modes):
         self._last_sample_t: float | None = None
         self._sensed_state: dict | None = None     # what the actual values were last computed from
         self._sensed_inputs: tuple = ()
-        self.joint.command(params=self._law_params(LAWS["erob_pd"]), enable=False, clear_latches=True)
+        self.joint.command(params=self._law_params(self.config.loop.law), enable=False, clear_latches=True)
         self._enabled = False
         self.joint.sync()
         self._sense()
@@ -287,7 +239,7 @@ class Cia402Drive(StateMachine, Modes):
         self._pos_act = theta * cpr + u.zero_counts
         self._vel_act = st["omega"] * cpr
         pos = _sat(round(self._pos_act), 32)
-        v[POSITION_ACTUAL] = v[POSITION_INTERNAL] = v[AUX_POSITION] = pos
+        v[POSITION_ACTUAL] = v[POSITION_INTERNAL] = pos
         v[VELOCITY_ACTUAL] = _sat(round(self._vel_act), 32)
         v[TORQUE_ACTUAL] = u.torque_permille(st["torque"])
         v[CURRENT_ACTUAL] = u.current_permille(st["i_out"])
@@ -297,13 +249,9 @@ class Cia402Drive(StateMachine, Modes):
         # drive's sensor reads the housing node where the two-node thermal model is on (MuJoCo DC motor model §1.3)
         self._temperature = p["ambient"] + st["temp_rise"]
         two_node = p["thermal_r"] > 0 and p["thermal_r2"] > 0
-        sensed = p["ambient"] + st["housing_rise"] if two_node else self._temperature
-        v[DRIVE_TEMPERATURE] = _sat(round(sensed), 16, signed=False)   # UNSIGNED16 [°C] in the EDS
-        motor = self.config.units
-        v[MOTOR_ENCODER] = _sat(round(theta * motor.motor_revs_per_output_rev * motor.motor_encoder_counts / TWO_PI),
-                                32)
-        v[ENCODER_DIFFERENCE] = 0            # rigid gear: no twist between the two encoders
-        v[TORQUE_SENSOR] = _sat(round(st["torque"] * 1000.0), 32)
+        sensor_c = p["ambient"] + st["housing_rise"] if two_node else self._temperature
+        if self.config.vendor_values is not None:
+            self.config.vendor_values(v, Sensed(theta, pos, st["torque"], sensor_c))
         self._kt_out = p["kt"] * p["gear"] * p["efficiency"]
         self._derated = bool(st["fault_flags"] & FAULT_BITS["derated"])
         return st, p
@@ -335,9 +283,9 @@ class Cia402Drive(StateMachine, Modes):
                 self._enabled = False
             return
         torque_law = self.state == _S.OPERATION_ENABLED and self._mode in _TORQUE_MODES
-        law = LAWS["current"] if torque_law else LAWS["erob_pd"]
+        law = LAWS["current"] if torque_law else self.config.loop.law
         params = None
-        if law != self._law or (law == LAWS["erob_pd"] and self._max_amps() != self._sent_max_amps):
+        if law != self._law or (law == self.config.loop.law and self._max_amps() != self._sent_max_amps):
             params = self._law_params(law)
             self._law = law
         if torque_law:

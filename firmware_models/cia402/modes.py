@@ -1,36 +1,5 @@
-"""The modes of operation of a simulated eRob's CiA 402 drive (a mixin of `Cia402Drive`).
-
-Control (what the kernel runs; the eRob's own loop gains 0x2380–0x2382 have unpublished units and are
-only stored): one position loop with the kernel law `erob_pd`, its gains from `config/erob/<variant>.toml`
-[loop]. The goal u folds the drive's demand into bam's law i = kp·(u − θ) − D·ω, D = damping·√kp:
-u = θd + (D·ωd + I + i_ff)/kp gives i = kp·(θd − θ) + D·(ωd − ω) + I + i_ff, where I = ∫ki·(θd − θ)dt is
-computed here at tick rate (clamped to the current limit) and i_ff is a torque feed-forward (0x60B2).
-- PP (1): a trapezoidal profile generated here at tick rate (0x6081 ≤ 0x607F, 0x6083, 0x6084) gives
-  θd and ωd; set-point handshake per CiA 402 (bit 4 rising edge, bit 5 change immediately, bit 6
-  relative, one buffered set-point), halt (bit 8) ramps down with 0x6084.
-- CSP (8): 0x607A (+ 0x60B0) is interpolated linearly over the interpolation period (0x60C2 if set, else
-  the SYNC period 0x1006, else the measured interval between target writes), the slope is the velocity
-  feed-forward (+ 0x60B1); no profile limits (CiA 402-2, cyclic synchronous position mode). On enable (or
-  a switch to CSP) the drive heads for 0x607A as it stands, so a master writes the actual position there
-  first (third-party eRob scripts do); a stale target far away ends in a following-error fault.
-- PV (3) / CSV (9): the velocity demand (PV: ramped with 0x6083/0x6084 toward 0x60FF ≤ 0x607F; CSV:
-  0x60FF + 0x60B1 ≤ 0x6080) is integrated into θd, so the same law is a velocity PI with P = D and
-  I = kp; θd is held within max current/kp of the shaft (anti-windup when the current saturates).
-- PT (4) / CST (10): the kernel law `current` with u = τd/kt (kt·gear·efficiency of the
-  kernel parameters), τd = 0x6071 (‰ of 0x6076; PT ramped by 0x6087 ‰/s, 0 = step; CST + 0x60B2),
-  clamped by 0x6072.
-- Current limit everywhere: the kernel's max_amps at power-up (the catalog's 12 A) and 0x6072.
-- Software limits 0x607D (active when min < max): position targets are clamped; in the velocity modes
-  a demand pointing further out is set to 0; in the torque modes such a torque is cut (eRob user manual, third-hand).
-- Torque is on only in Operation enabled, Quick stop active and a ramping fault reaction. Disable
-  operation, shutdown and disable voltage switch it off at once (0x605B/0x605C "disable drive function").
-- Quick stop 0x605A: 0 torque off, 1/5 ramp with 0x6084, 2/6 ramp with 0x6085; 1/2 then go to Switch on
-  disabled, 5/6 stay (transition 16 allowed). A ramp deceleration of 0 stops at once. Every stop ramp
-  starts from the shaft's position and velocity and runs on the position loop, whatever the mode.
-- Accelerations are in counts/s² as ZeroErr's demos write them (eRob_CANopen_Python `eRobControl_PP.py`);
-  note that the EDS defaults (0x6083/0x6084/0x6085 = 200 counts/s²) make ramps very slow until the master
-  sets them.
-"""
+"""The modes of operation of the CiA 402 drive model (PP, PV, PT, CSP, CSV, CST), its stop ramps and the goal it
+hands the kernel's position loop, a mixin of `Cia402Drive` (docs/protocols/cia402.md, "Modes of operation")."""
 
 from __future__ import annotations
 
@@ -143,7 +112,7 @@ class Modes:
 
     def _demand(self, target: float, limit: float) -> float:
         """A velocity or torque demand within ±limit (internal limit active, statusword bit 11, when cut),
-        and 0 if it points further out past a software position limit (0x607D; eRob user manual, third-hand)."""
+        and 0 if it points further out past a software position limit (0x607D; docs/protocols/cia402.md)."""
         if abs(target) > limit:
             target = math.copysign(limit, target)
             self._limit_active = True
@@ -275,7 +244,7 @@ class Modes:
                 inside = abs(self._vel_act - target) <= v[VELOCITY_WINDOW]
                 self._reached = self._held(inside, v[VELOCITY_WINDOW_TIME])
         else:
-            vmax = v[MAX_MOTOR_SPEED] / 60.0 / self.config.units.motor_revs_per_output_rev * self.units.counts_per_rev
+            vmax = v[MAX_MOTOR_SPEED] / 60.0 / self.config.motor_revs_per_output_rev * self.units.counts_per_rev
             target = self._demand(float(v[TARGET_VELOCITY] + v[VELOCITY_OFFSET]), vmax)
             self._vel_dem = target
             self._pos_dem += target * dt

@@ -1,5 +1,6 @@
-"""The objects of a simulated eRob's CiA 402 drive: their (index, subindex), the error codes, the statusword
-and controlword bits, the modes of 0x6060, and the conversions between the drive's units and SI (`Units`)."""
+"""The objects of the CiA 402 drive model: their (index, subindex), the error codes, the statusword and
+controlword bits, the modes of 0x6060, the conversions between the drive's units and SI (`Units`), and the
+plain object store an object dictionary seeds (`default_values`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import math
 import types
 from dataclasses import dataclass
 from enum import IntEnum
+
+from canopen.objectdictionary import ObjectDictionary, ODVariable
 
 TWO_PI = 2.0 * math.pi
 
@@ -60,11 +63,6 @@ INTERPOLATION_INDEX = (0x60C2, 2)
 FOLLOWING_ERROR_ACTUAL = (0x60F4, 0)
 TARGET_VELOCITY = (0x60FF, 0)
 SUPPORTED_MODES = (0x6502, 0)
-AUX_POSITION = (0x20A0, 0)
-MOTOR_ENCODER = (0x2240, 0)
-ENCODER_DIFFERENCE = (0x2241, 0)
-DRIVE_TEMPERATURE = (0x22A2, 0)
-TORQUE_SENSOR = (0x3B69, 0)
 
 # SDO abort codes this layer returns
 ABORT_VALUE_RANGE = 0x06090030
@@ -183,3 +181,15 @@ class Units:
 
     def current_a(self, permille: float) -> float:
         return permille * self.rated_current_a / 1000.0
+
+
+def default_values(od: ObjectDictionary) -> dict[tuple[int, int], int]:
+    """{(index, subindex): power-up value} of every object of `od` from 0x1000 on (the drive's plain object store;
+    below 0x1000 are the data types an RPDO map may name as dummy entries)."""
+    out = {}
+    for obj in od.values():
+        if obj.index < 0x1000:
+            continue
+        for var in [obj] if isinstance(obj, ODVariable) else obj.values():
+            out[(var.index, var.subindex)] = int(var.default)
+    return out

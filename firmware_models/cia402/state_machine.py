@@ -1,21 +1,5 @@
-"""The CiA 402 state machine of a simulated eRob, and its faults (a mixin of `Cia402Drive`).
-
-State machine (CiA 402-2, drive device control FSA; canopen.profiles.p402.State402): controlword commands need
-bit 7 = 0; a rising edge of bit 7 is fault reset. Commands that are not a transition of the present state
-are ignored. "Switch on + enable operation" (0x0F) in Ready to switch on runs transitions 3 and 4.
-Transitions 0/1 happen at the first `tick()` after power-up or `reset()`; 14 (fault reaction → fault)
-and 12 after a quick-stop ramp (options 1, 2) at a later tick.
-
-Faults (→ Fault reaction active → Fault, 0x603F, 0x1001, 0x1003 history, one EMCY each): kernel latches
-overheat → 0x4310, overload (|i| too long) and open circuit → 0x2310; the supply (kernel supply_v or
-an injected supply_override) outside [dc_link_min_v, dc_link_max_v] → 0x3220 / 0x3210; the peak current's
-i²t budget spent while the drive drives (the kernel then holds the current to the continuous limit) → 0x2310
-continuous over-current; |θd − θ| above 0x6065 for longer than 0x6066 ms in PP, CSP or no mode → 0x8611.
-Power faults switch torque off at once; a spent i²t budget and a following error react per 0x605E (0 torque
-off, 1 ramp 0x6084, 2 ramp 0x6085; the ramp runs on the continuous current). Fault reset
-(0x6040 bit 7 rising edge in Fault) succeeds only once the supply is back in range and the winding is
-below the kernel's temp_limit; it releases the kernel latches and sends EMCY 0x0000.
-"""
+"""The CiA 402 state machine (controlword, transitions) and the drive's faults, a mixin of `Cia402Drive`
+(CiA 402-2 drive device control FSA; docs/protocols/cia402.md, "State machine and faults")."""
 
 from __future__ import annotations
 
@@ -217,10 +201,9 @@ class StateMachine:
             return ERR_OVERHEAT
         if latched & FAULT_BITS["overload"] or st["oc_active"]:
             return ERR_OVERCURRENT
-        ratings = self.config.ratings
-        if self._supply_v < ratings.dc_link_min_v:
+        if self._supply_v < self.config.dc_link_min_v:
             return ERR_UNDERVOLTAGE
-        if self._supply_v > ratings.dc_link_max_v:
+        if self._supply_v > self.config.dc_link_max_v:
             return ERR_OVERVOLTAGE
         return ERR_NONE
 
@@ -249,8 +232,7 @@ class StateMachine:
     def _fault_reset(self) -> None:
         """Transition 15, once no fault condition remains."""
         self._sense()
-        ratings = self.config.ratings
-        if not ratings.dc_link_min_v <= self._supply_v <= ratings.dc_link_max_v:
+        if not self.config.dc_link_min_v <= self._supply_v <= self.config.dc_link_max_v:
             return
         limit = self.joint.params()["temp_limit"]
         if limit > 0 and self._temperature > limit:

@@ -1,12 +1,6 @@
-"""The eRob's CANopen object dictionary, from the project's own description of the drive.
-
-`config/erob/objects.toml` describes every object the emulated eRob answers (index, sub-index, name, data type,
-access, PDO mapping, power-up value, range, with sources: ZeroErr's EDS "ZeroErr Driver_V1.5.eds" as published in
-ZeroErrControl/eRob_CANopen_Python, CiA 301 / CiA 402-2); `config/erob/<variant>.toml` holds the values that differ
-per variant or that ZeroErr does not publish, each with its source. `load_object_dictionary(variant, node_id)`
-builds python-canopen's `ObjectDictionary` from both (the drive's store, and the EDS `servo-hil actuator export`
-writes); `default_values(od)` flattens it into the plain `{(index, subindex): int}` store the drive keeps.
-"""
+"""The eRob's CANopen object dictionary as python-canopen's `ObjectDictionary`, built from the project's own
+description of the drive (config/erob/objects.toml) and a variant's values (config/erob/<variant>.toml); the
+files and their sources are described in docs/protocols/canopen.md."""
 
 from __future__ import annotations
 
@@ -89,7 +83,7 @@ class Defaults(_Section):
 
 
 class Loop(_Section):
-    """Gains of the drive's position loop as the kernel's erob_pd law runs it (cia402.py)."""
+    """Gains of the drive's position loop as the kernel's erob_pd law runs it."""
 
     kp: float = Field(gt=0, description="[A/rad]")
     damping: float = Field(ge=0, description="D = damping·√kp [A·s/rad]")
@@ -328,18 +322,3 @@ def load_object_dictionary(variant: str, node_id: int) -> ObjectDictionary:
             od.add_object(_variable(entry, entry.name, index, 0, node_id, config, where))
     return od
 
-
-def _variables(od: ObjectDictionary):
-    for obj in od.values():
-        if obj.index < 0x1000:      # the dummy data types of RPDO maps
-            continue
-        if isinstance(obj, ODVariable):
-            yield obj
-        else:
-            assert isinstance(obj, (ODRecord, ODArray))
-            yield from obj.values()
-
-
-def default_values(od: ObjectDictionary) -> dict[tuple[int, int], int]:
-    """{(index, subindex): default} of every object of `od` (the drive's plain object store)."""
-    return {(v.index, v.subindex): int(v.default) for v in _variables(od)}

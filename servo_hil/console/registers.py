@@ -13,7 +13,7 @@ import weakref
 from typing import Any
 
 from drivers.emulated.canopen.node import CanopenNode
-from drivers.emulated.slcan.slcan import CanFrame
+from drivers.emulated.slcan.adapter import CanFrame
 from firmware_models.dynamixel.errors import ErrorCode
 from servo_hil.daemon.arguments import CommandError
 

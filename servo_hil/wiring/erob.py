@@ -9,9 +9,9 @@ from hil.params.config_file import ConfigError
 
 if TYPE_CHECKING:
     from drivers.emulated.canopen.bus import CanopenBus
-    from drivers.emulated.etherban.etherban import EtherbanServer
+    from drivers.emulated.etherban.server import EtherbanServer
     from drivers.hosts.etherban_mirror import EtherbanMirror
-    from drivers.schedulers.cia402_drives import ErobDrives
+    from drivers.schedulers.cia402_drives import Cia402Drives
     from firmware_models.cia402 import Cia402Drive
     from servo_hil.rig import BusConfig
     from servo_hil.wiring.live import RunningRig
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 _ETHERCAT_NODE_ID = 1   # an Etherban-only drive has no CAN node: its dictionary is built as node 1
 
 
-def rig_drives(live: RunningRig) -> ErobDrives:
+def rig_drives(live: RunningRig) -> Cia402Drives:
     """The rig's eRob drive set (created on first use; buses and the Etherban server share it)."""
-    from drivers.schedulers.cia402_drives import ErobDrives
+    from drivers.schedulers.cia402_drives import Cia402Drives
 
-    def create() -> ErobDrives:
-        drives = ErobDrives(period_s=1e-3, fifo_priority=live.rig.loop.io_priority)
+    def create() -> Cia402Drives:
+        drives = Cia402Drives(period_s=1e-3, fifo_priority=live.rig.loop.io_priority)
         live.reset_hooks.append(drives.power_cycle)   # `reset`: every drive powers up again
         return drives
 
@@ -41,9 +41,11 @@ def _variant(catalog: str, where: str) -> str:
 
 
 def _drive(live: RunningRig, j: int, node_id: int) -> Cia402Drive:
+    from firmware_models.erob.drive import new_drive
+
     a = live.rig.actuators[j]
     variant = _variant(a.catalog, f"actuators[{j}] ({a.joint})")
-    return rig_drives(live).drive(j, variant, node_id, live.joint(j))
+    return rig_drives(live).drive(j, variant, lambda: new_drive(variant, node_id, live.joint(j)))
 
 
 def _can_node_id(live: RunningRig, j: int) -> int:
@@ -59,7 +61,7 @@ def open_canopen_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) 
     """The eRob nodes of bus `cfg` behind an SLCAN adapter on a pty at `port` (or cfg.port / cfg.device);
     with cfg.real, the same adapter in front of the real bus, the nodes being the real ones' twins."""
     from drivers.emulated.canopen.bus import CanopenBus
-    from drivers.emulated.slcan.slcan import BITRATES
+    from drivers.emulated.slcan.adapter import BITRATES
     from drivers.wire.ports import PtyPort, SerialDevicePort
 
     if cfg.baud not in BITRATES.values():
@@ -104,7 +106,7 @@ def _mirror(cfg: BusConfig, live: RunningRig, nodes: list, controller) -> Canope
 def open_etherban(cfg: BusConfig, live: RunningRig) -> EtherbanServer | EtherbanMirror:
     """The Etherban server of `cfg`: devices 0, 1, … are the drives of `cfg.joints` in that order; with
     cfg.real, a proxy mirror of the real Etherban server there, the drives being the real ones' twins."""
-    from drivers.emulated.etherban.etherban import EtherbanServer
+    from drivers.emulated.etherban.server import EtherbanServer
 
     devices = []
     for joint in cfg.joints:

@@ -1,1 +1,1 @@
-"""CANopen (CiA 301) slave nodes, their PDOs, a bus of them behind the SLCAN adapter, and its proxy mirror."""
+"""Emulated CANopen (CiA 301) slave nodes, their PDOs, and the CAN bus of them behind the SLCAN adapter."""

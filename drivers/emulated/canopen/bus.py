@@ -1,32 +1,6 @@
-"""A CAN bus of eRob CANopen nodes behind a USB SLCAN adapter that the controller opens on a pty.
-
-The controller runs unchanged python-can / python-canopen code with `interface="slcan",
-channel=<the printed path>` (or the same choice in python-can's environment / config file). The
-adapter (`drivers/emulated/slcan/slcan.py`) paces every frame at the CAN bit rate; the nodes (`node.py`) answer
-under the drives' lock, frames from the host in the adapter's thread, time services (heartbeat,
-event TPDOs, EMCY) after every drive tick (`drives.py`).
-
-A node's answer to a frame (a TPDO at a SYNC, an SDO reply) is ready for the wire when that frame ended, as
-from firmware that answers at once: the time we take to compute it delays the frame only if it exceeds the
-answer's own wire time.
-
-The adapter's thread also ticks the drives: once per SYNC, right after the nodes sampled their TPDOs
-(the drive samples its actual values at the SYNC, CiA 301 §7.2.5, then runs its cyclic synchronous cycle
-with the set-points received, CiA 402) while those TPDOs cross the wire, and, for the first bus of a rig
-to start, once per millisecond when no SYNC comes (`drives.py`). One thread for frames and ticks: nothing
-contends on two cores, and the tick finds the actual values the SYNC just read (no second kernel read).
-
-The bit rate the host opens its adapter with (`S8` = 1 Mbit/s, python-can's `bitrate=`) must be the
-bus's (`baud` of the rig's bus, 1 Mbit/s for eRobs): at another rate the nodes and the host cannot
-hear each other, as on a real bus.
-
-Bus faults (servo_hil/daemon/faults.py) on CAN, per node:
-- drop: the node's frame is lost (its transmitter gave up; CAN itself would retry);
-- corrupt: a bit error destroys the frame; the node's controller retransmits it at once (wire time
-  of the lost copy and an error frame, status flag bit 7 on the adapter);
-- delay: the node sends late, on the first drive tick (1 ms) after the delay;
-- wrong_baud: the node runs at another bit rate: it hears nothing and is not heard.
-"""
+"""A CAN bus of CANopen nodes behind an SLCAN adapter that the controller opens on a pty: frames in, the nodes'
+answers out at the wire's pace, the drives ticked at each SYNC, and bus faults per node (docs/protocols/canopen.md,
+"The bus")."""
 
 from __future__ import annotations
 
@@ -34,8 +8,8 @@ import logging
 import time
 
 from drivers.emulated.canopen.node import CanopenNode
-from drivers.emulated.slcan.slcan import CanFrame, SlcanAdapter, frame_bits
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.emulated.slcan.adapter import CanFrame, SlcanAdapter, frame_bits
+from drivers.schedulers.cia402_drives import Cia402Drives
 from drivers.wire.faults import BusFaults
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.cia402 import Cia402Drive
@@ -48,11 +22,11 @@ _ERROR_FRAME_BITS = 20      # error flag (6..12) + delimiter (8) + intermission 
 
 
 class CanopenBus:
-    """The eRob `nodes` ((drive, node ID, bus faults)) on one CAN bus at `bitrate`, reached through an
+    """The `nodes` ((drive, node ID, bus faults)) on one CAN bus at `bitrate`, reached through an
     SLCAN adapter on `port` whose thread runs at SCHED_FIFO `fifo_priority` if allowed (0: not tried).
-    `start()` powers the nodes up (boot-up frames) and starts the adapter. A `drivers.wire.server.BusServer`."""
+    `start()` powers the nodes up (boot-up frames) and starts the adapter. A `BusServer`."""
 
-    def __init__(self, drives: ErobDrives, nodes: list[tuple[Cia402Drive, int, BusFaults]],
+    def __init__(self, drives: Cia402Drives, nodes: list[tuple[Cia402Drive, int, BusFaults]],
                  port: PtyPort | SerialDevicePort, bitrate: int = 1_000_000, name: str = "can",
                  fifo_priority: int = 0):
         self.name = name

@@ -1,36 +1,5 @@
-"""One eRob as a CANopen node (CiA 301) on top of its CiA 402 drive model.
-
-Services (CiA 301 §7.2.2–§7.2.8; COB-IDs for node n):
-
-- NMT (0x000): [cs, node] (node 0 = all; DLC ≠ 2 ignored): 0x01 start, 0x02 stop, 0x80 pre-operational,
-  0x81 reset node (every object to its power-up value), 0x82 reset communication (0x1000–0x1FFF); a
-  reset ends with the boot-up frame and PRE-OPERATIONAL.
-- Boot-up / heartbeat (0x700+n): [0x00] after a reset; [state] every 0x1017 ms (0 = off).
-- Node guarding (RTR on 0x700+n): [toggle·0x80 | state]; life guarding once 0x100C·0x100D ms > 0 and
-  the first RTR came.
-- SYNC (0x1005, 0x080): DLC 0 applies the synchronous RPDOs, then samples and sends the TPDOs
-  (`pdo.py`); another DLC → EMCY 0x8240 (the EDS has no SYNC counter 0x1019).
-- EMCY (0x1014, 0x080+n): [code lo, hi, 0x1001, 5 manufacturer bytes] for every drive fault and its
-  reset (0x0000).
-- SDO (0x600+n → 0x580+n): python-canopen's `SdoServer` (expedited, segmented; block transfers
-  aborted 0x05040001, as is a segment request outside a segmented transfer); DLC ≠ 8 ignored as
-  CANopenNode does.
-- PDO (0x180/0x200 + n …): `pdo.py`.
-- Heartbeat consumer (0x700+m): 0x1016:1 = m<<16 | ms: a producer silent for longer → EMCY 0x8130 and
-  the reaction 0x1029:1 (0 pre-operational, 1 none, 2 stopped); life guarding timeouts likewise.
-
-NMT gating (CiA 301 §7.3.2.2): SDO, SYNC and EMCY in PRE-OPERATIONAL and OPERATIONAL, PDOs only in
-OPERATIONAL, NMT, heartbeat and node guarding in every state (EMCYs raised while STOPPED wait).
-
-SDO checks (abort codes of CiA 301 §7.2.4.3.17, as canopen's `LocalNode` uses them): unknown object
-0x06020000, sub-index 0x06090011, read of a write-only object 0x06010001, write of a read-only or
-constant one 0x06010002, size ≠ the object's 0x06070010, above / below the EDS limits
-0x06090031 / 0x06090032, an object without a value 0x060A0023, then the drive's own checks
-(cia402.py) and the PDO rules (pdo.py). An expedited download that does not indicate its size is
-taken at the object's size (CiA 301 §7.2.4.3.3). 0x1010:1 stores the parameters (all writable objects
-but the commands and targets) as power-up values when written "save" (0x65766173), else 0x08000020.
-0x1005 bits 11..30 (SYNC producer, 29-bit) and 0x1029:1 > 2 are refused with 0x06090030.
-"""
+"""One CANopen node (CiA 301: NMT, heartbeat, node guarding, SYNC, EMCY, SDO, PDO) on top of its CiA 402 drive
+model; services, NMT gating and SDO checks: docs/protocols/canopen.md, "A node's services"."""
 
 from __future__ import annotations
 
@@ -66,7 +35,7 @@ from canopen.sdo.constants import (
 )
 
 from drivers.emulated.canopen.pdo import PDO_COUNT, Pdo, is_pdo_object, od_variable
-from drivers.emulated.slcan.slcan import CanFrame
+from drivers.emulated.slcan.adapter import CanFrame
 from firmware_models.cia402 import Cia402Drive
 
 __all__ = ["CanopenNode", "NmtState"]
@@ -165,7 +134,7 @@ class _SdoServer(SdoServer):
 
 
 class CanopenNode:
-    """The CiA 301 services of one eRob (node `node_id`) on its `drive`; frames out through `send`.
+    """The CiA 301 services of one drive (node `node_id`) on its `drive`; frames out through `send`.
 
     Not thread-safe: the bus calls `handle`, `poll` and `boot` under the drives' lock."""
 
@@ -284,7 +253,7 @@ class CanopenNode:
         self._guard_seen = now
 
     def _sync(self, data: bytes, now: float) -> None:
-        if data:    # no SYNC counter here (the EDS has no 0x1019): a SYNC must be empty (CiA 301 §7.5.2.36)
+        if data:    # no SYNC counter 0x1019 here: a SYNC must be empty (CiA 301 §7.5.2.36)
             if not self._sync_length_error:
                 self._sync_length_error = True
                 self._emcy(EMCY_SYNC_LENGTH, ERROR_REGISTER_COMMUNICATION)
@@ -426,7 +395,7 @@ class CanopenNode:
 
     # ------------------------------------------------------------------ the SDO server's data access
     def variable(self, index: int, subindex: int) -> ODVariable:
-        """The EDS variable at index:subindex (SdoAbortedError 0x06020000 / 0x06090011 if none)."""
+        """The object dictionary's variable at index:subindex (SdoAbortedError 0x06020000 / 0x06090011 if none)."""
         return od_variable(self.od, index, subindex)
 
     def get_data(self, index: int, subindex: int, check_readable: bool = False) -> bytes:

@@ -1,31 +1,5 @@
-"""CiA 301 PDOs of one node: configuration checks, mapping, packing, transmission rules.
-
-The communication (0x1400+n RPDO, 0x1800+n TPDO) and mapping (0x1600+n, 0x1A00+n) parameters live
-in the drive's object store like every other object; `Pdo` is a view of one of them. python-canopen's
-`pdo` package is the master's view of a remote node (it reads maps by SDO and owns callbacks), so the
-slave side is here (canopen 2.4.1's `LocalNode`, canopen/node/local.py and canopen/pdo/base.py: no SYNC or
-event-driven TPDOs, no NMT gating, no re-read of a map after an SDO write, received RPDOs not applied).
-
-Configuration writes follow CiA 301 §7.5.2.35–38 with the abort codes of CANopenNode's CO_PDO.c (the
-reference open-source CiA 301 stack), which the eRob's own firmware does not document:
-
-- COB-ID (sub 1): bits 11..29 must be 0 (no 29-bit PDOs), a valid PDO must not change its CAN-ID
-  (invalidate it first), a valid PDO needs CAN-ID ≠ 0 and a non-empty mapping → 0x06090030.
-- Transmission type (sub 2): RPDO 0..240, 254, 255; TPDO 0..240, 252..255 → else 0x06090030.
-- Inhibit time (sub 3) only while the PDO is invalid → else 0x06090030.
-- Mapping entries (sub 1..8) only while the PDO is invalid and sub 0 = 0 → else 0x06090030; an entry
-  must name an existing object (0x06020000 / 0x06090011) that is PDO-mappable, readable for a TPDO or
-  writable for an RPDO, mapped with its full length in whole bytes (dummy types 0x0002..0x0007 in
-  RPDOs) → else 0x06040041.
-- Mapping count (sub 0): ≤ 8 and the mapped entries fit 64 bits → else 0x06040042.
-
-Transmission (CiA 301 §7.2.2): TPDO types 1..240 go every n-th SYNC; type 0 at a SYNC when the data
-changed since the last transmission; 252 are sampled at the SYNC and sent on a remote request, 253 sent
-on a remote request; 254/255 are event driven: sent when a mapped value changes (the eRob's event is
-not documented: "change of any mapped object" is CANopenNode's rule), at most once per inhibit time
-(sub 3, 100 µs units), and at least every event timer period (sub 5, ms, 0 = off), and once on entering
-OPERATIONAL. RPDO types 0..240 are applied at the next SYNC, 254/255 at once.
-"""
+"""CiA 301 PDOs of one node: configuration checks, mapping, packing, transmission rules (docs/protocols/canopen.md,
+"PDOs")."""
 
 from __future__ import annotations
 

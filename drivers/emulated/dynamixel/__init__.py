@@ -1,1 +1,1 @@
-"""Dynamixel Protocol 2.0 on the wire: codec, the bus of simulated servos, its server thread and the proxy mirror."""
+"""An emulated Dynamixel Protocol 2.0 bus: the codec, the bus of simulated servos and its server thread."""

@@ -1,17 +1,6 @@
 # cython: language_level=3
-"""A Protocol 2.0 bus of simulated servos: who executes an instruction, who answers, and when.
-
-`DynamixelBus.handle` takes one received packet and returns the status packets the servos on the
-bus send back, each with its start time after the end of the instruction on the wire (Return Delay
-Time, the replies before it in a Sync/Bulk Read, the per-ID slot of a broadcast Ping). Reply rules:
-Protocol 2.0 §Packet ID (broadcast), §Instruction Details (§Fast Sync Read, §Sync Read, ...); e-manual
-§Status Return Level(68), §Secondary(Shadow) ID(12).
-
-In C (Cython) as the only implementation: a Sync Read of 12 loops over its IDs here, each servo's
-Read runs in its C core (firmware_models/dynamixel/servo_core.pyx) and each status packet is encoded
-by codec.pyx without a Python call in between, as does a Write whose only effect is a new goal; the bus
-hands the rest (other writes, reads of 64..70, a Bus Watchdog trip, reboot) to the firmware in servo.py.
-"""
+"""A Protocol 2.0 bus of simulated servos: who executes an instruction, who answers, and when; in C, so that a Sync
+Read runs from packet to status packets without a Python call (docs/protocols/dynamixel.md, "Who answers")."""
 
 from libc.math cimport fabs
 from libc.stdint cimport int64_t
@@ -118,7 +107,7 @@ cdef inline int _error_byte(ServoCore servo, int error) noexcept:
 
 
 cdef class DynamixelBus:
-    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (drivers/wire/faults.py `BusFaults`)."""
+    """Servos sharing one bus. `faults[i]` are the injected bus faults of servo i (`BusFaults`)."""
 
     cdef public list servos
     cdef readonly list faults
@@ -175,7 +164,7 @@ cdef class DynamixelBus:
         Whatever one packet raises stays with that packet: it gets no answer (a device that cannot carry an
         instruction out stays silent, and the controller times out as on a real bus), the failure is counted in
         `errors_isolated` and logged at WARNING with the packet's bytes (once per kind of failure and
-        instruction; later ones at DEBUG: `drivers.wire.server.InputFailures`), and the bus serves the next packet."""
+        instruction; later ones at DEBUG: `InputFailures`), and the bus serves the next packet."""
         try:
             return self._handle(packet, baud)
         except Exception as exc:
@@ -484,7 +473,7 @@ cdef class DynamixelBus:
 def bursts(list replies, long baud):
     """Replies that follow each other without a gap on the wire (a Sync Read with Return Delay Time 0) as one
     paced write: every byte is released at the same time as before, with fewer syscalls and one final spin
-    instead of one per reply (drivers/emulated/dynamixel/server.py). (data, offset [s] after the instruction's end) per
+    instead of one per reply (the server thread). (data, offset [s] after the instruction's end) per
     burst, for `replies` (Transmissions in wire order) at `baud` [bit/s]."""
     cdef list out = [], parts = []
     cdef double start = 0.0, nxt = 0.0, offset, byte_s = wire_time_s(1, baud)   # [s] per byte

@@ -1,11 +1,6 @@
 # cython: language_level=3
-"""Protocol 2.0 CRC-16, packet framing and the instructions' parameter decoders in C: the per-packet byte work
-of the bus server.
-
-`drivers/emulated/dynamixel/protocol.py` re-exports these; it is the only implementation (C because the server encodes
-every status packet of a Sync Read here). Wire layout and rules: protocol.py's docstring; e-manual "CRC
-Calculation"; Protocol 2.0 §Packet Process (stuffing), §Fast Sync Read (reply), §Instruction Details (parameters).
-"""
+"""Protocol 2.0 CRC-16, packet framing and the instructions' parameter decoders in C: the per-packet byte work of
+the bus server, re-exported by protocol.py (docs/protocols/dynamixel.md, "Packets")."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -149,7 +144,7 @@ def encode_status(int id, int error, params=b""):
 
 
 cdef bytes status_packet(int id, int error, object params):
-    """encode_status for C callers (the bus's reads, drivers/emulated/dynamixel/bus.pyx): no Python call per reply."""
+    """encode_status for C callers (the bus's reads): no Python call per reply."""
     if not 0 <= error <= 0xFF:
         raise ValueError(f"error must be 0..255, got {error}")
     cdef uint8_t head[2]

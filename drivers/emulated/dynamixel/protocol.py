@@ -1,16 +1,5 @@
-"""Dynamixel Protocol 2.0 codec: CRC-16, byte stuffing, packet encoders, parameter decoders and a
-resynchronising receive-side parser.
-
-Wire layout (ROBOTIS e-manual "Protocol 2.0" §Instruction Packet, §Status Packet)::
-
-    instruction:  FF FF FD 00 | ID | LEN_L LEN_H | INST | PARAM 1..N        | CRC_L CRC_H
-    status:       FF FF FD 00 | ID | LEN_L LEN_H | 55   | ERR | PARAM 1..N  | CRC_L CRC_H
-
-LEN counts INST + params + CRC *after* byte stuffing; the CRC covers everything from the first FF up
-to the last parameter byte, also after stuffing (e-manual "CRC Calculation"; Protocol 2.0 §Packet Process).
-Multi-byte parameters are little-endian. Nothing here knows about control tables or timing; the bus server
-decides what a packet means and when to answer.
-"""
+"""Dynamixel Protocol 2.0 codec: CRC-16, byte stuffing, packet encoders, parameter decoders and a resynchronising
+receive-side parser; it knows no control table and no timing (docs/protocols/dynamixel.md, "Packets")."""
 
 from __future__ import annotations
 

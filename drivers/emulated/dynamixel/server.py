@@ -1,15 +1,5 @@
-"""Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire.
-
-A thread per bus (SCHED_FIFO at `fifo_priority` if asked and the host allows it; the daemon does not ask: see
-servo_hil/wiring/dynamixel.py). Received bytes go through the resynchronising parser; each packet is executed by the
-bus; each status packet starts at (end of the instruction on the wire) + its offset (Return Delay Time, earlier
-replies) and its bytes are paced at the baud rate the controller set on its side (read from the slave's termios
-on the master, pty(7); docs/architecture.md, Timing). The instruction's end is (when poll() woke with its bytes,
-the earliest stamp known to follow the controller's write) + its wire time, after any instruction still on the
-wire before it: a reply never starts before a real wire could have carried the instruction. `fast` drops the
-pacing and the delays for CI throughput. Between packets the servos' firmware housekeeping (hardware errors, Bus
-Watchdog) runs every `housekeeping_s`.
-"""
+"""Serve one Dynamixel bus on one port: read, parse, execute, answer paced like the wire, and run the servos'
+firmware housekeeping between packets (docs/protocols/dynamixel.md, "The bus thread")."""
 
 from __future__ import annotations
 
@@ -31,7 +21,7 @@ log = logging.getLogger("servo-hil")
 
 class BusThread(ServerThread, abc.ABC):
     """A thread that serves a bus of simulated servos on the controller's `port` until `stop()`
-    (`drivers.wire.server.ServerThread`: real-time scheduling, `error`, `stop_fd`).
+    (`ServerThread`: real-time scheduling, `error`, `stop_fd`).
 
     Subclasses implement `serve()` (returning once `stop_fd` is readable)."""
 

@@ -1,2 +1,2 @@
-"""ZeroErr eRob drives on the wire: the shared drives and their firmware thread, the Etherban server, and the host links
-that drive a real eRob."""
+"""An emulated Etherban server (Rhoban's ZeroMQ front of an EtherCAT master, as bam's eRob client talks to it) and
+its protobuf messages."""

@@ -1,53 +1,6 @@
-"""An Etherban-compatible ZeroMQ server: bam's eRob client (`bam/erob/etherban.py`, `Client`) runs
-unchanged against the rig's simulated eRob drives.
-
-What is known (bam/erob/etherban.py `Client`, bam/erob/etherban.proto): Rhoban's Etherban server sits behind a
-ZeroMQ REP socket (bam connects a REQ socket to tcp://<host>:7332). The client sends one protobuf `Request` (a
-list of `Order`s: device, operation mode POSITION / VELOCITY / TORQUE, target) about every 1 ms and reads one
-`Response` (a `Status` per device and `has_fault`); it exits when `has_fault` is set. Its TORQUE target is a
-current in A (bam's host PD, clamped to ±12 A); positions are in rad, velocities in rad/s. The status fields
-look like CiA 402 objects, so the server is taken to be an EtherCAT master (an inference). The server itself is
-not public: everything below that bam's client does not show is this module's model of it, marked "choice".
-
-Behaviour (messages: drivers/emulated/etherban/etherban.proto, field numbers assumed):
-- One Request → one Response, always (a REP socket that does not answer stalls the client).
-- Choice: the server plays the EtherCAT master with the cyclic synchronous modes. An order for a device
-  whose drive is not in Operation enabled brings it there in the cyclic mode of the order: mode 0x6060
-  first (POSITION → CSP 8, VELOCITY → CSV 9, TORQUE → CST 10), for CSP 0x607A = the actual position
-  (the drive heads for 0x607A as it stands), then controlwords 0x06, 0x07, 0x0F. A later order in
-  another mode switches 0x6060 (CSP: after 0x607A = actual position). Then the target goes to the
-  drive: POSITION rad → 0x607A counts, VELOCITY rad/s → 0x60FF counts/s, TORQUE A → N·m (× the drive's
-  kt) → ‰ of the rated torque 0x6076 → 0x6071, so that the drive's CST law commands that current
-  (values beyond the object's integer range are clamped; a non-finite target is ignored; of several
-  orders for one device the last counts). Unset order fields read as protobuf defaults (device 0,
-  POSITION, 0.0), as any protobuf reader would.
-- Choice: a device without an order in a request keeps its last target (a master keeps sending the last
-  process data: here the target objects simply keep their values), and a device that has had an order
-  is kept in Operation enabled in its last mode. Re-enabled without an order (after a fault reset or a
-  `reset` power cycle) a drive in CSP holds its actual position; after a power cycle the targets are
-  the drive's defaults (CSV 0 counts/s, CST 0 ‰) until the next order.
-- Choice: a device index outside 0..len(devices) − 1 is ignored (logged once per index).
-- Choice: a request that is not a protobuf `Request` (or has several frames) applies nothing and is
-  answered with an empty Response (no statuses, has_fault false): the protocol's only way to say "not
-  understood" without pretending the orders were applied or that a drive faulted. Logged once.
-- A request whose handling raises (a bug, not a protocol case) is answered the same way, with an
-  empty Response; what it applied before the failure stands. It is counted (`errors_isolated`, in `status`) and
-  logged at WARNING with its bytes, once per kind of failure (`drivers.wire.server.InputFailures`).
-- Response: one Status per device, in device order, read after `refresh()` (actual values from the
-  kernel now): target_position 0x607A [rad], velocity_demand 0x606B [rad/s], torque_demand 0x6074 as a
-  current [A] (N·m / kt: choice, so that it is in the unit of the TORQUE order), present_position 0x6064
-  [rad], present_velocity 0x606C [rad/s], present_current 0x6078 [A]. has_fault: any drive in Fault
-  reaction active or Fault.
-- Faults, choice: the next request after a Response that reported a drive's fault resets it (0x6040
-  bit 7 rising edge) and re-enables it in its last mode, so a restarted client (bam's exits on
-  has_fault) can carry on. The drive refuses the reset while the fault condition persists (supply out of
-  range, hot winding), and has_fault then stays true.
-
-Every drive access holds `drives.lock` (the drive model holds none); a request does a few object writes
-and reads per device, well inside the 1 ms cycle. Choice: each request is a cycle of the EtherCAT master
-(as a distributed-clock frame is for a real drive): once the Response is sent, this thread ticks the
-drives (`ErobDrives.sync_tick`), and the periodic 1 kHz ticks pause while requests keep coming.
-"""
+"""An Etherban-compatible ZeroMQ server: bam's eRob client (`bam/erob/etherban.py`, `Client`) runs unchanged
+against the rig's simulated drives, one protobuf Request in, one Response out per master cycle
+(docs/protocols/etherban.md: what is known of the real server, and the choices made where it is not)."""
 
 from __future__ import annotations
 
@@ -59,7 +12,7 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from drivers.emulated.etherban import etherban_pb2 as pb
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.schedulers.cia402_drives import Cia402Drives
 from drivers.wire.server import InputFailures, ServerThread
 from firmware_models.cia402 import (
     CONTROLWORD,
@@ -91,7 +44,7 @@ class DrivesServerThread(ServerThread):
     with itself and releases it when it stops. Subclasses set `drives`, `devices` and implement `_close`
     (close the sockets)."""
 
-    drives: ErobDrives
+    drives: Cia402Drives
     devices: list[Cia402Drive]
     _deadline: float
 
@@ -135,7 +88,7 @@ class EtherbanServer(DrivesServerThread):
     """The Etherban REP server of `devices` (device i = devices[i], as EtherCAT slave positions), bound to
     `endpoint` at construction (a port in use raises zmq.ZMQError naming it). See the module docstring."""
 
-    def __init__(self, drives: ErobDrives, devices: list[Cia402Drive], endpoint: str, name: str = "etherban",
+    def __init__(self, drives: Cia402Drives, devices: list[Cia402Drive], endpoint: str, name: str = "etherban",
                  context: zmq.Context | None = None, fifo_priority: int = 0):
         self.drives = drives
         self.devices = list(devices)

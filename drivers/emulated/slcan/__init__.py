@@ -1,2 +1,1 @@
-"""CAN at the byte level: the SLCAN (Lawicel) adapter served on a pty, its frame codec, and real CAN buses named the
-way python-can names them."""
+"""An emulated SLCAN (Lawicel) USB-CAN adapter served on a pty, and its frame-line codec in C."""

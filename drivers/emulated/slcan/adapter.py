@@ -1,57 +1,6 @@
-"""A pty that behaves as a Lawicel / CANable-style SLCAN (serial-line CAN) USB adapter.
-
-The controller's unchanged python-can (`can.Bus(interface="slcan", channel=<pty path>)`, or the
-same choice from python-can's env/config) opens the pty as if it were a USB-CAN adapter; this thread
-serves the master side, speaks the Lawicel ASCII protocol to the host, and connects the host to a
-simulated CAN bus: frames the host transmits go to `on_frame`, frames the simulated nodes `send()`
-go to the host (the host side is python-can's `can/interfaces/slcan.py`).
-
-Protocol (Lawicel CANUSB/CAN232 manual; every command ends with CR, 0x0D). Replies: CR for OK, BEL
-(0x07) for an error, as the manual says. LF is ignored, so a terminal's CRLF works.
-
-| command        | when           | reply                    |
-|----------------|----------------|--------------------------|
-| `Sn` n = 0..8  | channel closed | CR; bitrate 10k 20k 50k 100k 125k 250k 500k 750k 1M |
-| `sxxyy`        | channel closed | CR; SJA1000 BTR0/BTR1 at an 8 MHz CAN clock (python-can's), 1k..1M |
-| `O` / `L`      | closed, bitrate set | CR; open normally / listen-only |
-| `C`            | channel open   | CR                       |
-| `tiiildd..`, `Tiiiiiiiildd..` | open, not listen-only | `z` CR / `Z` CR |
-| `riiil`, `Riiiiiiiil` | open, not listen-only | `z` CR / `Z` CR |
-| `V` / `v`      | always         | `Vhhss` CR / `vhhss` CR (hardware, software version, 2 decimal digits each) |
-| `N`            | always         | `Nxxxx` CR (serial number)        |
-| `F`            | channel open   | `Fxx` CR (status flags, cleared by reading) |
-| `Z0` / `Z1`    | channel closed | CR; received frames carry a 4-hex-digit ms timestamp (0000..EA5F) |
-| empty line     | always         | CR (python-can sends one as its "no CAN FD data bitrate" command) |
-| anything else  |                | BEL (FD `d/D/b/B/Y`, filters `M`/`m`, `X W U Q P A`, malformed) |
-
-Anything refused "when ..." above gets BEL. Received frames reach the host as `tiiildd..[TTTT]` CR
-(`T`, `r`, `R` likewise), as a Lawicel adapter sends them.
-
-What python-can 4.6 does (can/interfaces/slcan.py, re-checked by tests/drivers/slcan/test_slcan.py): on
-open it writes `C`, `S8` (or `sxxyy` for a `BitTiming`), an empty line, `O`, then `O` again; it never
-waits for any of these replies, and its reader skips every line that is not a frame (CR, BEL, `z`,
-`Z`). `get_version()` parses `Vhhss` as two decimal numbers, `get_serial_number()` returns what lies
-between `N` and CR. `shutdown()` writes `C`. It reads the DLC as one decimal digit and slices the
-data by it, so a trailing timestamp is ignored.
-
-Timing: a pty delivers bytes at once, a CAN bus does not. One bus, one wire: every frame (either
-direction) occupies the wire for `frame_bits(frame) / bitrate` seconds, starting when both the frame
-is ready and the wire is free (a node's answer is ready when the frame it answers ended, `send(ready=)`:
-the emulator's own computing time is not wire time). A frame for the host is written when its last bit would have been
-received; a frame from the host reaches `on_frame` when its last bit would have been sent. The USB
-link itself is taken as instantaneous (the serial baud rate the host sets does not matter and any
-is accepted, as with a USB CDC device). When the host's frames are queued for the wire (more than
-`TX_QUEUE` of them), the adapter stops reading the pty, so the host's writes block as on a USB
-device that NAKs: no frame from the host is lost.
-
-A host that stops reading the pty: frames for it fill the pty's input queue (about 20 kB on Linux)
-and then our buffer, up to `OUT_LIMIT` bytes (what a USB serial driver's buffer holds: python-can reads
-byte by byte, slower than a fully loaded 1 Mbit/s bus delivers); later ones are dropped
-(counted in `stats.dropped`, status flag bit 0), so the thread never stalls on a write. A controller
-restarted after dying with the channel open therefore reads at most that buffer of old frames (pyserial
-flushes the pty's queue on open), then whatever the bus carries until its python-can sends `C` (after
-`sleep_after_open`, 2 s by default) — as from a real adapter left open. `C` discards our buffer.
-"""
+"""A pty that behaves as a Lawicel / CANable-style SLCAN (serial-line CAN) USB adapter, so that a controller's
+unchanged python-can opens it as its USB-CAN adapter: the Lawicel ASCII protocol, frames paced at the CAN bit rate,
+and the classic CAN frame (`CanFrame`) the nodes behind it exchange (docs/protocols/slcan.md)."""
 
 from __future__ import annotations
 
@@ -66,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.emulated.slcan.slcan_codec import encode_line, parse_line
+from drivers.emulated.slcan.codec import encode_line, parse_line
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from drivers.wire.server import InputFailures, ServerThread
 
@@ -183,7 +132,7 @@ class SlcanAdapter(ServerThread):
     `on_frame(frame, t)` is called from this thread for every frame the host transmits on an open
     channel, once the frame has been on the wire: `t` [s, time.monotonic()] is when its last bit
     was sent. It may call `send()` (e.g. an SDO reply). Whatever one frame raises in it, or one command
-    line in the adapter, stays with that input (`drivers.wire.server.InputFailures`): counted in
+    line in the adapter, stays with that input (`InputFailures`): counted in
     `errors_isolated`, logged at WARNING with the line the host sent, a command line refused with BEL, a
     frame left with what the nodes sent before the failure; the adapter then serves the next line. Any
     other exception stops the adapter and is kept in `error` (the daemon checks it and stops).
@@ -193,7 +142,7 @@ class SlcanAdapter(ServerThread):
     `serial_number` (4 letters or digits) are what `V` and `N` report.
 
     `fifo_priority` (1..99, 0 = do not try): the thread asks for SCHED_FIFO at this priority (below the
-    real-time loop's), else for 1 ns timer slack (`drivers.wire.server.ServerThread`; `rt_mode` says which):
+    real-time loop's), else for 1 ns timer slack (`ServerThread`; `rt_mode` says which):
     the wire pacing wakes it at each frame's end, and a default thread's timeouts end up to its timer slack
     (prctl(2) PR_SET_TIMERSLACK) late and wait behind every other process.
 

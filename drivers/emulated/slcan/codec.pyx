@@ -1,12 +1,6 @@
 # cython: language_level=3
-"""Lawicel SLCAN frame lines in C: the per-frame text work of the SLCAN adapter (drivers/emulated/slcan/slcan.py).
-
-`drivers/emulated/slcan/slcan.py` builds `parse_frame` / `encode_frame` on these two functions; it is the only
-implementation. A line is `tiiildd..` (11-bit id, 3 hex digits), `Tiiiiiiiildd..` (29-bit, 8 digits),
-`r`/`R` likewise without data; DLC one digit 0..8, data two hex digits per byte (either case in,
-upper case out), and on output an optional 4-hex-digit timestamp before the CR. C because the adapter
-parses or formats one such line for every CAN frame (python-can `can/interfaces/slcan.py` framing).
-"""
+"""Lawicel SLCAN frame lines in C (`parse_line`, `encode_line`): the per-frame text work of the SLCAN adapter
+(docs/protocols/slcan.md, "Frame lines")."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 

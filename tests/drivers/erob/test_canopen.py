@@ -28,7 +28,7 @@ import pytest
 from canopen.objectdictionary import ODArray, ODVariable
 from canopen.sdo import SdoAbortedError, SdoArray, SdoCommunicationError
 
-from firmware_models.cia402 import Cia402Drive
+from firmware_models.erob.drive import new_drive
 from hil.joint import KernelJoint
 from servo_hil.daemon.telemetry import StealMeter
 from servo_hil.rig import load_rig
@@ -478,7 +478,7 @@ def offline_csp(rig_path, node_id: int, start_counts: int, sent: list[int], sent
     j = NODE_IDS.index(node_id)
     kernel.set_state(j, theta=start_counts / COUNTS_PER_RAD, omega=0.0)
     joint = KernelJoint(kernel, j)
-    drive = Cia402Drive.for_variant(VARIANT[node_id], node_id, joint)
+    drive = new_drive(VARIANT[node_id], node_id, joint)
 
     def tick():
         drive.tick()

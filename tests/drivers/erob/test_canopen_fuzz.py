@@ -1,4 +1,4 @@
-"""Fuzz of the eRob CANopen bus: the SLCAN line parser (drivers/emulated/slcan/slcan.py) and the nodes' SDO servers.
+"""Fuzz of the eRob CANopen bus: the SLCAN line parser (drivers/emulated/slcan/adapter.py) and the nodes' SDO servers.
 
 (a) SLCAN: lines written straight to the pty with pyserial, past python-can. Lines malformed by construction
     (Lawicel CANUSB manual: `tiiildd…` / `Tiiiiiiiildd…` with an 11/29-bit id, one DLC digit 0..8 and exactly DLC
@@ -39,7 +39,7 @@ SEED = 0x5E20B
 BEL = b"\x07"
 HEX = "0123456789ABCDEF"
 NOT_HEX = "GHIJKLMNOPQRSUVWXYZghijklmnopqrsuvwxyz!#$%&()*+,-./:;<=>?@[]^_`{|}~ "
-# command letters a Lawicel adapter (drivers/emulated/slcan/slcan.py's table) does not know: BEL whatever follows
+# command letters a Lawicel adapter (drivers/emulated/slcan/adapter.py's table) does not know: BEL whatever follows
 UNKNOWN_COMMANDS = "ABDEGHIJKMPQUWXYabcdeghijklmnopquwxy"
 # std / ext ids nodes 2 and 3 do not consume (NMT 0, SYNC 0x80, PDOs 0x18x–0x50x, SDO 0x60x, 0x70x; no ext ids)
 FREE_STD_IDS = (0x123, 0x05A, 0x0F1)

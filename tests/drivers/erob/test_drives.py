@@ -19,10 +19,11 @@ import time
 import pytest
 
 from drivers.emulated.canopen.bus import CanopenBus
-from drivers.emulated.etherban.etherban import EtherbanServer
-from drivers.schedulers.cia402_drives import ErobDrives, TickClock
+from drivers.emulated.etherban.server import EtherbanServer
+from drivers.schedulers.cia402_drives import Cia402Drives, TickClock
 from drivers.wire.faults import BusFaults
 from drivers.wire.ports import PtyPort
+from firmware_models.erob.drive import new_drive
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
@@ -64,8 +65,8 @@ def drives():
     kernel = Kernel(1, PERIOD)
     kernel.set_params(0, kernel_params(catalog.entry("erob80_100").actuator("m6"), LoadConfig(), EncoderConfig(),
                                        FaultConfig(), "euler"))
-    d = ErobDrives(PERIOD)
-    d.drive(0, "erob80_100", NODE, KernelJoint(kernel))
+    d = Cia402Drives(PERIOD)
+    d.drive(0, "erob80_100", lambda: new_drive("erob80_100", NODE, KernelJoint(kernel)))
     d.kernel = kernel
     yield d
     d.release()
@@ -81,10 +82,10 @@ def bus(drives, tmp_path):
 
 
 def own_thread() -> bool:
-    return any(t.name == "servo-hil-erob" for t in threading.enumerate())
+    return any(t.name == "servo-hil-cia402" for t in threading.enumerate())
 
 
-def assert_ticks_at_1khz(drives: ErobDrives, seconds: float = 0.5, every_s: float = 0.02) -> None:
+def assert_ticks_at_1khz(drives: Cia402Drives, seconds: float = 0.5, every_s: float = 0.02) -> None:
     """The drives tick at their 1 kHz: the median rate over `every_s` windows within 50 % (a host that steals
     the CPU for a few windows moves the median of 25 windows little) and never faster than 1 kHz overall
     (a tick per period, never a burst, even after a stall)."""

@@ -1,4 +1,4 @@
-"""The Etherban server (drivers/emulated/etherban/etherban.py) against a running rig, with real REQ sockets and
+"""The Etherban server (drivers/emulated/etherban/server.py) against a running rig, with real REQ sockets and
 protobuf.
 
 The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100
@@ -27,8 +27,9 @@ import zmq
 
 from bench.host import stop_process
 from drivers.emulated.etherban import etherban_pb2 as pb
-from drivers.emulated.etherban.etherban import EtherbanServer
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.emulated.etherban.server import EtherbanServer
+from drivers.schedulers.cia402_drives import Cia402Drives
+from firmware_models.erob.drive import new_drive
 from hil.joint import KernelJoint
 from servo_hil.daemon.zmq_io import request
 from servo_hil.rig import load_rig
@@ -366,9 +367,9 @@ def test_bam_client_unchanged(rig, master, tmp_path, monkeypatch):
 def offline(tmp_path):
     """Two drives over an offline kernel (ticked by hand or by the drives' thread; time stands still)."""
     _rig, _specs, kernel = load_rig(write_rig(tmp_path, "tcp://127.0.0.1:1"))
-    drives = ErobDrives()
-    devices = [drives.drive(0, "erob80_100", 1, KernelJoint(kernel, 0)),
-               drives.drive(1, "erob80_50", 1, KernelJoint(kernel, 1))]
+    drives = Cia402Drives()
+    devices = [drives.drive(0, "erob80_100", lambda: new_drive("erob80_100", 1, KernelJoint(kernel, 0))),
+               drives.drive(1, "erob80_50", lambda: new_drive("erob80_50", 1, KernelJoint(kernel, 1)))]
     drives.tick_once()
     return drives, devices, kernel
 
@@ -390,7 +391,7 @@ def test_stop_frees_the_port_and_a_busy_port_fails_early(offline):
         assert time.monotonic() - t0 < 1.0
         assert not server.is_alive()
         server.stop()                                              # idempotent
-        assert not any(t.name == "servo-hil-erob" for t in threading.enumerate())   # drives released
+        assert not any(t.name == "servo-hil-cia402" for t in threading.enumerate())   # drives released
         again = EtherbanServer(drives, devices, path)              # the port is free
         again.stop()                                               # never started: closes the socket
         EtherbanServer(drives, devices, path).stop()

@@ -111,16 +111,17 @@ def test_a_request_the_real_server_leaves_unanswered_stays_unanswered(tmp_path):
     """In-process: the real server is the rig's Etherban server on its own drives. Once it is gone, a request
     through the mirror gets no reply (none is made up) and the mirror carries on: the client that times out and
     reconnects, as a REQ client must, is answered by the real server again once it is back."""
-    from drivers.emulated.etherban.etherban import EtherbanServer
+    from drivers.emulated.etherban.server import EtherbanServer
     from drivers.hosts.etherban_mirror import EtherbanMirror
-    from drivers.schedulers.cia402_drives import ErobDrives
+    from drivers.schedulers.cia402_drives import Cia402Drives
+    from firmware_models.erob.drive import new_drive
     from hil.joint import KernelJoint
     from servo_hil.rig import load_rig
 
     _rig, _specs, kernel = load_rig(write_rig(tmp_path, "tcp://127.0.0.1:1"))
-    real_drives, twin_drives = ErobDrives(), ErobDrives()
-    real_devices = [real_drives.drive(0, "erob80_100", 1, KernelJoint(kernel, 0))]
-    twin_devices = [twin_drives.drive(0, "erob80_100", 1, KernelJoint(kernel, 1))]
+    real_drives, twin_drives = Cia402Drives(), Cia402Drives()
+    real_devices = [real_drives.drive(0, "erob80_100", lambda: new_drive("erob80_100", 1, KernelJoint(kernel, 0)))]
+    twin_devices = [twin_drives.drive(0, "erob80_100", lambda: new_drive("erob80_100", 1, KernelJoint(kernel, 1)))]
     real = EtherbanServer(real_drives, real_devices, "tcp://127.0.0.1:0", name="real")
     real.start()
     mirror = EtherbanMirror(twin_drives, twin_devices, "tcp://127.0.0.1:0", real.path, ["big"], timeout_s=0.3)

@@ -14,8 +14,8 @@ import struct
 import pytest
 
 from drivers.emulated.canopen.node import CanopenNode, NmtState
-from drivers.emulated.slcan.slcan import CanFrame
-from firmware_models.cia402 import Cia402Drive
+from drivers.emulated.slcan.adapter import CanFrame
+from firmware_models.erob.drive import new_drive
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params import catalog
@@ -34,7 +34,7 @@ class Bench:
         kernel = Kernel(1, DT)
         kernel.set_params(0, kernel_params(spec, LoadConfig(), EncoderConfig(), FaultConfig(), "euler"))
         self.joint = KernelJoint(kernel)
-        self.drive = Cia402Drive.for_variant("erob80_100", NODE, self.joint)
+        self.drive = new_drive("erob80_100", NODE, self.joint)
         self.out: list[CanFrame] = []
         self.node = CanopenNode(self.drive, NODE, self.out.append)
         self.t = 100.0

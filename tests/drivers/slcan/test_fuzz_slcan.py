@@ -1,6 +1,6 @@
-"""Coverage-guided fuzz (hypothesis) of the SLCAN line codec (drivers/emulated/slcan/slcan_codec.pyx) through its
+"""Coverage-guided fuzz (hypothesis) of the SLCAN line codec (drivers/emulated/slcan/codec.pyx) through its
 Python API
-(`parse_frame`, `encode_frame` in drivers/emulated/slcan/slcan.py, and the C functions under them).
+(`parse_frame`, `encode_frame` in drivers/emulated/slcan/adapter.py, and the C functions under them).
 
 Oracle: the Lawicel CANUSB command layout written out here as a regular expression (`tiiildd..` with an 11-bit id
 in 3 hex digits, `Tiiiiiiiildd..` with a 29-bit id in 8, `r`/`R` likewise without data, one DLC digit 0..8,
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.emulated.slcan.slcan import CanFrame, encode_frame, parse_frame
-from drivers.emulated.slcan.slcan_codec import encode_line
+from drivers.emulated.slcan.adapter import CanFrame, encode_frame, parse_frame
+from drivers.emulated.slcan.codec import encode_line
 
 EXAMPLES = 1_000
 SOAK_EXAMPLES = 100_000

@@ -21,7 +21,7 @@ import can
 import pytest
 import serial
 
-from drivers.emulated.slcan.slcan import BITRATES, CanFrame, SlcanAdapter, encode_frame, frame_bits, parse_frame
+from drivers.emulated.slcan.adapter import BITRATES, CanFrame, SlcanAdapter, encode_frame, frame_bits, parse_frame
 from drivers.wire.ports import PtyPort
 
 OK, BEL = b"\r", b"\x07"

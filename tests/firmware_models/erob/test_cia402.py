@@ -16,15 +16,16 @@ from canopen.objectdictionary import INTEGER16, UNSIGNED16, ODVariable
 
 from firmware_models.cia402 import (
     ABORT_VALUE_RANGE,
-    Cia402Drive,
     Mode,
     State,
     Units,
     decode_controlword,
+    default_values,
     error_register,
     profile_step,
 )
 from firmware_models.erob import object_dictionary as eod
+from firmware_models.erob.drive import new_drive
 from hil.joint import KernelJoint
 from hil.kernel import LAWS, Kernel
 from hil.params import catalog
@@ -58,7 +59,7 @@ class Rig:
         p.update(params)
         self.kernel.set_params(0, p)
         self.joint = KernelJoint(self.kernel)
-        self.drive = Cia402Drive.for_variant(variant, 2, self.joint)
+        self.drive = new_drive(variant, 2, self.joint)
         self.u: Units = self.drive.units
 
     def run(self, n: int, each=None) -> None:
@@ -120,7 +121,7 @@ def to_state(rig: Rig, state: State) -> None:
 def test_eds_loads_with_identity_and_variant_values(variant, current_ma, torque_mnm, node):
     od = eod.load_object_dictionary(variant, node)
     assert od.node_id == node
-    values = eod.default_values(od)
+    values = default_values(od)
     # identity and device type (EDS [DeviceInfo], [1000])
     assert values[(0x1018, 1)] == 0x5A65726F == int.from_bytes(b"Zero", "big")
     assert values[(0x1018, 2)] == 0x26483052

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from drivers.emulated.etherban import etherban_pb2 as pb
-from drivers.schedulers.cia402_drives import ErobDrives
+from drivers.schedulers.cia402_drives import Cia402Drives
 from firmware_models.cia402 import Cia402Drive, Units
 from servo_hil.daemon.mqtt_plane import _json
 from servo_hil.daemon.service import Daemon, DaemonFailure
@@ -180,7 +180,7 @@ def test_a_bus_thread_that_ends_stops_the_daemon_with_its_reason(tmp_path, monke
     """What no input causes: the drives' tick raises (run by the SLCAN thread of a CAN bus; beside an Etherban
     server, by the drives' own thread between requests). The thread ends and the daemon stops (exit 1 and one line
     from `servo-hil run`), naming the bus."""
-    tick = ErobDrives.tick_once
+    tick = Cia402Drives.tick_once
     armed = threading.Event()
 
     def failing(self, *args, **kwargs):
@@ -188,7 +188,7 @@ def test_a_bus_thread_that_ends_stops_the_daemon_with_its_reason(tmp_path, monke
             raise Planted("planted in the drives' tick")
         return tick(self, *args, **kwargs)
 
-    monkeypatch.setattr(ErobDrives, "tick_once", failing)
+    monkeypatch.setattr(Cia402Drives, "tick_once", failing)
     etherban = bus == "etherban"
     rig = write_can_rig(tmp_path, f"dies-{bus}", etherban=f"tcp://127.0.0.1:{free_port()}" if etherban else None)
     d = Daemon(rig.path, mqtt=False)
