@@ -207,6 +207,11 @@ class Dynamixel1Servo:
             self.table.data[:] = self._factory
             self._power_up()
             self._eeprom_written()
+        self._hw = self._conditions()
+        self._shutdown(self._hw)
+
+    def _conditions(self) -> int:
+        """The hardware error bits whose condition holds now (Input Voltage, Overheating, Overload)."""
         t, st, p = self.table, self.joint.read_state(), self.joint.params()
         hw = 0
         vin = self._vin(p)
@@ -216,8 +221,7 @@ class Dynamixel1Servo:
             hw |= OVERHEATING
         if st["latched"] & FAULT_BITS["overload"]:
             hw |= OVERLOAD
-        self._hw = hw
-        self._shutdown(hw)
+        return hw
 
     def _answer(self, error: int) -> Reply:
         self._shutdown(error)
@@ -257,8 +261,11 @@ class Dynamixel1Servo:
         t = self.table
         self._cache()
         if "Torque Limit" in changed and t.get("Torque Limit"):
-            # the motor runs again once the error is gone and Torque Limit is non-zero (§Torque Limit note)
+            # the motor runs again once the error is gone and Torque Limit is non-zero (§Torque Limit note): the
+            # kernel's overload latch is released, and what still holds is reported
             self.joint.command(clear_latches=True)
+            self.joint.sync()
+            self._hw = self._conditions()
         if "Torque Enable" in changed and t.get("Torque Enable"):
             self._refresh()
         enable = bool(t.get("Torque Enable"))

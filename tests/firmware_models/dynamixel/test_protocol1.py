@@ -259,3 +259,17 @@ def test_overheating_error_and_shutdown():
     write(s, (11, 1), 20)                              # Temperature Limit 20 °C, below the 25 °C ambient
     assert s.ping().error & OVERHEATING
     assert read(s, TORQUE_LIMIT) == 0                  # Overheating is in the default Shutdown (36)
+
+
+def test_overload_error_shuts_down_until_torque_limit_is_written():
+    # §Alarm LED/Shutdown: Overload (bit 5) is in the default Shutdown (36): output 0 % by Torque Limit 0; the
+    # motor runs again once Torque Limit is written non-zero (§Torque Limit note). A labouring servo: goal far
+    # CCW, 1.2 N·m against it (80 % of the 1.5 N·m stall torque), longer than the 1 s overload time
+    s, j = servo("ax12a")
+    write(s, GOAL, 1000)
+    j.step(1500, external_torque=-1.2)
+    s.housekeeping()
+    assert s.ping().error & 0x20
+    assert read(s, TORQUE_LIMIT) == 0 and j.params()["max_duty"] == 0.0
+    assert write(s, TORQUE_LIMIT, 1023) == 0
+    assert j.params()["max_duty"] > 0 and s.ping().error == 0
