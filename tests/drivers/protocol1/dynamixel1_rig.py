@@ -37,11 +37,11 @@ class Dxl1Rig:
 
 
 def write_rig(directory: Path, name: str, *, fast: bool = True, baud: int = 1_000_000,
-              eeprom: Path | None = None) -> Dxl1Rig:
+              eeprom: Path | None = None, lockstep: bool = False) -> Dxl1Rig:
     """The three servos on bus 'ax' (dynamixel1), ZeroMQ on free loopback ports, MQTT off; `eeprom`: the bus's
-    EEPROM state file."""
+    EEPROM state file; `lockstep`: the loop advances only on `step` commands."""
     cmd = f"tcp://127.0.0.1:{free_port()}"
-    parts = [f'name = "{name}"\n[loop]\nrate_hz = 1000\nmlockall = false\n',
+    parts = [f'name = "{name}"\n[loop]\nrate_hz = 1000\nmlockall = false\nlockstep = {str(lockstep).lower()}\n',
              f'[zmq]\npub = "tcp://127.0.0.1:{free_port()}"\ncommand = "{cmd}"\n[mqtt]\nenabled = false\n',
              f'[[buses]]\nname = "ax"\nprotocol = "dynamixel1"\nbaud = {baud}\nfast = {str(fast).lower()}\n'
              + (f'eeprom = "{eeprom}"\n' if eeprom else "")]
