@@ -1,19 +1,7 @@
-"""Fixtures for the SDK integration tests: `servo-hil run` as a subprocess, the real dynamixel-sdk 4.1.0 on its pty.
-
-* `write_dxl_rig(dir, ...)`: a rig TOML with the four demo servos (MX-64(2.0) ID 1, MX-106(2.0) ID 2,
-  XM430-W350 ID 3, XL330-M288 ID 4) on bus "dxl", ZeroMQ on free loopback ports, MQTT disabled, the pty
-  link in `dir`. `fast` (no return delay, no wire pacing) and `lockstep` are per rig.
-* `DxlLauncher.start(rig)`: `servo-hil run RIG --port PATH`; ready once the daemon has printed
-  `servo-hil: dynamixel bus 'dxl' at PATH (IDs 1, 2, 3, 4, ...)`. At teardown every daemon still running
-  gets SIGTERM and must exit 0 within 3 s (otherwise it is killed and the test fails), remove its pty link,
-  and have logged no traceback.
-* `Dxl(path)`: `PortHandler(path)`, `openPort()`, `setBaudRate(1000000)`, `PacketHandler(2.0)`, plus
-  helpers that check the comm result and the status error of every exchange.
-
-The expected values come from the ROBOTIS e-manual (Protocol 2.0 page, model control tables), never from the
-code under test.
-Only one daemon runs at a time in these modules: the SDK busy-waits on one of the two cores.
-"""
+"""Fixtures for the SDK integration tests: `servo-hil run` as a subprocess (`DxlLauncher`) and the real dynamixel-sdk
+4.1.0 on its pty (`Dxl`). Expected values come from the ROBOTIS e-manual (Protocol 2.0 page, model control
+tables), never from the code under test. Only one daemon runs at a time in these modules: the SDK busy-waits on one
+of the two cores."""
 
 from __future__ import annotations
 
@@ -147,7 +135,9 @@ class DxlRig:
 def write_dxl_rig(directory: Path, name: str, *, fast: bool = True, lockstep: bool = False, baud: int = 1_000_000,
                   registers: dict[int, dict[str, int]] | None = None, actuator_extra: dict[int, str] | None = None,
                   servos=SERVOS, rate_hz: float = 1000.0) -> DxlRig:
-    """A rig TOML in `directory` with `servos` on bus 'dxl' (see module docstring)."""
+    """A rig TOML in `directory` with `servos` on bus "dxl" (by default the four demo servos: MX-64(2.0) ID 1,
+    MX-106(2.0) ID 2, XM430-W350 ID 3, XL330-M288 ID 4), ZeroMQ on free loopback ports, MQTT disabled, the pty
+    link in `directory`. `fast` (no return delay, no wire pacing) and `lockstep` are per rig."""
     pub = f"tcp://127.0.0.1:{free_port()}"
     cmd = f"tcp://127.0.0.1:{free_port()}"
     port = str(directory / f"tty-{name}")
@@ -186,8 +176,9 @@ class DxlDaemon(BusDaemon):
 
 
 class DxlLauncher(BusLauncher):
-    """Starts `servo-hil run RIG --port PATH` daemons; `finish()` SIGTERMs them and checks exit 0, the pty
-    link removed and a clean log (daemons that already ended are left to the test that ended them)."""
+    """Starts `servo-hil run RIG --port PATH` daemons, ready once one has printed `servo-hil: dynamixel bus 'dxl'
+    at PATH (IDs 1, 2, 3, 4, ...)`; `finish()` SIGTERMs them and checks exit 0 within 3 s (else kills it and fails),
+    the pty link removed and a clean log (daemons that already ended are left to the test that ended them)."""
 
     banner = re.compile(r"servo-hil: dynamixel bus 'dxl' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
     daemon_type = DxlDaemon
@@ -253,7 +244,9 @@ DEFAULT_SLACK_MS = 500.0
 
 
 class Dxl:
-    """dynamixel-sdk 4.1.0 on a daemon's pty, opened the way a controller opens a U2D2."""
+    """dynamixel-sdk 4.1.0 on a daemon's pty, opened the way a controller opens a U2D2 (`PortHandler(path)`,
+    `openPort()`, `setBaudRate(1000000)`, `PacketHandler(2.0)`), with helpers that check the comm result and the
+    status error of every exchange."""
 
     def __init__(self, path: str, baud: int = 1_000_000, slack_ms: float = DEFAULT_SLACK_MS):
         self.port = SlackPortHandler(path, slack_ms)

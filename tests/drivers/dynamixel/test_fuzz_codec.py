@@ -1,13 +1,8 @@
 """Coverage-guided fuzz (hypothesis) of the Dynamixel receive side in-process: the resynchronising Parser, the
 instructions' parameter decoders (C, through their Python entry points) and DynamixelBus.handle with real servos.
-
 Oracles: the e-manual's layouts (Protocol 2.0 §Instruction Packet ... §Instruction Details), written out here
 independently of the decoders; the bus may answer anything a servo answers but never more bytes than the control
-tables hold, never raises, and never isolates a failure (`errors_isolated` stays 0: the isolation is for bugs, not
-for inputs). Each property checks >= 10^4 inputs in the normal run: `FUZZ_EXAMPLES` hypothesis examples, each the
-drawn input plus `VARIANTS` random ones seeded by the example (hypothesis's own example generation is the slow
-part); 10^5 examples under `-m soak`.
-"""
+tables hold, never raises, and never isolates a failure (`errors_isolated` stays 0: isolation is for bugs)."""
 
 from __future__ import annotations
 
@@ -42,6 +37,8 @@ from hil.kernel import Kernel
 from hil.params.catalog import entry
 from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
+# each property checks >= 10^4 inputs in the normal run: FUZZ_EXAMPLES examples, each the drawn input plus VARIANTS
+# random ones seeded by the example (hypothesis's own example generation is the slow part); 10^5 examples under soak
 FUZZ_EXAMPLES = 1_000
 SOAK_EXAMPLES = 100_000
 VARIANTS = 9   # random inputs per example besides the drawn one

@@ -1,21 +1,5 @@
-"""Stream fuzz of a running daemon's Dynamixel bus, with valid probes interleaved and checked against the joint
-state.
-
-A seeded, header-biased stream (random bytes; FF FF FD 00 headers with random IDs and LEN; valid reads with
-absurd lengths, among them a Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte
-flipped) is written to the pty in bursts, straight through pyserial. After each burst the test waits until the
-line has been silent for `QUIET_S` (> the 1.5 ms inter-byte timeout of Protocol 2.0 §Instruction Packet)
-plus the burst's wire time, counted from when the burst would have left a real wire, and until the server has
-answered a marker (a Read from ID 1 that no fuzz piece asks for, sent after the silence and again after another
-silence if a fuzz packet swallowed it): a server the host kept from running answers the burst late, and those
-replies must not be taken for the probe's. Then it sends one probe: a Sync Read of Present Position from IDs 1-4.
-Every probe must be answered on its first attempt, with nothing else on the line, by the four
-servos in order, with error 0 and the position the loop's state gives (lock-step rig, so the state cannot move
-between the `step` reply and the probe). The daemon must stay up, log no traceback and isolate no failure, and its
-RSS (/proc/<pid>/status VmRSS) must grow by less than 5 MB from after the first tenth of the run to its end.
-
-The normal run writes >= 10^4 fuzz pieces, `-m soak` >= 10^6.
-"""
+"""Stream fuzz of a running daemon's Dynamixel bus, with valid probes interleaved and checked against the joint state
+(`run` says how). The normal run writes >= 10^4 fuzz pieces, `-m soak` >= 10^6."""
 
 from __future__ import annotations
 
@@ -163,6 +147,18 @@ def expected_ticks(state: dict) -> dict[int, float]:
 
 
 def run(daemon, n_pieces: int, burst: int) -> dict:
+    """A seeded, header-biased stream (random bytes; FF FF FD 00 headers with random IDs and LEN; valid reads with
+    absurd lengths, among them a Fast Sync Read of 65 535 bytes; valid packets cut short or with one byte flipped)
+    written to the pty in bursts, straight through pyserial. After each burst the test waits until the line has been
+    silent for `QUIET_S` (> the 1.5 ms inter-byte timeout of Protocol 2.0 §Instruction Packet) plus the burst's wire
+    time, counted from when the burst would have left a real wire, and until the server has answered a marker (a
+    Read from ID 1 that no fuzz piece asks for, sent after the silence and again after another silence if a fuzz
+    packet swallowed it): a server the host kept from running answers the burst late, and those replies must not be
+    taken for the probe's. Then one probe: a Sync Read of Present Position from IDs 1-4. Every probe must be
+    answered on its first attempt, with nothing else on the line, by the four servos in order, with error 0 and the
+    position the loop's state gives (lock-step rig, so the state cannot move between the `step` reply and the
+    probe). The daemon must stay up, log no traceback and isolate no failure, and its RSS (/proc/<pid>/status
+    VmRSS) must grow by less than 5 MB from after the first tenth of the run to its end."""
     import serial
 
     ser = serial.Serial(daemon.rig.port, BAUD, timeout=0)

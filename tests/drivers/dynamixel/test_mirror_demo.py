@@ -1,11 +1,9 @@
 """The mirror demo of docs/mirror.md, run as a user runs it: `python examples/mirror_demo.py --out DIR` starts the
 "real" daemon (config/rigs/mirror_demo_real.toml, bam m6), enables its torque, starts `servo-hil mirror`
-(config/rigs/mirror_demo.toml, twin bam m1), drives the mirror with dynamixel-sdk, and runs `servo-hil report`.
-
-The twin never sees a Torque Enable write from the controller: it moves only because it took the real servo's
-torque as the mirror started. The two friction models differ, so the report shows a gap, and no disagreement on
-enable or mode.
-"""
+(config/rigs/mirror_demo.toml, twin bam m1), drives the mirror with dynamixel-sdk, and runs `servo-hil report`. The
+twin never sees a Torque Enable write from the controller: it moves only because it took the real servo's torque as
+the mirror started. The two friction models differ, so the report shows a gap, and no disagreement on enable or
+mode."""
 
 from __future__ import annotations
 

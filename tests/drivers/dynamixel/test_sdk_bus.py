@@ -1,13 +1,9 @@
-"""The real dynamixel-sdk 4.1.0 against `servo-hil run` over a real pty: ping, read/write, errors, group
-reads and writes, Reg Write / Action.
-
-One lock-step daemon (fast bus: no return delay, no pacing) for the module: the physics moves only when a
-test steps it, so every value read is deterministic. After each test the rig is `reset` (every servo
-powers up again: RAM to defaults, EEPROM kept) and every EEPROM byte must equal what it was at the start
-of the module: a test that changes EEPROM undoes it.
-
-Expected values: the ROBOTIS e-manual, cited by section (e-manual Protocol 2.0 page, control-table items).
-"""
+"""The real dynamixel-sdk 4.1.0 against `servo-hil run` over a real pty: ping, read/write, errors, group reads and
+writes, Reg Write / Action. One lock-step daemon (fast bus: no return delay, no pacing) for the module: the physics
+moves only when a test steps it, so every value read is deterministic. After each test the rig is `reset` (every
+servo powers up again: RAM to defaults, EEPROM kept) and every EEPROM byte must equal what it was at the start of
+the module: a test that changes EEPROM undoes it. Expected values: the ROBOTIS e-manual, cited by section (e-manual
+Protocol 2.0 page, control-table items)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Bus-level fuzz: random bytes and mutated valid instruction packets written straight to the pty (past the SDK's
 packet builder, through its pyserial handle, so with the SDK's termios), each followed by a valid Ping through the
-SDK: the bus must still answer, and the daemon must stay up (ZeroMQ `status`).
-
-Between the garbage and the Ping the line is left idle for more than the e-manual's 1.5 ms inter-byte timeout
-(Protocol 2.0 §Instruction Packet), so a partial packet the garbage started is dropped, as a servo drops it; replies the
-garbage provoked are drained before the Ping. The bounded run is ~50 examples; `-m soak` runs the long one.
-"""
+SDK: the bus must still answer, and the daemon must stay up (ZeroMQ `status`). Between the garbage and the Ping the
+line is left idle for more than the e-manual's 1.5 ms inter-byte timeout (Protocol 2.0 §Instruction Packet), so a
+partial packet the garbage started is dropped, as a servo drops it; replies the garbage provoked are drained before
+the Ping. The bounded run is ~50 examples; `-m soak` runs the long one."""
 
 from __future__ import annotations
 

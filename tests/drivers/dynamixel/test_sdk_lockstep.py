@@ -1,11 +1,8 @@
-"""Lock-step rigs driven by the real SDK: the physics advances only on ZeroMQ `step`, so a trajectory read over
-the bus can be compared tick by tick with an offline run of the same kernel and firmware model, and the
-profile generator can be sampled every millisecond.
-
-Expected profile shapes: e-manual §Profile Velocity(112) and §Moving Status(123) (t1 = 64·V/A ms; Moving Status bits
-5..4: 3 trapezoidal, 2 triangular, 1 rectangular, 0 step; bit 1 while the profile runs; time-based profile: Profile
-Velocity is the total time in ms).
-"""
+"""Lock-step rigs driven by the real SDK: the physics advances only on ZeroMQ `step`, so a trajectory read over the bus
+can be compared tick by tick with an offline run of the same kernel and firmware model, and the profile generator
+can be sampled every millisecond. Expected profile shapes: e-manual §Profile Velocity(112) and §Moving Status(123)
+(t1 = 64·V/A ms; Moving Status bits 5..4: 3 trapezoidal, 2 triangular, 1 rectangular, 0 step; bit 1 while the
+profile runs; time-based profile: Profile Velocity is the total time in ms)."""
 
 from __future__ import annotations
 

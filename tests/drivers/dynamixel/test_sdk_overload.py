@@ -1,11 +1,9 @@
 """Overload Error through the real SDK (e-manual §Hardware Error Status(70), §Shutdown(63); Protocol 2.0 §Status
-Packet, Alert): a lock-step rig whose MX-64 (ID 1) holds a 10 kg pendulum it cannot lift, its catalog entry given
-a peak current of 2 A for 0.5 s above a continuous 1 A (a copy of config/ in $SERVO_HIL_CONFIG, which the daemon
-reads). Stalled, the servo draws the peak until the i²t budget (2² − 1²) A² × 0.5 s is spent, 0.5 s later, then
-the continuous current, and reports Overload.
-
-Each test gets a daemon of its own: a latched hardware error is what is being tested.
-"""
+Packet, Alert): a lock-step rig whose MX-64 (ID 1) holds a 10 kg pendulum it cannot lift, its catalog entry given a
+peak current of 2 A for 0.5 s above a continuous 1 A (a copy of config/ in $SERVO_HIL_CONFIG, which the daemon
+reads). Stalled, the servo draws the peak until the i²t budget (2² − 1²) A² × 0.5 s is spent, 0.5 s later, then the
+continuous current, and reports Overload. Each test gets a daemon of its own: a latched hardware error is what is
+being tested."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""The wire as the SDK sees it, on a paced (fast = false) free-running rig: Return Delay Time and byte times at
-the baud rate the SDK set, baud mismatches, and the bus faults injected over the ZeroMQ command socket.
-
-Timing figures (e-manual §Return Delay Time(9); dynamixel-sdk port_handler.py `setPacketTimeout`): a 4-byte Read is 14
-instruction bytes and 15 status bytes, 10 bit times each (8N1); the servo answers Return Delay Time × 2 µs (default 250
-= 500 µs) after the instruction's last byte. A pty delivers instantly, so every microsecond beyond the SDK's own
-overhead must come from the emulator's pacing: the round trip may never be shorter than the wire.
-"""
+"""The wire as the SDK sees it, on a paced (fast = false) free-running rig: Return Delay Time and byte times at the
+baud rate the SDK set, baud mismatches, and the bus faults injected over the ZeroMQ command socket. Timing figures
+(e-manual §Return Delay Time(9); dynamixel-sdk port_handler.py `setPacketTimeout`): a 4-byte Read is 14 instruction
+bytes and 15 status bytes, 10 bit times each (8N1); the servo answers Return Delay Time × 2 µs (default 250 = 500
+µs) after the instruction's last byte. A pty delivers instantly, so every microsecond beyond the SDK's own overhead
+must come from the emulator's pacing: the round trip may never be shorter than the wire."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
-"""Fixtures for the CANopen integration tests: `servo-hil run RIG` as a subprocess, the real python-canopen
-2.4.1 / python-can 4.6.1 on its SLCAN pty.
-
-* `write_can_rig(dir, name)`: a rig TOML in `dir` with two eRobs on bus "can" (protocol canopen, 1 Mbit/s, the
-  pty link in `dir`): `erob100` (catalog erob80_100, bam's m6, 2 kg pendulum at 0.2 m) as node 2 and `erob50`
-  (erob80_50, m6, 1 kg at 0.2 m) as node 3, as config/rigs/erob_demo.toml has them, without its Etherban
-  server (tested elsewhere); ZeroMQ on free loopback ports, MQTT disabled.
-* `CanLauncher.start(rig)`: `servo-hil run RIG`; ready once the daemon has printed
-  `servo-hil: canopen bus 'can' at PATH (...)`. At teardown every daemon still running gets SIGTERM and must
-  exit 0 within 3 s (else it is killed and the test fails) and have logged no traceback.
-  The daemon runs in its own process on purpose: in one process with the client, python-can's byte-by-byte
-  slcan reader shares the GIL with the 1 kHz drive thread, falls behind, and SDOs time out.
-* `network`: `canopen.Network()` connected with `interface="slcan", channel=<pty>, bitrate=1000000,
-  sleep_after_open=0`, as a controller connects; the client nodes are `canopen.BaseNode402(id, eds[id])` built
-  from the EDS `servo-hil actuator export <variant> --eds` writes (`eds`, once per session), as a user builds them.
-
-Expected values come from ZeroErr's EDS V1.5 ([DeviceInfo], object defaults), CiA 301 / CiA 402-2, ZeroErr's
-eRobControl_PP.py demo sequence (ZeroErrControl/eRob_CANopen_Python) and the variant files config/erob/*.toml, never
-from the code under test.
-"""
+"""Fixtures for the CANopen integration tests: `servo-hil run RIG` as a subprocess and the real python-canopen 2.4.1 /
+python-can 4.6.1 on its SLCAN pty. Expected values come from ZeroErr's EDS V1.5 ([DeviceInfo], object defaults),
+CiA 301 / CiA 402-2, ZeroErr's eRobControl_PP.py demo sequence (ZeroErrControl/eRob_CANopen_Python) and the variant
+files config/erob/*.toml, never from the code under test."""
 
 from __future__ import annotations
 
@@ -68,7 +52,10 @@ class CanRig:
 
 def write_can_rig(directory: Path, name: str, *, actuators=ACTUATORS, model: str = "m6", actuator_extra: str = "",
                   bus_extra: str = "", etherban: str | None = None, integrator: str = "euler") -> CanRig:
-    """The rig TOML (see the module docstring); `model`, `actuator_extra` (TOML lines added to every actuator),
+    """A rig TOML in `directory` with two eRobs on bus "can" (protocol canopen, 1 Mbit/s, the pty link in
+    `directory`): `erob100` (catalog erob80_100, bam's m6, 2 kg pendulum at 0.2 m) as node 2 and `erob50`
+    (erob80_50, m6, 1 kg at 0.2 m) as node 3, as config/rigs/erob_demo.toml has them, without its Etherban server;
+    ZeroMQ on free loopback ports, MQTT disabled. `model`, `actuator_extra` (TOML lines added to every actuator),
     `bus_extra` (lines added to the bus, e.g. a mirror's real = ...) and `integrator` vary it. With `etherban` (an
     endpoint to bind) the bus is an Etherban server "ethercat" driving the actuators as devices 0, 1, … instead,
     and `port` is that endpoint (what its banner prints)."""
@@ -106,7 +93,10 @@ class CanDaemon(BusDaemon):
 
 
 class CanLauncher(BusLauncher):
-    """Starts `servo-hil run RIG` daemons; `finish()` SIGTERMs them and checks exit 0, no traceback."""
+    """Starts `servo-hil run RIG` daemons, ready once one has printed `servo-hil: canopen bus 'can' at PATH (...)`;
+    `finish()` SIGTERMs them and checks exit 0 within 3 s (else kills it and fails), no traceback. The daemon runs
+    in its own process on purpose: in one process with the client, python-can's byte-by-byte slcan reader shares
+    the GIL with the 1 kHz drive thread, falls behind, and SDOs time out."""
 
     banner = re.compile(r"servo-hil: canopen bus 'can' at (\S+) \((.*)\)")
     daemon_type = CanDaemon
@@ -134,6 +124,7 @@ def connect(network: canopen.Network, path: str, bitrate: int = BITRATE) -> cano
 
 @pytest.fixture(scope="module")
 def network(daemon):
+    """`canopen.Network()` on the daemon's pty, connected as a controller connects (`connect`)."""
     net = connect(canopen.Network(), daemon.rig.port)
     yield net
     net.sync.stop()

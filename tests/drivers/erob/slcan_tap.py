@@ -1,12 +1,9 @@
 """A wiretap on an SLCAN serial line, for the mirror tests: a pty whose far end relays every byte, unchanged, to
-another SLCAN pty (an adapter), and logs the CAN frames that cross it each way.
-
-The host (a controller's python-can `slcan`, or the mirror's) opens `tap.path` as its adapter; the tap opens the
-adapter's pty as a client. Bytes go through as they come; the `t/T/r/R` lines are parsed (Lawicel format,
-independently of drivers/emulated/slcan/adapter.py) into (id, data, extended, remote) per direction: `to_adapter` (what
-the host
-transmitted) and `to_host` (what the bus delivered to the host).
-"""
+another SLCAN pty (an adapter), and logs the CAN frames that cross it each way. The host (a controller's python-can
+`slcan`, or the mirror's) opens `tap.path` as its adapter; the tap opens the adapter's pty as a client. Bytes go
+through as they come; the `t/T/r/R` lines are parsed (Lawicel format, independently of
+drivers/emulated/slcan/adapter.py) into (id, data, extended, remote) per direction: `to_adapter` (what the host
+transmitted) and `to_host` (what the bus delivered to the host)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""The simulated eRob CANopen nodes against the real, unchanged python-canopen 2.4.1 / python-can 4.6.1 on a pty.
-
-The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100 as
-node 2 and an eRob80:50 as node 3 on one 1 Mbit/s CAN bus behind an SLCAN adapter (conftest.py). The client is
-what a controller runs: `canopen.Network().connect(interface="slcan", ...)` and `BaseNode402` nodes built from
-the EDS `servo-hil actuator export` writes. Every test that needs a known state starts with an NMT reset of the
-nodes (CiA 301: every object back to its power-up value, boot-up, PRE-OPERATIONAL).
-
-Expected values: CiA 301 (services, abort codes), CiA 402-2 (finite state automaton, modes), ZeroErr's EDS V1.5
-([DeviceInfo], defaults), ZeroErr's demo sequence (eRobControl_PP.py, ZeroErrControl/eRob_CANopen_Python),
-canopen's BaseNode402 and config/erob/*.toml; never the code under test.
-"""
+"""The simulated eRob CANopen nodes against the real, unchanged python-canopen 2.4.1 / python-can 4.6.1 on a pty: one
+daemon for the module (conftest.py's rig: eRob80:100 node 2, eRob80:50 node 3), tests in file order, each needing a
+known state starting with an NMT reset. Expected values: CiA 301 (services, abort codes), CiA 402-2 (state machine,
+modes), ZeroErr's EDS V1.5 ([DeviceInfo], defaults), ZeroErr's demo sequence (eRobControl_PP.py,
+ZeroErrControl/eRob_CANopen_Python), canopen's BaseNode402 and config/erob/*.toml; never the code under test."""
 
 from __future__ import annotations
 

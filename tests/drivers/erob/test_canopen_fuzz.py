@@ -1,22 +1,6 @@
-"""Fuzz of the eRob CANopen bus: the SLCAN line parser (drivers/emulated/slcan/adapter.py) and the nodes' SDO servers.
-
-(a) SLCAN: lines written straight to the pty with pyserial, past python-can. Lines malformed by construction
-    (Lawicel CANUSB manual: `tiiildd…` / `Tiiiiiiiildd…` with an 11/29-bit id, one DLC digit 0..8 and exactly DLC
-    data bytes, `riiil` / `Riiiiiiiil` without data; any other command the adapter does not know) each get
-    exactly one BEL (0x07), in order, interleaved with valid frames that get `z`/`Z` CR; random bytes never kill
-    the adapter: every reply it sends is a well-formed Lawicel reply and a raw SDO is answered afterwards.
-(b) SDO server: random 8-byte requests (all command specifiers, random index / sub-index / size bits / data,
-    segment toggles right and wrong) and random DLCs to both nodes through python-can; every 8-byte request gets
-    exactly one reply on 0x580 + id (CiA 301 §7.2.4.3) that answers it (its multiplexer, a matching
-    response specifier or an abort with a CiA 301 abort code), except the documented silences: a client abort
-    (CiA 301: unconfirmed) and a DLC ≠ 8 (ignored, drivers/emulated/canopen/node.py, as CANopenNode does).
-    Segment requests outside a segmented transfer and block uploads must be aborted with 0x05040001 (CiA 301
-    §7.2.4.3; no block transfer here). Downloads to 0x1014 (EMCY COB-ID), 0x1016 (heartbeat consumer) and 0x1029
-    (error behaviour) are left out: they may legitimately move the node's EMCYs onto 0x580 + id or stop it (no SDO
-    at all in STOPPED).
-
-Seeded `random.Random` everywhere; the default runs are short, `-m soak` (make soak) runs the long ones.
-"""
+"""Fuzz of the CANopen bus of a running daemon: the SLCAN line parser (raw lines past python-can: `parser_round`,
+`random_bytes_round`) and the nodes' SDO servers (random requests through python-can: `SdoFuzzer`). Seeded
+`random.Random` everywhere; the default runs are short, `-m soak` (make soak) runs the long ones."""
 
 from __future__ import annotations
 
@@ -187,6 +171,10 @@ def malformed_line(rng: random.Random) -> tuple[str, bytes]:
 
 
 def parser_round(line: RawLine, rng: random.Random, n_lines: int) -> None:
+    """Lines written straight to the pty with pyserial, past python-can. Lines malformed by construction (Lawicel
+    CANUSB manual: `tiiildd…` / `Tiiiiiiiildd…` with an 11/29-bit id, one DLC digit 0..8 and exactly DLC data bytes,
+    `riiil` / `Riiiiiiiil` without data; any other command the adapter does not know) each get exactly one BEL
+    (0x07), in order, interleaved with valid frames that get `z`/`Z` CR."""
     lines, expected, why = [], b"", []
     for _ in range(n_lines):
         if rng.random() < 0.3:
@@ -291,7 +279,16 @@ def _eds_entries(eds: str) -> list[tuple[int, int]]:
 
 
 class SdoFuzzer:
-    """Random SDO requests to the nodes through a raw python-can bus, and the oracle for their replies."""
+    """Random SDO requests to the nodes through a raw python-can bus, and the oracle for their replies.
+
+    Random 8-byte requests (all command specifiers, random index / sub-index / size bits / data, segment toggles
+    right and wrong) and random DLCs to both nodes; every 8-byte request gets exactly one reply on 0x580 + id (CiA
+    301 §7.2.4.3) that answers it (its multiplexer, a matching response specifier or an abort with a CiA 301 abort
+    code), except the documented silences: a client abort (CiA 301: unconfirmed) and a DLC ≠ 8 (ignored, as
+    CANopenNode does). Segment requests outside a segmented transfer and block uploads must be aborted with
+    0x05040001 (CiA 301 §7.2.4.3; no block transfer here). Downloads to 0x1014 (EMCY COB-ID), 0x1016 (heartbeat
+    consumer) and 0x1029 (error behaviour) are left out: they may legitimately move the node's EMCYs onto
+    0x580 + id or stop it (no SDO at all in STOPPED)."""
 
     def __init__(self, bus: can.BusABC, rng: random.Random, entries: list[tuple[int, int]]):
         self.bus = bus

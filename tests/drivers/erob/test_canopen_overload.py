@@ -1,15 +1,8 @@
-"""A spent i²t budget and the drive temperature, against the real, unchanged python-canopen 2.4.1 / python-can 4.6.1 on
-the daemon's SLCAN pty (conftest.py).
-
-The daemon reads a copy of config/ ($SERVO_HIL_CONFIG) in which the eRob80:100 (node 2) has a continuous current of
-2 A with a 4 A peak for 0.2 s (MuJoCo DC motor model §1.1) and a housing thermal node (R_th2 1.0 K/W, C2 300 J/K,
-§1.3); the eRob80:50 (node 3) is the catalog's, one thermal node. Both are locked by a 1000 kg·m² load and power up
-with the winding at 60 °C.
-
-Expected values: CiA 301 §7.2.7 (EMCY: error code, error register 0x1001), CiA 301 error code 0x2310 (continuous
-over-current), CiA 402-2 fault reaction option 0x605E (the EDS default 2: quick-stop ramp, then Fault), the EDS's
-0x22A2 (UNSIGNED16, °C), the budget's closed form (4² − 2²) A² × 0.2 s spent at (4² − 2²) A² per second.
-"""
+"""A spent i²t budget and the drive temperature, against the real, unchanged python-canopen 2.4.1 / python-can 4.6.1
+on the daemon's SLCAN pty. Expected values: CiA 301 §7.2.7 (EMCY: error code, error register 0x1001), CiA 301 error
+code 0x2310 (continuous over-current), CiA 402-2 fault reaction option 0x605E (the EDS default 2: quick-stop ramp,
+then Fault), the EDS's 0x22A2 (UNSIGNED16, °C), the budget's closed form (4² − 2²) A² × 0.2 s spent at
+(4² − 2²) A² per second."""
 
 from __future__ import annotations
 
@@ -32,6 +25,10 @@ SW_FAULT_BIT = 0x0008
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
+    """A daemon on a copy of config/ ($SERVO_HIL_CONFIG) in which the eRob80:100 (node 2) has a continuous current
+    of 2 A with a 4 A peak for 0.2 s (MuJoCo DC motor model §1.1) and a housing thermal node (R_th2 1.0 K/W,
+    C2 300 J/K, §1.3); the eRob80:50 (node 3) is the catalog's, one thermal node. Both are locked by a 1000 kg·m²
+    load and power up with the winding at 60 °C."""
     config = tmp_path_factory.mktemp("config") / "config"
     shutil.copytree(ROOT / "config", config)
     path = config / "actuators" / "erob80_100.toml"

@@ -1,12 +1,8 @@
 """Who ticks the eRob drives, and when (drivers/schedulers/cia402_drives.py, canopen_bus.py), in-process on an offline
-kernel.
-
-The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after
-the SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again
-once the bus stops. The Etherban server ticks them once per answered request. A drive's control period
-is simulation time whoever ticks it: a kernel that only moves when stepped (a lock-step rig) advances
-the drive exactly by the steps taken.
-"""
+kernel. The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after the
+SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again once the bus
+stops. The Etherban server ticks them once per answered request. A drive's control period is simulation time whoever
+ticks it: a kernel that only moves when stepped (a lock-step rig) advances the drive exactly by the steps taken."""
 
 from __future__ import annotations
 

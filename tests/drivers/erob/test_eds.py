@@ -1,11 +1,9 @@
 """The EDS a python-canopen user loads for the simulated eRobs: `servo-hil actuator export <variant> --eds OUT.eds`.
-
 The file is read back by python-canopen's own importer and must give the drive's object dictionary for any node ID;
-then the README's CANopen flow (tour step 7: BaseNode402, setup_402_state_machine, op_mode, state, a profiled-position
-move) runs on a daemon with it, and with ZeroErr's own EDS from `../shared/reference/erob/` where that is present.
-Expected values: the README's step 7 (target 52 429 counts, identity "Zero"), canopen 2.4.1's BaseNode402 warnings
-(profiles/p402.py), config/erob/*.toml.
-"""
+then the README's CANopen flow (tour step 7: BaseNode402, setup_402_state_machine, op_mode, state, a
+profiled-position move) runs on a daemon with it, and with ZeroErr's own EDS from `../shared/reference/erob/` where
+that is present. Expected values: the README's step 7 (target 52 429 counts, identity "Zero"), canopen 2.4.1's
+BaseNode402 warnings (profiles/p402.py), config/erob/*.toml."""
 
 from __future__ import annotations
 

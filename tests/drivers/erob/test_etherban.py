@@ -1,14 +1,9 @@
-"""The Etherban server (drivers/emulated/etherban/server.py) against a running rig, with real REQ sockets and
-protobuf.
-
-The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100
-(device 0, joint "big") and an eRob80:50 (device 1, joint "small"), each lifting a 1 kg pendulum at
-0.2 m with bam's m6 friction. Lifecycle tests (stop, port in use) and the fault-reset timing run
-a server in-process on drives over an offline kernel.
-
-Expected values come from the protocol as bam's client uses it (Rhoban/bam bam/erob/etherban.py, etherban.proto) and
-from the drive's data (config/erob/, config/actuators/), not from the code under test.
-"""
+"""The Etherban server (drivers/emulated/etherban/server.py) against a running rig, with real REQ sockets and protobuf.
+The module's daemon is `servo-hil run RIG` (a subprocess, shared by the tests in file order): an eRob80:100 (device
+0, joint "big") and an eRob80:50 (device 1, joint "small"), each lifting a 1 kg pendulum at 0.2 m with bam's m6
+friction. Lifecycle tests (stop, port in use) and the fault-reset timing run a server in-process on drives over an
+offline kernel. Expected values come from the protocol as bam's client uses it (Rhoban/bam bam/erob/etherban.py,
+etherban.proto) and from the drive's data (config/erob/, config/actuators/), not from the code under test."""
 
 from __future__ import annotations
 

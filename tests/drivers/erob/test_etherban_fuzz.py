@@ -1,19 +1,5 @@
-"""Stream fuzz of a running daemon's Etherban server (ZeroMQ REQ/REP, etherban.proto), with probes
-checked against the joint state.
-
-A seeded stream of requests, as a careless or broken master sends them: random bytes, valid Requests whose orders
-name any device (known, unknown, negative), any operation mode and any target (0, small, large, ±inf, NaN, the
-smallest subnormal, finite targets beyond every range), valid Requests with bytes flipped or cut, and two-frame
-messages.
-Every request must get exactly one reply that parses as a Response (an empty one for what is no Request). Every
-`PROBE_EVERY` requests a probe goes out: an empty Request, whose Response must list devices 0 and 1 with a
-`present_position` between the joint's measured position before and after it (the joints move under the fuzzed
-orders; `TOLERANCE_RAD` either side). The daemon must stay up and log no traceback, and its RSS
-(/proc/<pid>/status VmRSS) must grow by less than 5 MB from
-after the first tenth of the run to its end.
-
-The normal run sends >= 10^4 requests, `-m soak` >= 10^5.
-"""
+"""Stream fuzz of a running daemon's Etherban server (ZeroMQ REQ/REP, etherban.proto), with probes checked against
+the joint state (`run` says how). The normal run sends >= 10^4 requests, `-m soak` >= 10^5."""
 
 from __future__ import annotations
 
@@ -62,6 +48,14 @@ def request_frames(rng: random.Random) -> list[bytes]:
 
 
 def run(rig, n_requests: int) -> dict:  # noqa: F811
+    """A seeded stream of requests, as a careless or broken master sends them: random bytes, valid Requests whose
+    orders name any device (known, unknown, negative), any operation mode and any target (0, small, large, ±inf, NaN,
+    the smallest subnormal, finite targets beyond every range), valid Requests with bytes flipped or cut, and
+    two-frame messages. Every request must get exactly one reply that parses as a Response (an empty one for what is
+    no Request). Every `PROBE_EVERY` requests a probe goes out: an empty Request, whose Response must list devices 0
+    and 1 with a `present_position` between the joint's measured position before and after it (the joints move
+    under the fuzzed orders; `TOLERANCE_RAD` either side). The daemon must stay up and log no traceback, and its RSS
+    (/proc/<pid>/status VmRSS) must grow by less than 5 MB from after the first tenth of the run to its end."""
     rng = random.Random(SEED)
     master = Master(rig.path)
     sent = probes = 0

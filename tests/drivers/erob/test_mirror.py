@@ -1,12 +1,9 @@
-"""Proxy mirror of an eRob CAN bus: an unchanged python-canopen controller on the mirror's SLCAN pty, the
-"real" eRob a second servo-hil daemon (bam m6 with encoder noise) on its own SLCAN pty, reached by the mirror
-through python-can's slcan; the twin is bam m1. Wiretaps (slcan_tap.py) on both serial lines see every frame:
-what the controller sent must reach the real bus unchanged and in order, and what the real bus sent must reach the
-controller unchanged and in order.
-
-Expected values: CiA 301 / CiA 402-2, the EDS, the eRob's 524 288 counts/rev (ZeroErr's demos: encoder_resolution),
-never the code under test.
-"""
+"""Proxy mirror of an eRob CAN bus: an unchanged python-canopen controller on the mirror's SLCAN pty, the "real" eRob a
+second servo-hil daemon (bam m6 with encoder noise) on its own SLCAN pty, reached by the mirror through python-can's
+slcan; the twin is bam m1. Wiretaps (slcan_tap.py) on both serial lines see every frame: what the controller sent
+must reach the real bus unchanged and in order, and what the real bus sent must reach the controller unchanged and
+in order. Expected values: CiA 301 / CiA 402-2, the EDS, the eRob's 524 288 counts/rev (ZeroErr's demos:
+encoder_resolution), never the code under test."""
 
 from __future__ import annotations
 

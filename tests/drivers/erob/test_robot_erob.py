@@ -1,11 +1,8 @@
-"""eRob joints of a robot rig: config/rigs/erob_arm.toml (an eRob80:100 shoulder and an eRob80:50 elbow turning the
-hinges of config/robots/erob_arm_2r.xml) served by `servo-hil run`, driven by a client speaking bam's Etherban
-protocol (one protobuf Request, one Response), by python-canopen 2.4.1 on its SLCAN pty, and mirrored by
-`servo-hil mirror` onto a second daemon of the same arm playing the real one. The joints are one multibody system:
-the bodies' poses on ZeroMQ follow the arm's kinematics from both joints' angles.
-
-Expected values come from the MJCF's geometry, the protocol as bam's client uses it (Rhoban/bam
-bam/erob/etherban.py) and CiA 402-2 (profile position mode), not from the code under test."""
+"""eRob joints of a robot rig (config/rigs/erob_arm.toml: eRob80:100 shoulder, eRob80:50 elbow on the hinges of
+config/robots/erob_arm_2r.xml) driven over Etherban, by python-canopen 2.4.1 on its SLCAN pty, and mirrored onto a
+second daemon playing the real arm; the bodies' poses on ZeroMQ follow the arm's kinematics from both joints'
+angles. Expected values: the MJCF's geometry, bam's Etherban client (Rhoban/bam bam/erob/etherban.py) and CiA 402-2
+(profile position mode), not the code under test."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Coverage-guided fuzz (hypothesis) of the SLCAN line codec (drivers/emulated/slcan/codec.pyx) through its
-Python API
-(`parse_frame`, `encode_frame` in drivers/emulated/slcan/adapter.py, and the C functions under them).
-
-Oracle: the Lawicel CANUSB command layout written out here as a regular expression (`tiiildd..` with an 11-bit id
-in 3 hex digits, `Tiiiiiiiildd..` with a 29-bit id in 8, `r`/`R` likewise without data, one DLC digit 0..8,
-exactly DLC data bytes as two hex digits each): a line the oracle accepts parses to its frame and encodes back to
-the same line in upper case; any other line raises ValueError and nothing else. >= 10^4 lines per property in the
-normal run (hypothesis examples, each the drawn line and `VARIANTS` seeded random ones), 10^5 examples under
-`-m soak`.
-"""
+"""Coverage-guided fuzz (hypothesis) of the SLCAN line codec through its Python API (`parse_frame`, `encode_frame`
+and the C functions under them), against the Lawicel CANUSB command layout written out here (`oracle`): a line the
+oracle accepts parses to its frame and encodes back to the same line in upper case; any other line raises
+ValueError and nothing else."""
 
 from __future__ import annotations
 
@@ -22,6 +15,8 @@ from hypothesis import strategies as st
 from drivers.emulated.slcan.adapter import CanFrame, encode_frame, parse_frame
 from drivers.emulated.slcan.codec import encode_line
 
+# >= 10^4 lines per property in the normal run: EXAMPLES hypothesis examples, each the drawn line and VARIANTS
+# seeded random ones; 10^5 examples under -m soak
 EXAMPLES = 1_000
 SOAK_EXAMPLES = 100_000
 VARIANTS = 9
@@ -34,7 +29,9 @@ _HEXCH = b"0123456789ABCDEFabcdef"
 
 
 def oracle(line: bytes) -> CanFrame | None:
-    """The frame of a well-formed transmit command, None for anything else."""
+    """The frame of a well-formed transmit command, None for anything else: `tiiildd..` with an 11-bit id in 3 hex
+    digits, `Tiiiiiiiildd..` with a 29-bit id in 8, `r`/`R` likewise without data, one DLC digit 0..8, exactly DLC
+    data bytes as two hex digits each (Lawicel CANUSB manual)."""
     m = _LINE.fullmatch(line)
     if not m:
         return None

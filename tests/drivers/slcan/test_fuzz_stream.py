@@ -1,17 +1,5 @@
-"""Stream fuzz of a running daemon's SLCAN/CANopen bus, with SDO probes checked against the joint state.
-
-The pty is opened raw (pyserial, as a terminal program would, tests/drivers/erob/test_canopen_fuzz.py's RawLine)
-and the channel opened once. Then, in bursts: valid frames to ids no node consumes, lines malformed by
-construction (every class of test_canopen_fuzz's generator) and random bytes, CR-terminated; after each burst the
-line is drained until quiet and one probe goes out: an expedited SDO upload of 0x6064 (Position actual value,
-CiA 402) from node 2 or 3. Every probe must be answered on its first attempt, by the right node, with an upload
-response (CiA 301 §7.2.4.3.6: 0x43 for 4 bytes) whose value lies between the joint's measured position before
-and after the probe (the joints hang free and may swing; `TOLERANCE_RAD` either side). The daemon must stay up
-and log no traceback, and its RSS (/proc/<pid>/status VmRSS) must grow by less than 5 MB from after the first
-tenth of the run to its end.
-
-The normal run writes >= 10^4 lines, `-m soak` >= 10^5.
-"""
+"""Stream fuzz of a running daemon's SLCAN/CANopen bus, with SDO probes checked against the joint state (`run` says
+how). The normal run writes >= 10^4 lines, `-m soak` >= 10^5."""
 
 from __future__ import annotations
 
@@ -77,6 +65,15 @@ def probe(line: RawLine, node_id: int) -> int:
 
 
 def run(daemon, n_lines: int, burst: int) -> dict:
+    """The pty opened raw (pyserial, as a terminal program would: test_canopen_fuzz's RawLine) and the channel
+    opened once. Then, in bursts: valid frames to ids no node consumes, lines malformed by construction (every class
+    of test_canopen_fuzz's generator) and random bytes, CR-terminated; after each burst the line is drained until
+    quiet and one probe goes out: an expedited SDO upload of 0x6064 (Position actual value, CiA 402) from node 2 or
+    3. Every probe must be answered on its first attempt, by the right node, with an upload response (CiA 301
+    §7.2.4.3.6: 0x43 for 4 bytes) whose value lies between the joint's measured position before and after the probe
+    (the joints hang free and may swing; `TOLERANCE_RAD` either side). The daemon must stay up and log no traceback,
+    and its RSS (/proc/<pid>/status VmRSS) must grow by less than 5 MB from after the first tenth of the run to its
+    end."""
     rng = random.Random(SEED)
     line = RawLine(daemon.rig.port)
     written = probes = 0

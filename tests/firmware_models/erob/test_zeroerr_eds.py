@@ -1,11 +1,9 @@
 """The project's description of the eRob (config/erob/objects.toml) against ZeroErr's own EDS: the same drive.
-
 ZeroErr's "ZeroErr Driver_V1.5.eds" (as published in ZeroErrControl/eRob_CANopen_Python) is read from
 `../shared/reference/erob/` beside the repository, imported by python-canopen. Every object in both has the same
-index / sub-index, object kind, data type, access, PDO mapping and range, and the same power-up value wherever ZeroErr
-gives one; the objects the project adds beyond ZeroErr's EDS are exactly those listed below with their reason. The
-EDS `servo-hil actuator export` writes is compared the same way.
-"""
+index / sub-index, object kind, data type, access, PDO mapping and range, and the same power-up value wherever
+ZeroErr gives one; the objects the project adds beyond ZeroErr's EDS are exactly those listed below with their
+reason. The EDS `servo-hil actuator export` writes is compared the same way."""
 
 from __future__ import annotations
 
