@@ -2,11 +2,12 @@
 config/rigs/koch.toml (Koch v1.1 follower: XL430-W250 at IDs 1–2, XL330-M288 at 3–6) with dynamixel-sdk 4.1.0,
 config/rigs/so101.toml (SO-101 follower: six STS3215) with feetech-servo-sdk 1.0.0 (`scservo_sdk`). Each client does
 what LeRobot's follower does at connect (its `configure`), reads all six servos with GroupSyncRead, and holds a pose
-against gravity with torque on (docs/robots.md, "LeRobot's arms").
+against gravity with torque on; config/rigs/koch_leader.toml (six XL330-M077) is read while the `hand` command moves
+it (docs/robots.md, "LeRobot's arms").
 
-Expected values: model numbers from the e-manual control tables (XL430-W250 1060, XL330-M288 1200) and LeRobot's
-feetech tables (STS3215 777); register addresses from the same tables; angles from the rigs' `initial` and the
-MJCFs' keyframes; 4096 counts per turn with 2048 at 0 rad (e-manual §Present Position(132))."""
+Expected values: model numbers from the e-manual control tables (XL430-W250 1060, XL330-M288 1200, XL330-M077
+1190) and LeRobot's feetech tables (STS3215 777); register addresses from the same tables; angles from the rigs'
+`initial` and the MJCFs' keyframes; 4096 counts per turn with 2048 at 0 rad (e-manual §Present Position(132))."""
 
 from __future__ import annotations
 
@@ -146,6 +147,50 @@ def test_koch_follower_answers_as_lerobot_expects_and_holds_a_pose(koch) -> None
     assert fallen[2] - held[2] > 0.2 * COUNTS_PER_RAD, (held, fallen)
     # the XL430 carrying the arm reports a load (0.1 % of its maximum torque), as its e-manual describes
     assert 50 <= abs(load) <= 1000, load
+
+
+class KochLeaderLauncher(DxlLauncher):
+    banner = re.compile(r"servo-hil: dynamixel bus 'leader' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
+
+
+@pytest.fixture
+def koch_leader(tmp_path) -> DxlDaemon:
+    launcher = KochLeaderLauncher(tmp_path)
+    path, port, cmd = lockstep_copy("koch_leader", tmp_path)
+    yield launcher.start(DxlRig(path, port, cmd, "", True, True, 1000.0))
+    launcher.finish()
+
+
+def test_koch_leader_is_read_while_a_hand_moves_it(koch_leader) -> None:
+    """LeRobot's koch_leader: joints torque-off, the gripper a spring trigger in current-based position
+    (huggingface/lerobot src/lerobot/teleoperators/koch_leader/koch_leader.py configure); a `hand` command moves
+    the arm as the operator does (docs/commands.md)."""
+    ids = tuple(range(1, 7))
+    with open_dxl(koch_leader.rig.port) as dxl:
+        assert {i: dxl.ping(i) for i in ids} == {i: (1190, sdk.COMM_SUCCESS, 0) for i in ids}
+        for i in ids[:-1]:
+            dxl.write(i, A.OPERATING_MODE, 4)
+        dxl.write(3, A.DRIVE_MODE, 1)           # LeRobot inverts the leader's elbow
+        dxl.write(6, A.OPERATING_MODE, 5)
+        rest = initial_angles("koch_leader")
+        rest[2] = -rest[2]                      # reverse mode reads the elbow mirrored (e-manual §Drive Mode(10))
+        assert sync_read_positions(dxl, ids) == {i: counts(t) for i, t in zip(ids, rest, strict=True)}
+        dxl.write(6, A.TORQUE_ENABLE, 1)
+        trigger = dxl.read(6, A.PRESENT_POSITION, signed=True)
+        dxl.write(6, A.GOAL_POSITION, trigger)
+        koch_leader.ok("hand", actuator="shoulder_pan", target=0.5, speed=1.0)
+        koch_leader.step(1500)
+        panned = sync_read_positions(dxl, ids)[1]
+        koch_leader.ok("hand", actuator="gripper", target=-0.5, speed=0.0)   # a finger squeezes the trigger
+        koch_leader.step(600)
+        squeezed = dxl.read(6, A.PRESENT_POSITION, signed=True)
+        koch_leader.ok("hand", actuator="gripper", release=True)
+        koch_leader.step(1500)
+        released = dxl.read(6, A.PRESENT_POSITION, signed=True)
+    # the torque-off pan follows the hand; the trigger's 0.215 N·m servo yields to the finger, then springs back
+    assert abs(panned - counts(0.5)) < 0.02 * COUNTS_PER_RAD, panned
+    assert abs(squeezed - counts(-0.5)) < 0.1 * COUNTS_PER_RAD, squeezed
+    assert abs(released - trigger) < 0.02 * COUNTS_PER_RAD, (trigger, released)
 
 
 # ------------------------------------------------------------------------------------------------ SO-101 (Feetech)
