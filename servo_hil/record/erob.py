@@ -1,7 +1,7 @@
 """Active mirror for eRobs (`servo-hil record --protocol etherban|canopen`): bam's excitation trajectories.
 
 Every 1 ms bam's host-side PD (Rhoban/bam's eRob recorder, `Client.position_control`) sends a current
-set-point through an Etherban or CANopen `host_link.Link`; it writes bam's raw JSON logs (eRob flavour) and
+set-point through an Etherban or CANopen `erob_link.Link`; it writes bam's raw JSON logs (eRob flavour) and
 the processed log (5 ms grid). The PD, start-up and raw entries: docs/configuration.md, Record identification logs.
 """
 

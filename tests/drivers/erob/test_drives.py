@@ -1,4 +1,4 @@
-"""Who ticks the eRob drives, and when (drivers/schedulers/cia402_drives.py, canopen_bus.py), in-process on an offline
+"""Who ticks the eRob drives, and when (the drive scheduler, a CAN bus, an Etherban server), in-process on an offline
 kernel. The CAN bus's adapter thread takes the ticks from the drives' own thread: one tick per SYNC, right after the
 SYNC's TPDOs were sampled, and one per period (1 ms) without SYNCs; the drives' thread ticks again once the bus
 stops. The Etherban server ticks them once per answered request. A drive's control period is simulation time whoever
