@@ -8,6 +8,7 @@ kernel step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 
@@ -16,6 +17,7 @@ from canopen.objectdictionary import INTEGER16, UNSIGNED16, ODVariable
 
 from firmware_models.cia402 import (
     ABORT_VALUE_RANGE,
+    Cia402Drive,
     Mode,
     State,
     Units,
@@ -251,6 +253,21 @@ def test_actual_values_from_the_kernel_state():
     assert rig.r(0x6079) == 48000                                     # DC link [mV]
     assert rig.r(0x22A2) == 25                                        # ambient [°C]
     assert rig.r(0x6077) == rig.r(0x6078) == 0                        # torque off
+
+
+def test_the_generic_drive_writes_no_product_object_itself():
+    """The eRob's manufacturer objects come from its DriveConfig's hook: without it the same drive on the same
+    dictionary keeps them at their power-up value while the CiA 402 actual values follow the shaft."""
+    rig = Rig(load_inertia=LOCKED)
+    config = dataclasses.replace(rig.drive.config, vendor_values=None)
+    drive = Cia402Drive(rig.drive.od, rig.joint, config)
+    rig.kernel.set_state(0, theta=1.0, omega=0.0)
+    drive.tick()
+    rig.joint.step()
+    drive.tick()
+    assert drive.read(0x6064) == round(1.0 * 524288 / TWO_PI)
+    assert [drive.read(i) for i in (0x20A0, 0x2240, 0x22A2, 0x3B69)] == [0, 0, 0, 0]
+    assert config.loop.law == LAWS["erob_pd"] and rig.kernel.get_params(0)["law"] == LAWS["erob_pd"]
 
 
 # ------------------------------------------------------------------------------- state machine
