@@ -30,6 +30,7 @@ from servo_hil.console.registers import RegisterError, read_table, servo_action,
 from servo_hil.daemon.arguments import CommandError
 from servo_hil.daemon.faults import FAULT_ARGUMENTS, KERNEL_FAULTS
 from servo_hil.daemon.foxglove import body_frames
+from servo_hil.daemon.set_param import settable_params
 from servo_hil.daemon.zmq_io import StateRecording
 from servo_hil.rig import ConsoleConfig, loopback
 
@@ -313,7 +314,7 @@ class Console:
     def _execute(self, cmd: Any) -> dict:
         if not isinstance(cmd, dict) or cmd.get("cmd") not in COMMANDS:
             raise CommandError(f"the console sends one of: {', '.join(sorted(COMMANDS))}")
-        return {"ok": True, **self.live.execute(cmd)}
+        return {"ok": True, **self.daemon.command_set.execute(cmd)}
 
     async def _command(self, request: web.Request) -> web.Response:
         try:
@@ -324,7 +325,7 @@ class Console:
     async def _faults(self, request: web.Request) -> web.Response:
         catalog = [{"fault": f, "kind": "kernel" if f in KERNEL_FAULTS else "bus", "args": FAULT_ARGUMENTS[f]}
                    for f in FAULT_ARGUMENTS]
-        active = {n: self.live.active[j] for j, n in enumerate(self.live.names)}
+        active = self.daemon.command_set.faults.by_joint()
         return _ok({"catalog": catalog, "active": active, "events": list(self.events)})
 
     async def _params(self, request: web.Request) -> web.Response:
@@ -334,7 +335,7 @@ class Console:
         j = self.live.index[joint]
         rows = [{"name": n, "unit": s.unit, "min": s.range[0], "max": s.range[1], "doc": s.doc,
                  "value": self.live.params[j].get(n), "configured": self.live.configured[j].get(n)}
-                for n, s in self.live.settable.items()]
+                for n, s in settable_params().items()]
         return _ok({"joint": joint, "params": rows})
 
     async def _record_list(self, request: web.Request) -> web.Response:

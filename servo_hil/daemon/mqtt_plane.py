@@ -24,6 +24,7 @@ import aiomqtt
 
 from hil.params.config_file import ConfigError
 from servo_hil.daemon.arguments import CommandError, shown
+from servo_hil.daemon.commands import CommandSet
 from servo_hil.daemon.live_rig import LiveRig
 from servo_hil.rig import MqttConfig
 
@@ -79,9 +80,10 @@ def broker_address(cfg: MqttConfig) -> tuple[str, int, bool]:
 class MqttPlane(threading.Thread):
     """Runs the MQTT client (and the embedded broker) in its own asyncio thread."""
 
-    def __init__(self, live: LiveRig, cfg: MqttConfig):
+    def __init__(self, live: LiveRig, commands: CommandSet, cfg: MqttConfig):
         super().__init__(name="servo-hil-mqtt", daemon=True)
         self.live = live
+        self.command_set = commands
         self.cfg = cfg
         self.prefix = f"servo-hil/{live.rig.name}"
         self.host, self.port, self.tls = broker_address(cfg)
@@ -259,8 +261,8 @@ class MqttPlane(threading.Thread):
             if "id" in args and isinstance(args["id"], int | float | str | bool | None):
                 event["id"] = args.get("id")
             if not name or "/" in name:
-                raise CommandError(f"unknown command {shown(name)} (known: {', '.join(self.live.commands())})")
-            result = await asyncio.to_thread(self.live.execute, args | {"cmd": name})
+                raise CommandError(f"unknown command {shown(name)} (known: {', '.join(self.command_set.names())})")
+            result = await asyncio.to_thread(self.command_set.execute, args | {"cmd": name})
             event |= {"ok": True, "result": result}
         except Exception as exc:  # one message never ends the control plane: refused or failed, it is answered
             error = (str(exc) if isinstance(exc, CommandError)

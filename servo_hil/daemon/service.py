@@ -18,6 +18,7 @@ import zmq
 from drivers.wire.server import BusServer
 from hil.loop.realtime import lock_memory
 from hil.params.config_file import ConfigError, validate
+from servo_hil.daemon.commands import CommandSet
 from servo_hil.daemon.live_rig import LiveRig
 from servo_hil.daemon.mqtt_plane import MqttPlane, check_embedded_port
 from servo_hil.daemon.port_locks import PortLocks, lock_ports
@@ -40,7 +41,7 @@ from servo_hil.rig import (
     load_robot_rig,
     read_rig,
 )
-from servo_hil.wiring import open_bus
+from servo_hil.wiring import open_buses
 
 log = logging.getLogger("servo-hil")
 
@@ -94,6 +95,7 @@ class Daemon:
                                              f"--record-segment-s {record_segment_s}")
         self.buses: list[BusServer] = []
         self.live = LiveRig(self.rig, self.specs, kernel, self.robot)
+        self.command_set = CommandSet(self.live)   # what the command socket, MQTT and the console execute
         self.context = realtime_context(self.rig.loop.io_priority)
         self.publisher: StatePublisher | None = None
         self.commands: CommandServer | None = None
@@ -125,7 +127,7 @@ class Daemon:
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.pub}: {exc}") from None
         try:
-            self.commands = CommandServer(self.live, rig.zmq.command, self.context, curve)
+            self.commands = CommandServer(self.live, self.command_set, rig.zmq.command, self.context, curve)
         except zmq.ZMQError as exc:
             raise zmq.ZMQError(exc.errno, f"{rig.zmq.command}: {exc}") from None
         if self.mqtt_enabled:   # after the ZeroMQ binds: a busy ZeroMQ port is not reported as MQTT's
@@ -145,8 +147,7 @@ class Daemon:
         # The state publisher (woken by the loop each tick) and the bus threads (woken by a packet) must
         # get the GIL within tens of µs, not after the default 5 ms a busy thread (MQTT, broker) may keep it.
         sys.setswitchinterval(5e-5)
-        for cfg in rig.buses:
-            bus = open_bus(cfg, self.live, self.ports.get(cfg.name))
+        for cfg, bus in zip(rig.buses, open_buses(self.live, self.ports), strict=True):
             self.buses.append(bus)
             self.live.bus_errors[cfg.name] = lambda bus=bus: bus.errors_isolated   # inputs isolated, for `status`
             if hasattr(bus, "wire_stats"):   # a Dynamixel bus: its parser's and its paced replies' counters
@@ -154,7 +155,7 @@ class Daemon:
             bus.start()
             print(f"servo-hil: {cfg.protocol} bus {cfg.name!r} at {bus.path} ({bus.summary})", flush=True)
         if self.mqtt_enabled:
-            self.mqtt = MqttPlane(self.live, rig.mqtt)
+            self.mqtt = MqttPlane(self.live, self.command_set, rig.mqtt)
             self.mqtt.start()  # connects in the background; run_until_signal reports how it went
         log.info("rig %r: %d actuators at %g Hz%s, loop %s", rig.name, len(self.live.names), rig.loop.rate_hz,
                  " (lock-step)" if rig.loop.lockstep else "", mode)

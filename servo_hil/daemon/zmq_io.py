@@ -25,6 +25,7 @@ from hil.loop.rt import bind_libzmq, realtime_thread
 from hil.params.config_file import ConfigError
 from hil.robot.rig import POSES_TOPIC
 from servo_hil.daemon.arguments import CommandError, shown
+from servo_hil.daemon.commands import CommandSet
 from servo_hil.daemon.live_rig import LiveRig, fault_names
 from servo_hil.rig import ZmqConfig, loopback
 
@@ -358,7 +359,7 @@ def unpack_request(raw: bytes):
 
 
 class CommandServer(threading.Thread):
-    """REP socket answering msgpack commands with LiveRig.execute.
+    """REP socket answering msgpack commands with CommandSet.execute.
 
     One request is one message: whatever it holds or raises, it is answered (an error reply for anything
     refused or failing), a malformed or failing one is logged once at WARNING, every error reply is
@@ -366,9 +367,11 @@ class CommandServer(threading.Thread):
     thread ends for any other reason (the daemon then stops).
     """
 
-    def __init__(self, live: LiveRig, endpoint: str, context: zmq.Context, curve: tuple[bytes, bytes] | None = None):
+    def __init__(self, live: LiveRig, commands: CommandSet, endpoint: str, context: zmq.Context,
+                 curve: tuple[bytes, bytes] | None = None):
         super().__init__(name="servo-hil-cmd", daemon=True)
         self.live = live
+        self.command_set = commands
         self.sock = context.socket(zmq.REP)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
@@ -390,7 +393,7 @@ class CommandServer(threading.Thread):
             cmd = unpack_request(frames[0])
             tag = {"id": cmd["id"]} if isinstance(cmd, dict) and isinstance(cmd.get("id", ()), _ID_TYPES) else {}
             try:
-                return {"ok": True, **self.live.execute(cmd)} | tag
+                return {"ok": True, **self.command_set.execute(cmd)} | tag
             except CommandError as exc:
                 return {"ok": False, "error": str(exc)} | tag
         except Exception as exc:  # malformed input (or a bug): answered and logged, never the thread's end

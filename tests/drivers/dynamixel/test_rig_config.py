@@ -72,13 +72,13 @@ def test_a_supply_outside_the_voltage_limits_is_said_at_start(tmp_path, caplog, 
     says so once at start, naming the actuator and what to set, rather than leaving a silent torque-off."""
     import logging
 
-    from servo_hil.wiring import open_bus
+    from servo_hil.wiring import open_buses
     from tests.servo_hil.daemon import running_rig
 
     text = rig_text('port = "' + str(tmp_path / "tty") + '"',
                     f'bus = "dxl"\nid = 1\nmodel = "m6"\n{firmware}{registers}', "xl330_m288")
     with caplog.at_level(logging.WARNING, logger="servo-hil"), running_rig(tmp_path / "rig.toml", text) as live:
-        server = open_bus(live.rig.buses[0], live)
+        (server,) = open_buses(live)
         server.close()
     lines = [r.getMessage() for r in caplog.records if "Voltage Limit" in r.getMessage()]
     if not warned:

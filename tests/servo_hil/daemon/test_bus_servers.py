@@ -1,7 +1,6 @@
-"""Every bus a rig can declare is opened as a `drivers.wire.server.BusServer` (servo_hil/wiring `open_bus`): the
-daemon starts
-it, prints its `path` and `summary`, watches `error` and stops it, whatever its protocol. The eRob buses of one rig
-share one drive set, kept by the rig (`LiveRig.shared`)."""
+"""Every bus a rig can declare is opened as a `drivers.wire.server.BusServer` (servo_hil/wiring `open_buses`): the
+daemon starts it, prints its `path` and `summary`, watches `error` and stops it, whatever its protocol. The eRob
+buses of one rig share one drive set, made once by `open_buses` and handed to each."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import pytest
 import zmq
 
 from drivers.wire.server import BusServer
-from servo_hil.wiring import open_bus
-from servo_hil.wiring.erob import rig_drives
+from servo_hil.wiring import open_buses
 from tests.servo_hil.daemon import free_port, running_rig
 
 
@@ -59,7 +57,7 @@ id = 2
 @contextlib.contextmanager
 def _serving(live) -> Iterator[list[BusServer]]:
     """Every bus of the rig opened and started (each must be a `BusServer`), all stopped on leaving."""
-    servers = [open_bus(cfg, live) for cfg in live.rig.buses]
+    servers = list(open_buses(live))
     try:
         for server in servers:
             assert isinstance(server, BusServer), type(server).__name__
@@ -90,16 +88,43 @@ def test_every_protocol_opens_a_bus_server(live, tmp_path):
 
 def test_the_erob_buses_share_one_drive_set_with_one_reset_hook(live):
     hooks = len(live.reset_hooks)
-    drives = rig_drives(live)
-    can = open_bus(live.rig.buses[1], live)
-    ether = open_bus(live.rig.buses[2], live)
+    dxl, can, ether = open_buses(live)
     try:
-        assert can.drives is drives and ether.drives is drives and rig_drives(live) is drives
-        assert len(live.reset_hooks) == hooks + 1
+        assert can.drives is ether.drives
+        # one power-up of the drive set and one of the Dynamixel servos per `reset`
+        assert live.reset_hooks[hooks:].count(can.drives.power_cycle) == 1 and len(live.reset_hooks) == hooks + 2
         assert ether.devices[0] is can.nodes[0].drive     # one simulated drive, reached both ways
     finally:
-        can.stop()
-        ether.stop()
+        for server in (dxl, can, ether):
+            server.stop()
+
+
+def test_a_rig_without_an_erob_bus_makes_no_drive_set(tmp_path):
+    """A Dynamixel-only rig: `reset` power-cycles its servos and nothing else (no drive set, no 1 kHz thread)."""
+    text = f"""name = "dxl-only"
+[loop]
+lockstep = true
+[mqtt]
+enabled = false
+[[buses]]
+name = "dxl"
+protocol = "dynamixel"
+port = "{tmp_path / "tty-dxl"}"
+baud = 1000000
+[[actuators]]
+joint = "x"
+catalog = "xm430_w350"
+load = {{ mass = 0.3, length = 0.1 }}
+bus = "dxl"
+id = 1
+"""
+    with running_rig(tmp_path / "rig.toml", text) as live:
+        hooks = len(live.reset_hooks)
+        (dxl,) = open_buses(live)
+        try:
+            assert len(live.reset_hooks) == hooks + 1 and not hasattr(dxl, "drives")
+        finally:
+            dxl.stop()
 
 
 def test_the_mirrors_are_bus_servers_too(tmp_path):

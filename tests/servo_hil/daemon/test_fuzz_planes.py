@@ -27,7 +27,7 @@ import msgpack
 import pytest
 import zmq
 
-from servo_hil.daemon.live_rig import LiveRig
+from servo_hil.daemon.commands import CommandSet
 from servo_hil.daemon.mqtt_plane import MAX_PAYLOAD
 from servo_hil.daemon.zmq_io import MAX_REQUEST_BYTES
 from tests.daemon_process import RSS_GROWTH_LIMIT_KB, rss_kb
@@ -45,7 +45,7 @@ USER, PASSWORD = "rig", "s3cret"
 # commands that would stop the loop or rewrite its state under the probe: fuzzed only with an argument no
 # command takes, so they are refused
 DISRUPTIVE = {"pause", "step", "reset", "set_param", "set_mode", "set_enable", "inject_fault", "clear_fault"}
-COMMANDS = LiveRig.commands()
+COMMANDS = CommandSet.names()
 
 
 # ---------------------------------------------------------------------------------------------- generators

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from servo_hil.daemon.arguments import CommandError
+from servo_hil.daemon.commands import CommandSet
 from servo_hil.daemon.live_rig import LiveRig
 from servo_hil.rig import load_robot_rig
 
@@ -32,7 +33,7 @@ load = { mass = 0.2, length = 0.1 }
 
 
 def _run(live, cmd: str, **args) -> dict:
-    return live.execute({"cmd": cmd, **args})
+    return CommandSet(live).execute({"cmd": cmd, **args})
 
 
 def _state(live, joint: str) -> dict:

@@ -17,8 +17,8 @@ import zmq
 import zmq.auth
 from dynamixel_sdk import COMM_SUCCESS, PacketHandler, PortHandler
 
-from servo_hil.daemon.live_rig import settable_params
 from servo_hil.daemon.service import Daemon, DaemonFailure
+from servo_hil.daemon.set_param import settable_params
 from servo_hil.rig import load_rig, loopback
 from tests.daemon_process import SERVO_HIL, assert_one_cli_line, rss_kb
 
