@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from firmware_models.feetech import law
-from firmware_models.feetech.control_table import ControlTable, ModelSpec, encode_sign
+from firmware_models.feetech.control_table import ControlTable, ModelSpec, decode_sign, encode_sign
 from hil.joint import Joint
 
 __all__ = ["STATUS_BITS", "FeetechServo"]
@@ -314,6 +314,33 @@ class FeetechServo:
         moving = abs(st["omega"]) > self._moving_threshold or st["traj_vel"] != 0.0
         put("Moving", int(moving and self._enabled))
         put("Torque_Enable", int(self._enabled and not self._unloaded))
+
+    def refresh(self, address: int = 0, length: int = 1 << 16) -> None:
+        """The Present items from the kernel's state, if a read of address..address+length covers any of them."""
+        if address + length > _PRESENT_FIRST and address < _PRESENT_END:
+            self._refresh_present()
+
+    def decode_state(self, address: int, data: bytes) -> dict:
+        """The joint state in SI that register bytes `data` read at `address` carry (a real servo's reply seen by
+        the mirror, in this servo's Homing_Offset frame): position and goal [rad], velocity [rad/s], current [A],
+        temperature [°C], voltage [V], enable; each only if its item lies within the bytes."""
+        order, end, out = self.spec.byte_order, address + len(data), {}
+        for key, name in (("position", "Present_Position"), ("velocity", "Present_Velocity"),
+                          ("current", "Present_Current"), ("goal", "Goal_Position"),
+                          ("temperature", "Present_Temperature"), ("voltage", "Present_Voltage"),
+                          ("enable", "Torque_Enable")):
+            it = self.spec.item(name)
+            if it.address < address or it.address + it.size > end:
+                continue
+            v = decode_sign(int.from_bytes(data[it.address - address:it.address - address + it.size], order),
+                            it.sign_bit)
+            if key in ("position", "goal"):
+                out[key] = (v - _ZERO_STEP + self._homing) * self._rad     # inverse of _present_steps
+            elif key == "enable":
+                out[key] = bool(v)
+            else:
+                out[key] = v * it.si_per_unit
+        return out
 
     @staticmethod
     def _temperature(st: Mapping) -> float:

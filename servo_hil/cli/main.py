@@ -231,8 +231,9 @@ def run(
 def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
     real: Annotated[list[str] | None, typer.Option(
-        "--real", help="the real bus: a serial device (dynamixel) or a python-can bus INTERFACE:CHANNEL[@BITRATE] "
-                       "such as slcan:/dev/ttyACM0@1000000 (canopen), an Etherban server tcp://HOST:PORT (etherban); "
+        "--real", help="the real bus: a serial device (dynamixel, feetech) or a python-can bus "
+                       "INTERFACE:CHANNEL[@BITRATE] such as slcan:/dev/ttyACM0@1000000 (canopen), an Etherban server "
+                       "tcp://HOST:PORT (etherban); "
                        "REAL for a rig with one bus, or BUS=REAL; "
                        "default: the rig's real = ...")] = None,
     port: Annotated[list[str] | None, typer.Option(
@@ -245,7 +246,7 @@ def mirror(
     mqtt: Annotated[bool | None, typer.Option("--mqtt/--no-mqtt", help="run the MQTT control plane")] = None,
     log_level: Annotated[LogLevel, typer.Option(help="how much the daemon logs")] = "INFO",
 ) -> None:
-    """Proxy mirror: forward an unchanged controller's packets (Dynamixel) or frames (eRob CANopen) to the real
+    """Proxy mirror: forward an unchanged controller's packets (Dynamixel, Feetech) or frames (eRob CANopen) to the real
     bus and its replies back unchanged, while the same writes drive a simulated twin of each servo (logged
     side by side)."""
     from servo_hil.rig import read_rig

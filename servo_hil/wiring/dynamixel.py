@@ -13,7 +13,7 @@ from firmware_models.dynamixel.control_table import Access, ModelSpec, load_mode
 from firmware_models.dynamixel.servo import DynamixelServo
 from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
-from servo_hil.wiring.mirror import open_recorder
+from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -70,7 +70,7 @@ def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None
     bus = DynamixelBus(servos, faults)
     path = port or cfg.port
     if cfg.real:
-        return _mirror(cfg, live, bus, PtyPort(path))
+        return open_serial_mirror(cfg, live, MirrorServer, bus, joints, PtyPort(path))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
     # normal scheduling, unlike the eRob bus threads: a pty hands each write to the controller's side in a
     # kernel worker, which a SCHED_FIFO bus thread busy on that CPU holds off (`servo-hil bench dynamixel`)
@@ -109,17 +109,3 @@ def _power_up_value(spec: ModelSpec, model: str, where: str, name: str, value: i
     if item.mask is not None and value & ~item.mask:
         raise ConfigError(f"{key}: {value} sets bits outside the mask {item.mask:#x}")
     return value
-
-
-def _mirror(cfg: BusConfig, live: RunningRig, twin: DynamixelBus, controller: PtyPort) -> MirrorServer:
-    """The bus as a proxy mirror: the controller's packets go to the real bus at cfg.real, and drive `twin`."""
-    recorder = open_recorder(cfg, live)
-    joints = {a.id: a.joint for a in live.rig.actuators if a.bus == cfg.name}
-    try:
-        real = SerialDevicePort(cfg.real, cfg.baud)
-    except OSError as exc:
-        controller.close()
-        raise ConfigError(f"buses ({cfg.name}): real = {cfg.real!r}: {exc}") from None
-    server = MirrorServer(twin, controller, real, joints, record=recorder, batch=live.atomic, name=cfg.name)
-    server.role = f"mirroring {cfg.real}"
-    return server

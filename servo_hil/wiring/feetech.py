@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 from drivers.emulated.protocol1.bus import Protocol1Bus
 from drivers.emulated.protocol1.feetech import FEETECH
 from drivers.emulated.protocol1.server import Protocol1Server
+from drivers.hosts.protocol1_mirror import Protocol1Mirror
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from firmware_models.feetech.control_table import ModelSpec, load_model, model_names
 from firmware_models.feetech.servo import FeetechServo
 from hil.params import catalog
 from hil.params.config_file import ConfigError
+from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -36,10 +38,9 @@ def feetech_model(name: str, where: str) -> ModelSpec:
                       f"(one of {', '.join(model_names())}), got {name!r}")
 
 
-def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server:
-    """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    if cfg.real:
-        raise ConfigError(f"buses ({cfg.name}): a feetech bus does not mirror a real one yet (real = ...)")
+def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server | Protocol1Mirror:
+    """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet. With cfg.real,
+    a proxy mirror of the real bus there, the servos being the real ones' twins."""
     servos, faults, joints = [], [], []
     store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
     try:
@@ -78,6 +79,8 @@ def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) 
         for s in servos:
             s.on_eeprom_change = save
     bus = Protocol1Bus(FEETECH, servos, faults)
+    if cfg.real:
+        return open_serial_mirror(cfg, live, Protocol1Mirror, bus, joints, PtyPort(port or cfg.port))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
     server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"

@@ -6,9 +6,7 @@ daemon (end to end with dynamixel-sdk) in place of hardware.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import select
 import time
 
@@ -36,17 +34,9 @@ from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from servo_hil.offline.report import report
 from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import start_cli, stop_cli
+from tests.drivers.pty_io import read_exactly
 
 from .conftest import DEFAULT_SLACK_MS, SlackPortHandler, mx64_pendulum_rig
-
-
-def _read_exactly(fd: int, n: int, timeout: float = 2.0) -> bytes:
-    out, end = b"", time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < end:
-        if select.select([fd], [], [], 0.05)[0]:
-            with contextlib.suppress(BlockingIOError):
-                out += os.read(fd, n - len(out))
-    return out
 
 
 def _servo(registers: dict | None = None) -> tuple[DynamixelServo, KernelJoint]:
@@ -101,11 +91,11 @@ def test_bytes_pass_unchanged_both_ways_and_the_twin_executes(mirror):
     client, real_end, twin, joint, server = mirror
     goal = encode_instruction(3, 0x03, (116).to_bytes(2, "little") + (3000).to_bytes(4, "little"))
     client.write(goal)
-    assert _read_exactly(real_end.fileno(), len(goal)) == goal          # forwarded as sent
+    assert read_exactly(real_end.fileno(), len(goal)) == goal          # forwarded as sent
     # whatever the real bus answers reaches the controller as it came, garbage included
     reply = b"\x00\xfe" + encode_status(3, 0x80) + b"\xff\xff"
     real_end.write(reply)
-    assert _read_exactly(client.fileno(), len(reply)) == reply
+    assert read_exactly(client.fileno(), len(reply)) == reply
     # … and the twin executed the write: its register and its kernel goal follow
     assert twin.table.get("Goal Position") == 3000
     assert joint.u == pytest.approx((3000 - 2048) * 2 * 3.141592653589793 / 4096)
@@ -117,7 +107,7 @@ def test_the_real_line_follows_the_controllers_baud(mirror, tmp_path):
     client.baudrate = 57_600
     ping = encode_instruction(3, 0x01)
     client.write(ping)
-    assert _read_exactly(real_end.fileno(), len(ping)) == ping
+    assert read_exactly(real_end.fileno(), len(ping)) == ping
     assert real_end.baud() == 57_600
 
 
@@ -156,7 +146,7 @@ def test_a_divergence_resyncs_the_twin_and_the_report_flags_it(tmp_path):
         for k in range(4):                            # the controller polls Torque Enable .. Present Position
             client.write(read)
             assert _answer(real_end, real) is not None
-            assert len(_read_exactly(client.fileno(), 11 + 72)) == 11 + 72
+            assert len(read_exactly(client.fileno(), 11 + 72)) == 11 + 72
             end = time.monotonic() + 2.0
             while k == 0 and server.syncs < 2 and time.monotonic() < end:
                 time.sleep(0.01)
