@@ -300,21 +300,21 @@ def record(
     mass: Annotated[float, typer.Option(help="pendulum mass [kg]")],
     length: Annotated[float, typer.Option(help="pendulum length [m]")],
     motor: Annotated[str, typer.Option(help="the motor name bam's tools expect, e.g. xl330, mx64, erob80_100")],
-    protocol: Annotated[Literal["dynamixel", "etherban", "canopen"], typer.Option(
-        help="dynamixel (dynamixel-sdk on --port), etherban (bam's eRob client to --endpoint) or canopen "
-             "(python-canopen on the python-can bus --endpoint)")] = "dynamixel",
-    port: Annotated[str | None, typer.Option(help="dynamixel: the servo's serial port (a real adapter, or a "
-                                                  "servo-hil bus)")] = None,
+    protocol: Annotated[Literal["dynamixel", "feetech", "etherban", "canopen"], typer.Option(
+        help="dynamixel (dynamixel-sdk on --port), feetech (scservo_sdk on --port), etherban (bam's eRob client "
+             "to --endpoint) or canopen (python-canopen on the python-can bus --endpoint)")] = "dynamixel",
+    port: Annotated[str | None, typer.Option(help="dynamixel, feetech: the servo's serial port (a real adapter, "
+                                                  "or a servo-hil bus)")] = None,
     endpoint: Annotated[str | None, typer.Option(
         help="etherban: the server, default tcp://127.0.0.1:7332; canopen: a python-can bus "
              "INTERFACE:CHANNEL[@BITRATE], e.g. slcan:/tmp/ttyCAN@1000000")] = None,
-    servo_id: Annotated[int, typer.Option("--id", help="dynamixel: the servo's ID")] = 1,
+    servo_id: Annotated[int, typer.Option("--id", help="dynamixel, feetech: the servo's ID")] = 1,
     node: Annotated[int | None, typer.Option(help="canopen: the eRob's node ID")] = None,
     device: Annotated[int, typer.Option(help="etherban: the eRob's device index")] = 0,
-    baud: Annotated[int, typer.Option(help="dynamixel: bus baud rate [bit/s]")] = 1_000_000,
+    baud: Annotated[int, typer.Option(help="dynamixel, feetech: bus baud rate [bit/s]")] = 1_000_000,
     kp: Annotated[list[float] | None, typer.Option(
-        help="gains to sweep (repeatable): dynamixel Position P Gain (integer, default 400); eRob host PD "
-             "[A/rad] (default 25)")] = None,
+        help="gains to sweep (repeatable): dynamixel Position P Gain (integer, default 400); feetech P "
+             "Coefficient (integer, default 32); eRob host PD [A/rad] (default 25)")] = None,
     damping: Annotated[float | None, typer.Option(
         help="eRob: the PD's damping, D = damping·√kp (default bam's: 2.0 for erob80_100, 1.0 for erob80_50)")] = None,
     kt: Annotated[float | None, typer.Option(
@@ -325,8 +325,8 @@ def record(
     duration: Annotated[float, typer.Option(help="seconds of each trajectory (bam: 6)")] = 6.0,
     arm_mass: Annotated[float, typer.Option(help="uniform arm mass [kg]")] = 0.0,
 ) -> None:
-    """Identification run on a real servo: drive it (Dynamixel, or an eRob through Etherban or CANopen with bam's
-    host PD) through bam's excitation trajectories at each gain and record bam's raw and processed JSON logs
+    """Identification run on a real servo: drive it (Dynamixel, Feetech, or an eRob through Etherban or CANopen with
+    bam's host PD) through bam's excitation trajectories at each gain and record bam's raw and processed JSON logs
     (for `replay`, `report`, `identify` and bam's own fitting)."""
     from servo_hil.record.excitation import TRAJECTORIES
     from servo_hil.record.sweep import check_trajectories
@@ -344,6 +344,17 @@ def record(
         gains = kp or [400]
         if any(k != int(k) for k in gains):
             raise ConfigError(f"--kp {next(k for k in gains if k != int(k))}: a Position P Gain is an integer")
+        files = run(port, servo_id, baud, trajectories, [int(k) for k in gains], header, out, duration)
+    elif protocol == "feetech":
+        from servo_hil.record.feetech import BAM_KP
+        from servo_hil.record.feetech import record as run
+
+        if port is None:
+            raise ConfigError("--port: give the Feetech bus's serial port")
+        gains = kp or [BAM_KP]
+        if any(k != int(k) or not 0 <= k <= 255 for k in gains):
+            bad = next(k for k in gains if k != int(k) or not 0 <= k <= 255)
+            raise ConfigError(f"--kp {bad:g}: a P Coefficient is an integer 0..255 (one byte)")
         files = run(port, servo_id, baud, trajectories, [int(k) for k in gains], header, out, duration)
     else:
         from drivers.hosts.erob_link import open_link

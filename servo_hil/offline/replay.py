@@ -20,7 +20,7 @@ from hil.params import catalog
 from hil.params.actuator import ActuatorSpec
 from hil.params.bam import BamParams
 from hil.params.config_file import ConfigError, Strict, validate
-from hil.params.firmware import DynamixelPwmLaw, ErobPdLaw
+from hil.params.firmware import DynamixelPwmLaw, ErobPdLaw, StsPwmLaw
 from servo_hil.rig import STANDARD_GRAVITY, EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
 
@@ -95,12 +95,12 @@ class ReplayResult:
 def log_spec(spec: ActuatorSpec, log: ProcessedLog) -> ActuatorSpec:
     """The actuator as it ran in `log`: the header's gain and supply (or eRob damping) in its firmware law."""
     fw = spec.firmware
-    if isinstance(fw, DynamixelPwmLaw):
+    if isinstance(fw, DynamixelPwmLaw | StsPwmLaw):   # bam's Feetech actuator takes kp and vin from the log too
         fw = fw.model_copy(update={"kp": log.kp} | ({"supply_v": log.vin} if log.vin else {}))
     elif isinstance(fw, ErobPdLaw):
         fw = fw.model_copy(update={"kp": log.kp} | ({"damping": log.damping} if log.damping is not None else {}))
     else:
-        raise ConfigError(f"{spec.name}: replay needs a position law (dxl_pwm or erob_pd), not {fw.law}")
+        raise ConfigError(f"{spec.name}: replay needs a position law (dxl_pwm, sts_pwm or erob_pd), not {fw.law}")
     return ActuatorSpec(spec.name, spec.motor, fw, spec.friction, spec.encoder_counts)
 
 
