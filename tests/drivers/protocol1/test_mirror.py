@@ -26,7 +26,7 @@ from servo_hil.daemon.zmq_io import request
 from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from servo_hil.offline.report import report
 from tests.daemon_process import start_cli, stop_cli
-from tests.drivers.protocol1.conftest import write_sts_rig
+from tests.drivers.protocol1.conftest import ScsSlackPort, write_sts_rig
 from tests.drivers.pty_io import read_exactly
 from tests.firmware_models.feetech.servo_kit import sts_servo
 
@@ -149,15 +149,6 @@ def test_a_sync_write_of_torque_makes_the_real_state_unknown(tmp_path):
         assert server.real_state[3] == {"Operating_Mode": 0} and twin.table.get("Torque_Enable") == 0
 
 
-class _SlackPort(scs.PortHandler):
-    """scservo_sdk's PortHandler waiting 500 ms longer per packet: two daemons and the SDK share 2 cores, so a
-    stall past the SDK's ~34 ms is the host's, not a lost reply."""
-
-    def setPacketTimeout(self, packet_length):
-        super().setPacketTimeout(packet_length)
-        self.packet_timeout += 500.0
-
-
 def test_scservo_sdk_through_the_mirror_drives_the_real_servos_and_their_twins(tmp_path):
     real_rig = write_sts_rig(tmp_path, "real", ids=(1, 2), fast=True)
     twin_rig = write_sts_rig(tmp_path, "twin", ids=(1, 2), fast=True)
@@ -167,7 +158,7 @@ def test_scservo_sdk_through_the_mirror_drives_the_real_servos_and_their_twins(t
         mirror = start_cli(["mirror", str(twin_rig.path), "--real", str(tmp_path / "real"), "--port",
                             str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring")
         try:
-            port, ph = _SlackPort(str(tmp_path / "ctl")), scs.PacketHandler(0)
+            port, ph = ScsSlackPort(str(tmp_path / "ctl")), scs.PacketHandler(0)
             assert port.openPort() and port.setBaudRate(1_000_000)
             assert ph.ping(port, 2) == (777, scs.COMM_SUCCESS, 0)
             goals = {1: 2048 + 400, 2: 2048 - 300}
