@@ -80,18 +80,23 @@ def koch(tmp_path) -> DxlDaemon:
     launcher.finish()
 
 
-def sync_read_positions(dxl, ids) -> dict[int, int]:
-    reader = sdk.GroupSyncRead(dxl.port, dxl.ph, *A.PRESENT_POSITION)
+def sync_read(dxl, ids, item: tuple[int, int]) -> dict[int, int]:
+    """One GroupSyncRead of `item` from every servo in `ids`, values signed."""
+    reader = sdk.GroupSyncRead(dxl.port, dxl.ph, *item)
     for i in ids:
         assert reader.addParam(i)
     comm = reader.txRxPacket()
     assert comm == sdk.COMM_SUCCESS, dxl.ph.getTxRxResult(comm)
     out = {}
     for i in ids:
-        assert reader.isAvailable(i, *A.PRESENT_POSITION)
-        raw = reader.getData(i, *A.PRESENT_POSITION)
-        out[i] = raw - (1 << 32) if raw >= 1 << 31 else raw
+        assert reader.isAvailable(i, *item)
+        raw = reader.getData(i, *item)
+        out[i] = raw - (1 << 8 * item[1]) if raw >= 1 << (8 * item[1] - 1) else raw
     return out
+
+
+def sync_read_positions(dxl, ids) -> dict[int, int]:
+    return sync_read(dxl, ids, A.PRESENT_POSITION)
 
 
 def sync_write_goals(dxl, goals: dict[int, int]) -> None:
@@ -112,6 +117,7 @@ def test_koch_follower_answers_as_lerobot_expects_and_holds_a_pose(koch) -> None
         models = {i: dxl.ping(i) for i in ids}
         assert {i: (m, c, e) for i, (m, c, e) in models.items()} == \
             {i: (1060 if i <= 2 else 1200, sdk.COMM_SUCCESS, 0) for i in ids}
+        assert sync_read(dxl, ids, A.MODEL_NUMBER) == {i: 1060 if i <= 2 else 1200 for i in ids}
         # LeRobot koch_follower.configure(): extended position for the joints, current-based position for the
         # gripper, the elbow's own gains (huggingface/lerobot src/lerobot/robots/koch_follower/koch_follower.py)
         for i in ids[:-1]:
