@@ -1,8 +1,10 @@
 """A servo's control table or object dictionary for the console: read as a grid, written through its own write path.
 
 A write takes the path a packet or an SDO download would (Dynamixel: `DynamixelServo.write` under the bus
-lock; eRob: `CanopenNode.set_data(…, check_writable=True)` under the drives' lock), so a refusal is the
-error number or abort code the device would send (docs/console.md, The write path).
+lock; Feetech: `FeetechServo.write`, as a WRITE packet; eRob: `CanopenNode.set_data(…, check_writable=True)` under
+the drives' lock), so a refusal is the error number or abort code the device would send (docs/console.md, The write
+path). A Feetech servo refuses nothing (its status byte has no such bit, docs/feetech.md): the reply carries its
+Status bits, and a read-only byte or an out-of-range value is left or stored as the servo leaves or stores it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 from drivers.emulated.canopen.node import CanopenNode
 from drivers.emulated.slcan.adapter import CanFrame
 from firmware_models.dynamixel.errors import ErrorCode
+from firmware_models.feetech.control_table import decode_sign, encode_sign
+from firmware_models.feetech.servo import STATUS_BITS
 from servo_hil.daemon.arguments import CommandError
 
 # Protocol 2.0 §Status Packet, Error: the numbers' names as the e-manual gives them
@@ -126,9 +130,67 @@ def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+def feetech_servos(daemon) -> dict[str, tuple[Any, Any]]:
+    """{joint: (bus server, FeetechServo)} of every simulated Feetech servo of the daemon's buses."""
+    out = {}
+    for server in daemon.buses:
+        for servo in getattr(getattr(server, "bus", None), "servos", ()):
+            if getattr(servo, "family", "") == "feetech" and hasattr(servo, "joint"):
+                out[daemon.live.names[servo.joint.j]] = (server, servo)
+    return out
+
+
 def table_joints(daemon) -> dict[str, str]:
-    """{joint: "dynamixel" | "erob"} of every actuator with a control table or object dictionary."""
-    return {**{j: "erob" for j in erob_nodes(daemon)}, **{j: "dynamixel" for j in dynamixel_servos(daemon)}}
+    """{joint: "dynamixel" | "feetech" | "erob"} of every actuator with a control table or object dictionary."""
+    return {**{j: "erob" for j in erob_nodes(daemon)}, **{j: "dynamixel" for j in dynamixel_servos(daemon)},
+            **{j: "feetech" for j in feetech_servos(daemon)}}
+
+
+def _status_text(status: int) -> str:
+    """The names of a Feetech status byte's bits (Status (65), feetech-servo-sdk ERRBIT_*), e.g. "overload"."""
+    return ", ".join(name for name, bit in STATUS_BITS.items() if status & bit)
+
+
+def _read_feetech(daemon, joint: str) -> dict:
+    """Every item of the Feetech servo's table, as a READ of the whole table gets it (Present items fresh), decoded
+    in the model's byte order and sign-magnitude bits; SI where the item has a unit."""
+    server, servo = feetech_servos(daemon)[joint]
+    spec = servo.table.spec
+    with server.lock:
+        reply = servo.read(0, spec.size)
+    status, data = reply if reply is not None else (0, b"")
+    rows = []
+    for it in spec.items:
+        value = None
+        if len(data) >= it.address + it.size:
+            value = decode_sign(int.from_bytes(data[it.address:it.address + it.size], spec.byte_order), it.sign_bit)
+        rows.append({"name": it.name, "address": it.address, "size": it.size,
+                     "area": {"eeprom": "EEPROM", "ram": "RAM"}.get(it.area, it.area), "access": it.access,
+                     "writable": it.access == "RW", "unit": it.unit, "min": it.min, "max": it.max, "value": value,
+                     "si": value * it.si_per_unit if value is not None and it.si_per_unit else None})
+    t = servo.table
+    mode = t.get("Operating_Mode") if spec.has("Operating_Mode") else 0
+    goal = {1: "Goal_Velocity", 2: "Goal_Time"}.get(mode, "Goal_Position")   # memory table: wheel, PWM modes
+    return {"joint": joint, "kind": "feetech", "model": spec.title, "id": t.get("ID"), "rows": rows,
+            "torque": t.get("Torque_Enable"), "torque_item": "Torque_Enable", "operating_mode": mode,
+            "goal_item": goal, "hardware_error": status, "status_text": _status_text(status)}
+
+
+def _write_feetech(daemon, joint: str, name: Any, value: Any) -> dict:
+    """A WRITE of `value` (register units, signed where the item is sign-magnitude) to item `name`."""
+    server, servo = feetech_servos(daemon)[joint]
+    spec = servo.table.spec
+    if not isinstance(name, str) or not spec.has(name):
+        raise RegisterError(f"write: {spec.title} has no item {name!r}")
+    item = spec.item(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RegisterError(f"write {name}: value must be an integer in register units")
+    raw = encode_sign(value, item.sign_bit)
+    if not 0 <= raw < (1 << (8 * item.size)) or (item.sign_bit is not None and abs(value) >= 1 << item.sign_bit):
+        raise RegisterError(f"write {name}: {value} does not fit in {item.size} byte(s)")
+    with _as_a_packet(server):
+        status, _ = servo.write(item.address, raw.to_bytes(item.size, spec.byte_order))
+    return {"error": 0, "error_text": "", "alert": bool(status), "status_text": _status_text(status)}
 
 
 def _servo(daemon, joint: str) -> tuple[Any, Any]:
@@ -150,6 +212,8 @@ def read_table(daemon, joint: str) -> dict:
     """The grid of `joint`: its control table (Dynamixel) or object dictionary (eRob)."""
     if joint in erob_nodes(daemon):
         return read_od(daemon, joint)
+    if joint in feetech_servos(daemon):
+        return _read_feetech(daemon, joint)
     return _read_dynamixel(daemon, joint)
 
 
@@ -180,6 +244,8 @@ def write_item(daemon, joint: str, name: Any, value: Any) -> dict:
     the servo's error (0 and "" when accepted) and the Error byte's Alert bit."""
     if joint in erob_nodes(daemon):
         return write_od(daemon, joint, name, value)
+    if joint in feetech_servos(daemon):
+        return _write_feetech(daemon, joint, name, value)
     server, servo = _servo(daemon, joint)
     if not isinstance(name, str):
         raise RegisterError("write: name must be the item's name")
@@ -203,6 +269,8 @@ def servo_action(daemon, joint: str, action: str) -> dict:
     handed to the node as the bus hands it the frame."""
     if joint in erob_nodes(daemon):
         return _erob_action(daemon, joint, action)
+    if joint in feetech_servos(daemon):
+        return _feetech_action(daemon, joint, action)
     server, servo = _servo(daemon, joint)
     with _as_a_packet(server):
         if action == "reboot":
@@ -223,4 +291,18 @@ def _erob_action(daemon, joint: str, action: str) -> dict:
         raise RegisterError("reboot: an eRob served over Etherban has no NMT Reset Node (a CANopen service)")
     with server.drives.lock:
         node.handle(CanFrame(0x000, bytes([0x81, node.id])), time.monotonic())   # NMT: cs 0x81 = reset node
+    return {"error": 0, "error_text": ""}
+
+
+def _feetech_action(daemon, joint: str, action: str) -> dict:
+    """`reboot`: a power cycle (EEPROM as saved, RAM at power-up values; Feetech has no REBOOT instruction);
+    `factory_reset`: the RESET instruction (0x06), as the bus runs it (all but ID and Baud_Rate)."""
+    server, servo = feetech_servos(daemon)[joint]
+    with _as_a_packet(server):
+        if action == "reboot":
+            servo.reboot()
+        elif action == "factory_reset":
+            servo.reset()
+        else:
+            raise RegisterError(f"unknown servo action {action!r} (reboot, factory_reset)")
     return {"error": 0, "error_text": ""}

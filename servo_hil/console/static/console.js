@@ -133,6 +133,7 @@ async function loadServo(quiet) {
     if (!t.ok) { showMessage("#servo-message", t); return; }
     state.servo = t;
     $("#servo-model").textContent = t.kind === "erob" ? `${t.model}, node ${t.id}, error code ${fmt(t.hardware_error)}`
+      : t.kind === "feetech" ? `${t.model}, ID ${t.id}, status ${t.hardware_error}${t.status_text ? ` (${t.status_text})` : ""}`
       : `${t.model}, ID ${t.id}, hardware error ${t.hardware_error}`;
     $("#torque-toggle").textContent = t.torque ? "Torque off" : "Torque on";
     $("#goal-label").textContent = `${t.goal_item} [${t.kind === "erob" ? "object unit" : "register"}]`;
@@ -175,7 +176,7 @@ $("#torque-toggle").addEventListener("click", async () => {
   if (t.kind === "law") {   // not on a bus: the daemon's set_enable
     return showMessage("#servo-message", await api("/api/command", { cmd: "set_enable", actuator: t.joint, value: !t.torque }), "torque switched");
   }
-  if (t.kind !== "erob") return writeItem("Torque Enable", t.torque ? 0 : 1);
+  if (t.kind !== "erob") return writeItem(t.torque_item || "Torque Enable", t.torque ? 0 : 1);
   // CiA 402 controlword: shutdown (6), switch on (7), enable operation (15); disable operation (7)
   const cw = t.rows.find((r) => r.address === "0x6040:00").name;
   for (const v of t.torque ? [7] : [6, 7, 15]) await writeItem(cw, v);
