@@ -140,6 +140,19 @@ def bench_dynamixel(
     _print_json(bench(reads, cycles, quick=quick), out)
 
 
+@bench_app.command("feetech")
+def bench_feetech(
+    cycles: Annotated[int, typer.Option(min=1, help="timed Sync Reads per server")] = 1000,
+    quick: Annotated[bool, typer.Option("--quick", help="short run: at most 100 Sync Reads per server")] = False,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """scservo_sdk's GroupSyncRead of Present_Position + Present_Speed from 6 STS3215 at 1 Mbit/s, paced, against
+    the wire time plus an echo peer's floor measured in the same run, as JSON (exit 0 even on a miss)."""
+    from bench.feetech import run as bench
+
+    _print_json(bench(cycles, quick=quick), out)
+
+
 @bench_app.command("dynamixel-timeline")
 def bench_dynamixel_timeline(
     baud: Annotated[int, typer.Option(min=9600, help="line rate [bit/s] the SDK opens the port at")] = 1_000_000,

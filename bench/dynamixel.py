@@ -6,17 +6,16 @@ wire-time bound and an echo peer. Method: docs/benchmarks.md; figures and target
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 import tempfile
 import time
-import tty
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from bench.host import (
     DaemonProcess,
+    PeerFrame,
     PeerProcess,
     cpu_ns,
     cpu_split,
@@ -26,6 +25,7 @@ from bench.host import (
     loadavg,
     machine,
     probe,
+    serve_echo_peer,
 )
 from drivers.emulated.dynamixel.protocol import BROADCAST_ID, HEADER, Instruction, encode_instruction, encode_status
 from drivers.wire.ports import wire_time_s
@@ -113,40 +113,9 @@ def _peer_replies() -> dict[bytes, bytes]:
 
 
 def echo_peer(conn, replies: dict[bytes, bytes]) -> None:
-    """Benchmark harness, not an emulator: serve a pty, answer known requests at once with canned replies.
-
-    Runs in its own process. Sends the slave's path on `conn`, then loops: blocking read on the
-    master, cut out each complete packet (header + LEN), write the canned reply for its exact bytes.
-    Sync Write (no reply) and unknown packets are ignored. Ends on SIGTERM.
-    """
-    master, slave = os.openpty()
-    tty.setraw(slave)     # keep our slave fd open: the SDK closes and reopens it (no holder: the master reads EIO)
-    conn.send(os.ttyname(slave))
-    conn.close()
-    buf = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            time.sleep(0.001)   # no client holds the slave right now
-            continue
-        buf += data
-        while True:
-            i = buf.find(HEADER)
-            if i < 0:
-                buf = buf[-3:]
-                break
-            if len(buf) < i + 7:
-                buf = buf[i:]
-                break
-            total = 7 + (buf[i + 5] | buf[i + 6] << 8)
-            if len(buf) < i + total:
-                buf = buf[i:]
-                break
-            packet, buf = buf[i:i + total], buf[i + total:]
-            reply = replies.get(packet)
-            if reply is not None:
-                os.write(master, reply)
+    """Benchmark harness, not an emulator: `bench.host.serve_echo_peer` on Protocol 2.0 packets (header FF FF FD 00,
+    a 2-byte LEN at offset 5 counting what follows it)."""
+    serve_echo_peer(conn, replies, PeerFrame(HEADER, 7, 5, 2))
 
 
 # ---------------------------------------------------------------------------------------- daemon

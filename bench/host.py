@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+import tty
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -131,6 +133,54 @@ def cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
             "server_cpu_us_per_op": max(server - server_idle_cores, 0.0) * wall / ops * 1e6,
             "host_busy_cores": host,
             "other_cores": None if host is None else max(host - client - server, 0.0)}
+
+
+class PeerFrame(NamedTuple):
+    """How an echo peer cuts packets from its input: `header` starts one; LEN is `len_size` bytes (little-endian)
+    at `len_offset` from the header; a packet is `prefix` + LEN bytes."""
+
+    header: bytes
+    prefix: int
+    len_offset: int
+    len_size: int
+
+
+def serve_echo_peer(conn, replies: dict[bytes, bytes], frame: PeerFrame) -> None:
+    """Benchmark harness, not an emulator: serve a pty, answer known requests at once with canned replies.
+
+    Runs in its own process. Sends the slave's path on `conn`, then loops: blocking read on the master, cut out each
+    complete packet (`frame`), write the canned reply for its exact bytes. Packets without a reply (a Sync Write)
+    and unknown ones are ignored. Ends on SIGTERM.
+    """
+    master, slave = os.openpty()
+    tty.setraw(slave)     # keep our slave fd open: the SDK closes and reopens it (no holder: the master reads EIO)
+    conn.send(os.ttyname(slave))
+    conn.close()
+    header, prefix, at, size = frame
+    buf = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            time.sleep(0.001)   # no client holds the slave right now
+            continue
+        buf += data
+        while True:
+            i = buf.find(header)
+            if i < 0:
+                buf = buf[-(len(header) - 1):]
+                break
+            if len(buf) < i + prefix:
+                buf = buf[i:]
+                break
+            total = prefix + int.from_bytes(buf[i + at:i + at + size], "little")
+            if len(buf) < i + total:
+                buf = buf[i:]
+                break
+            packet, buf = buf[i:i + total], buf[i + total:]
+            reply = replies.get(packet)
+            if reply is not None:
+                os.write(master, reply)
 
 
 START_S = 30.0   # [s] a daemon or peer that is not ready by then has failed
