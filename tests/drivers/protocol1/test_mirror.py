@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import select
+import subprocess
 import time
 
 import pytest
@@ -25,7 +26,7 @@ from drivers.wire.ports import PtyPort, SerialDevicePort
 from servo_hil.daemon.zmq_io import request
 from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from servo_hil.offline.report import report
-from tests.daemon_process import start_cli, stop_cli
+from tests.daemon_process import SERVO_HIL, assert_one_cli_line, start_cli, stop_cli
 from tests.drivers.protocol1.conftest import ScsSlackPort, write_sts_rig
 from tests.drivers.pty_io import read_exactly
 from tests.firmware_models.feetech.servo_kit import sts_servo
@@ -198,3 +199,12 @@ def test_scservo_sdk_through_the_mirror_drives_the_real_servos_and_their_twins(t
                                      "data": goals[2].to_bytes(2, "little").hex()}
     doc = report(tmp_path / "logs", tmp_path / "report")                # `servo-hil report` reads the MCAP
     assert {r["joint"] for r in doc["rows"]} == {"j0", "j1"} and not doc["state_disagreements"]
+
+
+def test_a_real_bus_that_does_not_open_is_one_line_and_leaves_no_log_folder(tmp_path):
+    rig = write_sts_rig(tmp_path, "twin")
+    res = subprocess.run([*SERVO_HIL, "mirror", str(rig.path), "--real", str(tmp_path / "absent"), "--port",
+                          str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], capture_output=True, text=True,
+                         timeout=60)
+    assert_one_cli_line(res, "buses (sts)", "real = ", "absent")
+    assert not (tmp_path / "logs").exists()
