@@ -10,10 +10,13 @@ not refused here; the firmware (servo.py) decides what a value does.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
+
+from pydantic import Field
 
 from hil.params import catalog
 from hil.params.config_file import ConfigError, Strict, read_toml, validate
@@ -69,6 +72,22 @@ class ModelSpec:
     operating_modes: tuple[int, ...]
     items: tuple[Item, ...]
     size: int                           # bytes of the table (one past the last item)
+    range_deg: float = 360.0            # the angle `resolution` steps span (a potentiometer SCS servo: 300°)
+
+    @property
+    def step_rad(self) -> float:
+        """One position step [rad]."""
+        return math.radians(self.range_deg) / self.resolution
+
+    @property
+    def turn_steps(self) -> float:
+        """Position steps per turn (4096 on an STS3215; 1228.8 on a 300° SCS servo of 1024 steps)."""
+        return self.resolution * 360.0 / self.range_deg
+
+    @property
+    def zero_step(self) -> int:
+        """The step of 0 rad: the middle of the range."""
+        return self.resolution // 2
 
     def item(self, name: str) -> Item:
         for it in self.items:
@@ -100,6 +119,7 @@ class _ModelFile(Strict):
     firmware_version: list[int]
     byte_order: Literal["little", "big"]
     resolution: int
+    range_deg: float = Field(360.0, gt=0.0, le=360.0)
     baud_rates: dict[int, int]
     operating_modes: list[int]
     units: dict[str, float]
@@ -127,7 +147,7 @@ def _build(name: str, cfg: _ModelFile, where: str) -> ModelSpec:
     if len({it.name for it in items}) != len(items):
         raise ConfigError(f"{where}: items: a name appears twice")
     return ModelSpec(name, cfg.title, cfg.model_number, cfg.byte_order, cfg.resolution, dict(cfg.baud_rates),
-                     tuple(cfg.operating_modes), tuple(items), max(used) + 1)
+                     tuple(cfg.operating_modes), tuple(items), max(used) + 1, cfg.range_deg)
 
 
 def _models_dir():

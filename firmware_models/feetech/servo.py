@@ -26,7 +26,6 @@ STATUS_BITS = {"voltage": VOLTAGE, "angle": ANGLE, "overheat": OVERHEAT, "overcu
 _EEPROM_END = 40          # addresses below are EEPROM (Feetech STS memory table: EPROM 0..39, SRAM from 40)
 _PRESENT_FIRST, _PRESENT_END = 56, 71   # Present_Position .. Present_Current: from the kernel's state on a read
 _CALIBRATE = 128          # Torque_Enable value: the present position becomes 2048 (memory table, Torque switch)
-_ZERO_STEP = 2048         # 0 rad at the middle of the encoder's range, as the Dynamixel models take it
 _PHASE_SPEED_ZERO_IS_MAX = 0x08   # Phase bit 3: Goal_Velocity 0 means the maximum speed
 _PHASE_FULL_ANGLE = 0x10          # Phase bit 4: Present_Position is not folded into 0..4095
 # the registers law.kernel_params converts (LeRobot's names)
@@ -65,7 +64,10 @@ class FeetechServo:
         self._full_duty = base["max_duty"] or 1.0    # the catalog's duty at Torque_Limit 1000 (bam max_pwm)
         self._error_gain = base.get("sts_error_gain") or base.get("error_gain") or 0.166
         self._supply_v = base.get("supply_v") or 7.4
-        self._rad = 2.0 * math.pi / spec.resolution     # [rad per step]
+        self._rad = spec.step_rad                        # [rad per step]
+        self._zero = spec.zero_step                      # the step of 0 rad
+        # a 300° potentiometer servo (SCS) reads its ends beyond its range; an STS encoder folds over a turn
+        self._folds = spec.range_deg == 360.0
         self._registered: tuple[int, bytes] | None = None
         self._status = 0                 # latched protection bits (Status, 65)
         self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}     # [s] above each threshold so far
@@ -105,7 +107,8 @@ class FeetechServo:
                 t.set(it.name, it.default)
         for name, value in self._flash_factory.items():
             t.set(name, value)
-        t.set("Torque_Limit", t.get("Max_Torque_Limit"))     # memory table: 48 is loaded from 16 at power-up
+        if self.spec.has("Torque_Limit"):     # STS memory table: 48 is loaded from 16 at power-up (SCS: no 48)
+            t.set("Torque_Limit", t.get("Max_Torque_Limit"))
         self._registered = None
         self._status = 0
         self._enabled = self._unloaded = self._protective = False
@@ -194,7 +197,8 @@ class FeetechServo:
                 or "Response_Status_Level" in changed:
             self._cache()
         self._settings()
-        if "Max_Torque_Limit" in changed and t.get("Torque_Limit") > t.get("Max_Torque_Limit"):
+        if "Max_Torque_Limit" in changed and self.spec.has("Torque_Limit") \
+                and t.get("Torque_Limit") > t.get("Max_Torque_Limit"):
             t.set("Torque_Limit", t.get("Max_Torque_Limit"))
         if "Torque_Enable" in changed:
             self._torque(t.get("Torque_Enable"))
@@ -206,11 +210,11 @@ class FeetechServo:
 
     def _torque(self, value: int) -> None:
         t = self.table
-        if value == _CALIBRATE:
+        if value == _CALIBRATE and self.spec.has("Homing_Offset"):
             # the present position becomes 2048: Homing_Offset = actual − 2048 (memory table, Torque switch 128),
             # saved at once; the torque stays as it was
-            actual = round(self._measured() / self._rad) + _ZERO_STEP
-            offset = (actual - _ZERO_STEP + 2048) % 4096 - 2048
+            actual = round(self._measured() / self._rad) + self._zero
+            offset = (actual - self._zero + 2048) % 4096 - 2048
             t.set("Homing_Offset", max(-2047, min(2047, offset)))
             lo = t.item("Homing_Offset").address
             self._flash = self._flash[:lo] + bytes(t.data[lo:lo + 2]) + self._flash[lo + 2:]   # only the offset
@@ -233,19 +237,21 @@ class FeetechServo:
         Maximum_Acceleration caps Acceleration, Protective_Torque caps the torque after an overload, and
         Goal_Velocity 0 is the maximum speed only with Phase bit 3 (the STS3215's setting), else a stop."""
         t = self.table
-        registers = {name: t.get(name) for name in _LAW_REGISTERS}
-        registers["Acceleration"] = min(registers["Acceleration"], t.get("Maximum_Acceleration"))
+        registers = {name: t.get(name) for name in _LAW_REGISTERS if self.spec.has(name)}
+        if "Torque_Limit" not in registers:      # SCS: Max_Torque_Limit (16) is the only torque limit
+            registers["Torque_Limit"] = t.get("Max_Torque_Limit")
+        registers["Acceleration"] = min(registers.get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
         if self._protective:
             registers["Torque_Limit"] = min(registers["Torque_Limit"], 10 * t.get("Protective_Torque"))
         full = t.get("Maximum_Velocity_Limit") * 50 if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX else 0
-        return law.kernel_params(registers, self._error_gain, self._full_duty, full, self.spec.resolution)
+        return law.kernel_params(registers, self._error_gain, self._full_duty, full, self.spec.turn_steps)
 
     def _kernel_goal(self) -> float:
         """The law's goal u: a position [rad] (modes 0 and 3), a velocity [rad/s] (1) or a duty (2)."""
         t = self.table
-        mode = t.get("Operating_Mode")
+        mode = self._get("Operating_Mode", 0)
         if mode == 1:
-            return law.speed(t.get("Goal_Velocity"), self.spec.resolution)
+            return law.speed(t.get("Goal_Velocity"), self.spec.turn_steps)
         if mode == 2:
             return law.pwm_duty(t.get("Goal_Time"), self._full_duty)
         theta = self._measured()
@@ -256,7 +262,8 @@ class FeetechServo:
             goal = max(lo, min(hi, goal))       # the limits clamp the goal (both 0: multi-turn, no clamp)
         if mode == 3:
             goal = present + goal               # step mode: the goal counts from where the shaft is
-        t.set("Present_Goal", goal)
+        if self.spec.has("Present_Goal"):
+            t.set("Present_Goal", goal)
         return theta + (goal - present) * self._rad
 
     # ------------------------------------------------------------------ register ⇄ SI
@@ -267,22 +274,29 @@ class FeetechServo:
         st = st if st is not None else self._state()
         return st["theta_meas"] if st["k"] > 0 else st["theta"]
 
+    def _get(self, name: str, default: int) -> int:
+        """Item `name`'s value, or `default` on a model without it (an SCS table lacks the STS's current
+        protection, homing offset, mode and acceleration cap)."""
+        return self.table.get(name) if self.spec.has(name) else default
+
     def _settings(self) -> None:
         """The register values every read and every housekeeping pass use, kept as attributes (refreshed after
         each write that changes a register, and at power-up), with the Present items' places in the table."""
         t = self.table
-        unit = {name: t.item(name).si_per_unit for name in ("Present_Velocity", "Present_Current",
-                                                             "Protection_Current", "Moving_Velocity_Threshold")}
-        self._homing = t.get("Homing_Offset")
+        unit = {name: t.item(name).si_per_unit if self.spec.has(name) else 0.0
+                for name in ("Present_Velocity", "Present_Current", "Protection_Current", "Moving_Velocity_Threshold")}
+        self._homing = self._get("Homing_Offset", 0)
         self._full_angle = bool(t.get("Phase") & _PHASE_FULL_ANGLE)
         self._v_range = (t.get("Min_Voltage_Limit") / 10, t.get("Max_Voltage_Limit") / 10)    # [V]
         self._max_temp = t.get("Max_Temperature_Limit")                                    # [°C]
-        self._overload_pct = t.get("Overload_Torque")
+        # SCS: no Overload_Torque (the load bit's threshold is not published: taken as the STS's 80 %) and no
+        # current protection (no bit 3 in its Status)
+        self._overload_pct = self._get("Overload_Torque", 80)
         self._overload_s = t.get("Protection_Time") * 0.01
-        self._current_max = t.get("Protection_Current") * unit["Protection_Current"]     # [A]
-        self._current_s = t.get("Over_Current_Protection_Time") * 0.01
+        self._current_max = self._get("Protection_Current", 0) * unit["Protection_Current"] or math.inf   # [A]
+        self._current_s = self._get("Over_Current_Protection_Time", 0) * 0.01
         self._unloading = t.get("Unloading_Condition")
-        self._moving_threshold = t.get("Moving_Velocity_Threshold") * unit["Moving_Velocity_Threshold"]
+        self._moving_threshold = self._get("Moving_Velocity_Threshold", 0) * unit["Moving_Velocity_Threshold"]
         self._velocity_unit = unit["Present_Velocity"]
         self._current_unit = unit["Present_Current"]
         order = self.spec.byte_order
@@ -298,7 +312,9 @@ class FeetechServo:
     def _present_steps(self, theta: float) -> int:
         """Present_Position for shaft angle `theta`: actual − Homing_Offset (LeRobot `_get_half_turn_homings`),
         folded into 0..4095 unless Phase bit 4 (angle feedback mode) asks for the full angle."""
-        p = round(theta / self._rad) + _ZERO_STEP - self._homing
+        p = round(theta / self._rad) + self._zero - self._homing
+        if not self._folds:
+            return max(0, min(p, self.spec.resolution - 1))
         return p if self._full_angle else p % self.spec.resolution
 
     def _refresh_present(self, st: Mapping | None = None) -> None:
@@ -335,7 +351,7 @@ class FeetechServo:
             v = decode_sign(int.from_bytes(data[it.address - address:it.address - address + it.size], order),
                             it.sign_bit)
             if key in ("position", "goal"):
-                out[key] = (v - _ZERO_STEP + self._homing) * self._rad     # inverse of _present_steps
+                out[key] = (v - self._zero + self._homing) * self._rad     # inverse of _present_steps
             elif key == "enable":
                 out[key] = bool(v)
             else:

@@ -33,6 +33,7 @@ BAM_DIR = {
     "sts3215": "feetech_sts3215_7_4V",
     "sts3215_12v": None,
     "ax12a": None,
+    "scs0009": None,
 }
 ALL_MODELS = ["m1", "m2", "m3", "m4", "m5", "m6"]
 MODELS = {"feetech_sts3215_7_4V": ["m1"]}   # bam directories without m1–m6 (bam identified only m1)
@@ -53,7 +54,8 @@ def test_catalog_lists_exactly_the_expected_entries():
 def test_entry_loads_and_resolves(name):
     entry = catalog.entry(name)
     assert entry.name == name
-    assert entry.family == ("erob" if name.startswith("erob") else "feetech" if name.startswith("sts") else "dynamixel")
+    assert entry.family == ("erob" if name.startswith("erob") else "feetech" if name.startswith(("sts", "scs"))
+                            else "dynamixel")
     spec = entry.actuator()
     assert spec.name == name
     assert spec.friction is None
