@@ -14,7 +14,6 @@ import struct
 import sys
 import tempfile
 import time
-import tty
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from bench.host import (
     latency_stats,
     loadavg,
     machine,
+    peer_pty,
     probe,
 )
 from drivers.emulated.slcan.adapter import CanFrame, encode_frame, frame_bits
@@ -97,17 +97,8 @@ def slcan_peer(conn, tpdo_lines: bytes) -> None:
     master, split lines at CR; a frame line gets `z` (`Z` for 29-bit), a SYNC line (`t0800`) is then
     followed by the canned TPDO lines; any other command gets CR. No wire pacing. Ends on SIGTERM.
     """
-    master, slave = os.openpty()
-    tty.setraw(slave)     # keep our slave fd open: the client may close and reopen it
-    conn.send(os.ttyname(slave))
-    conn.close()
     buf = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            time.sleep(0.001)   # no client holds the slave right now
-            continue
+    for master, data in peer_pty(conn):
         buf += data
         out = b""
         while True:

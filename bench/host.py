@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import tty
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -135,6 +136,22 @@ def cpu_split(p0, p1, ops: int, server_idle_cores: float) -> dict:
             "other_cores": None if host is None else max(host - client - server, 0.0)}
 
 
+def peer_pty(conn) -> Iterator[tuple[int, bytes]]:
+    """A peer's pty: sends the slave's path on `conn`, then yields (master fd, bytes read) as the client writes, for
+    ever (blocking reads on the master)."""
+    master, slave = os.openpty()
+    tty.setraw(slave)     # keep our slave fd open: a client closes and reopens it (no holder: the master reads EIO)
+    conn.send(os.ttyname(slave))
+    conn.close()
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            time.sleep(0.001)   # no client holds the slave right now
+            continue
+        yield master, data
+
+
 class PeerFrame(NamedTuple):
     """How an echo peer cuts packets from its input: `header` starts one; LEN is `len_size` bytes (little-endian)
     at `len_offset` from the header; a packet is `prefix` + LEN bytes."""
@@ -152,18 +169,9 @@ def serve_echo_peer(conn, replies: dict[bytes, bytes], frame: PeerFrame) -> None
     complete packet (`frame`), write the canned reply for its exact bytes. Packets without a reply (a Sync Write)
     and unknown ones are ignored. Ends on SIGTERM.
     """
-    master, slave = os.openpty()
-    tty.setraw(slave)     # keep our slave fd open: the SDK closes and reopens it (no holder: the master reads EIO)
-    conn.send(os.ttyname(slave))
-    conn.close()
     header, prefix, at, size = frame
     buf = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            time.sleep(0.001)   # no client holds the slave right now
-            continue
+    for master, data in peer_pty(conn):
         buf += data
         while True:
             i = buf.find(header)
