@@ -183,11 +183,11 @@ class SerialMirror(BusThread):
         real = {k: values[k] for k in wire.state_items if k in values}
         self.real_state.setdefault(servo.id, {}).update(real)
         with self.lock, self.batch():
-            before = {k: servo.table.get(k) for k in wire.state_items}
+            before = {k: servo.table.get(k) for k in wire.state_items if servo.spec.has(k)}
             mode = values.get(wire.mode_item)
             writes = []
             torque = before[wire.torque_item]
-            if mode is not None and mode != before[wire.mode_item]:
+            if mode is not None and mode != before.get(wire.mode_item):
                 writes += [(wire.torque_item, 0), (wire.mode_item, mode)]
                 torque = 0
             # before the goals: torque on sets the goal position to the present one
@@ -196,7 +196,7 @@ class SerialMirror(BusThread):
             writes += [(n, values[n]) for n in wire.goal_items if n in values]
             for name, value in writes:
                 self.bus.handle(wire.write_packet(servo, name, value), None)
-            after = {k: servo.table.get(k) for k in wire.state_items}
+            after = {k: servo.table.get(k) for k in before}
         if reason == "divergence" or after != before:     # at start, an event only if the twin changed
             self.syncs += 1
             joint = self.joints.get(servo.id)
@@ -214,6 +214,8 @@ class SerialMirror(BusThread):
         the twin's goal to its side."""
         known = self.real_state.get(servo.id, {})
         for name, key in self.wire.state_keys.items():
+            if not servo.spec.has(name):     # a model without the item (an SCS servo has no Operating_Mode)
+                continue
             if key == "enable":
                 sim.setdefault(key, bool(servo.table.get(name)))
                 if name in known:
@@ -261,7 +263,7 @@ class SerialMirror(BusThread):
         for servo in self.bus.servos:
             if sid in (servo.id, self.wire.broadcast_id):
                 known = self.real_state.get(servo.id, {})
-                for name in self.wire.state_items:
+                for name in filter(servo.spec.has, self.wire.state_items):
                     item = servo.spec.item(name)
                     if address <= item.address < address + length:
                         known.pop(name, None)

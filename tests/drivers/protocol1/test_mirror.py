@@ -23,9 +23,15 @@ from drivers.emulated.protocol1.feetech import FEETECH
 from drivers.emulated.protocol1.frame import Instruction, Parser, encode_instruction, encode_status
 from drivers.hosts.protocol1_mirror import Protocol1Mirror
 from drivers.wire.ports import PtyPort, SerialDevicePort
+from firmware_models.feetech.control_table import load_model
+from firmware_models.feetech.servo import FeetechServo
+from hil.joint import KernelJoint
+from hil.kernel import Kernel
+from hil.params.catalog import entry
 from servo_hil.daemon.zmq_io import request
 from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from servo_hil.offline.report import report
+from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 from tests.daemon_process import SERVO_HIL, assert_one_cli_line, start_cli, stop_cli
 from tests.drivers.protocol1.conftest import ScsSlackPort, write_sts_rig
 from tests.drivers.pty_io import read_exactly
@@ -58,7 +64,7 @@ def _mirror(tmp_path, real=None, record=None):
     server = Protocol1Mirror(Protocol1Bus(FEETECH, [twin]), PtyPort(tmp_path / "ctl"),
                              SerialDevicePort(str(tmp_path / "real"), 1_000_000), {3: "wrist"}, record=record)
     server.start()
-    while not server.attached.is_set():                # the read of the twin's state at start
+    while not server.attached.is_set() and server.is_alive():    # the read of the twin's state at start
         _answer(real_end, real, timeout=0.2)
     client = serial.Serial(str(tmp_path / "ctl"), 1_000_000, timeout=0)
     return client, real_end, twin, server
@@ -208,3 +214,42 @@ def test_a_real_bus_that_does_not_open_is_one_line_and_leaves_no_log_folder(tmp_
                          timeout=60)
     assert_one_cli_line(res, "buses (sts)", "real = ", "absent")
     assert not (tmp_path / "logs").exists()
+
+
+def test_an_scs_twin_big_endian_without_operating_mode(tmp_path):
+    """An SCS0009 (config/feetech/scs0009.toml: words high byte first, no Operating_Mode): the twin takes the real
+    servo's torque and goal at start, and a real reply is logged in SI, decoded in its byte order."""
+    spec = load_model("scs0009")
+    p = kernel_params(entry("scs0009").actuator(), LoadConfig(mass=0.05, length=0.05), EncoderConfig(), FaultConfig(),
+                      "bam")
+
+    def scs_servo() -> FeetechServo:
+        kernel = Kernel(1, 1e-3)
+        kernel.set_params(0, p)
+        return FeetechServo(spec, KernelJoint(kernel), {"ID": 3})
+
+    real, twin = scs_servo(), scs_servo()
+    real.write(TORQUE, b"\x01")
+    real.write(GOAL, (612).to_bytes(2, "big"))
+    record = SideBySideRecorder(tmp_path / "logs")
+    real_end = PtyPort(tmp_path / "real")
+    server = Protocol1Mirror(Protocol1Bus(FEETECH, [twin]), PtyPort(tmp_path / "ctl"),
+                             SerialDevicePort(str(tmp_path / "real"), 1_000_000), {3: "gripper"}, record=record)
+    server.start()
+    try:
+        while not server.attached.is_set() and server.is_alive():
+            _answer(real_end, real, timeout=0.2)
+        assert twin.table.get("Torque_Enable") == 1 and twin.table.get("Goal_Position") == 612
+        assert server.real_state[3] == {"Torque_Enable": 1}
+        client = serial.Serial(str(tmp_path / "ctl"), 1_000_000, timeout=0)
+        client.write(encode_instruction(3, Instruction.READ, bytes((PRESENT, 2))))
+        assert _answer(real_end, real) is not None and len(read_exactly(client.fileno(), 8)) == 8
+        client.close()
+    finally:
+        server.stop()
+        real_end.close()
+    log = read_side_by_side(tmp_path / "logs")
+    [state] = log["/real/gripper/state"]
+    present = int.from_bytes(real.table.read(PRESENT, 2), "big")
+    assert state["position"] == pytest.approx(real.decode_state(PRESENT, present.to_bytes(2, "big"))["position"])
+    assert state["enable"] is True and "mode" not in state and "mode" not in log["/sim/gripper/state"][0]
