@@ -8,7 +8,6 @@ config/feetech/ (addresses, byte order, sign bits, steps per turn), so an STS an
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -66,8 +65,9 @@ class FeetechServo:
         self.spec = spec
         # scservo_sdk's byte order is a module global (SCS_SETEND): 1 for SCS (big-endian) servos
         self.ph = scs.PacketHandler(1 if spec.byte_order == "big" else 0)
-        self.rad = 2.0 * math.pi / spec.resolution          # [rad per step]
-        self.zero = spec.resolution // 2                     # 0 rad, the pendulum hanging down
+        self.rad = spec.step_rad                             # [rad per step]: 2π/4096 (STS), 300°/1024 (SCS)
+        self.zero = spec.zero_step                           # 0 rad, the pendulum hanging down
+        self.speed_unit = spec.item("Present_Velocity").si_per_unit or self.rad   # [rad/s per register unit]
         first = spec.item(_PRESENT[0]).address
         self._block = (first, max(spec.item(n).address + spec.item(n).size for n in _PRESENT) - first)
 
@@ -141,7 +141,7 @@ def record_one(servo: FeetechServo, trajectory: str, kp: int, header: dict, dura
         entries.append({
             "timestamp": (before + after) / 2 - t0,        # midpoint of the read, as bam/feetech/record.py
             "position": (present["Present_Position"] - servo.zero) * servo.rad,
-            "speed": present["Present_Velocity"] * servo.rad,   # [step/s] → rad/s
+            "speed": present["Present_Velocity"] * servo.speed_unit,   # [step/s] → rad/s
             "load": present["Present_Load"] / 1000.0,          # 0.1 % of full duty → duty (bam's record: 0)
             "input_volts": present["Present_Voltage"] / 10.0,
             "temp": present["Present_Temperature"],

@@ -9,6 +9,7 @@ raw log format (bam/feetech/record.py), never the code under test.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -122,6 +123,40 @@ def test_record_then_identify_recovers_the_servo(tmp_path):
     checks |= {f"{name} within 25 % of the known": fitted[name] == pytest.approx(KNOWN[name], rel=0.25)
                for name in ("kt", "friction_base", "friction_viscous")}
     check(checks, figures, disturbance(stolen, late))
+
+
+def test_an_scs_servo_is_recorded_through_its_own_table(tmp_path):
+    """An SCS0009 (big-endian, 300° over 1024 steps) found by its model number: positions in rad at 0.293° a step,
+    the P Coefficient written is the one asked."""
+    rig = tmp_path / "scs.toml"
+    rig.write_text(rig_head("realscs") + """[[buses]]
+name = "scs"
+protocol = "feetech"
+baud = 1000000
+[[actuators]]
+joint = "scs"
+catalog = "scs0009"
+load = { mass = 0.05, length = 0.05 }
+bus = "scs"
+id = 3
+""")
+    daemon = subprocess.Popen([*SERVO_HIL, "run", str(rig), "--port", str(tmp_path / "tty")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "feetech bus" in daemon.stdout.readline()
+        rec = subprocess.run([*SERVO_HIL, "record", "--protocol", "feetech", "--port", str(tmp_path / "tty"), "--id",
+                              "3", "--out", str(tmp_path / "logs"), "--mass", "0.05", "--length", "0.05", "--motor",
+                              "scs0009", "--kp", "20", "--trajectory", "up_and_down", "--duration", "3"],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        _stop(daemon)
+    assert rec.returncode == 0, rec.stderr
+    raw = json.loads(next((tmp_path / "logs" / "raw").glob("*.json")).read_text())
+    assert raw["kp"] == 20 and raw["vin"] == pytest.approx(6.0)
+    last = raw["entries"][-1]
+    # up_and_down reaches π/2 at 3 s: a servo read in 0.352° steps (1024 per turn) would log 1.2 × the angle
+    assert last["goal_position"] == pytest.approx(math.pi / 2, abs=0.01)
+    assert last["position"] == pytest.approx(last["goal_position"], abs=0.15), last
 
 
 def test_bad_options_and_a_silent_bus_are_one_line_errors(tmp_path):
