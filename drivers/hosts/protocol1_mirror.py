@@ -1,5 +1,5 @@
-"""Proxy mirror of a bus on the FF FF frame (Feetech SCS/STS; Dynamixel Protocol 1.0 shares the frame): what its
-packets mean to the serial mirror (`drivers.hosts.serial_mirror`; docs/mirror.md, docs/feetech.md "Mirror").
+"""Proxy mirror of a bus on the FF FF frame (Feetech SCS/STS, Dynamixel Protocol 1.0): what its packets mean to the
+serial mirror (`drivers.hosts.serial_mirror`; docs/mirror.md, docs/feetech.md "Mirror").
 
 Instruction layouts: Protocol 1.0 §Instruction Packet, §SYNC WRITE, §BULK READ (ROBOTIS e-manual); Feetech SCS
 protocol manual §READ, §WRITE, §SYNC READ, §SYNC WRITE. Addresses and lengths are one byte; a status packet's
@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable
 
 from drivers.emulated.protocol1.bus import Protocol1Bus
+from drivers.emulated.protocol1.dynamixel import ERROR_BITS as DYNAMIXEL1_ERRORS
 from drivers.emulated.protocol1.frame import (
     BROADCAST_ID,
     Instruction,
@@ -25,7 +26,7 @@ from drivers.hosts.side_by_side import SideBySideLog
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.feetech.control_table import decode_sign, encode_sign
 
-__all__ = ["FeetechWire", "Protocol1Mirror", "Protocol1Wire"]
+__all__ = ["Dynamixel1Wire", "FeetechWire", "Protocol1Mirror", "Protocol1Wire"]
 
 
 class Protocol1Wire(MirrorWire):
@@ -90,6 +91,27 @@ class FeetechWire(Protocol1Wire):
         it = servo.spec.item(name)
         raw = max(0, min(encode_sign(value, it.sign_bit), (1 << (8 * it.size)) - 1))
         params = bytes((it.address,)) + raw.to_bytes(it.size, servo.spec.byte_order)
+        return Packet(servo.id, Instruction.WRITE, params, 6 + len(params))
+
+
+class Dynamixel1Wire(Protocol1Wire):
+    """Dynamixel Protocol 1.0 servos (firmware_models.dynamixel.protocol1): no operating-mode register (the angle
+    limits, EEPROM, choose joint or wheel mode), Torque Enable (24) and the goals RAM, items little-endian (e-manual
+    AX-12A / MX-64 Control Table). Instruction, Checksum and Range errors refuse the packet, Angle Limit a goal
+    (Protocol 1.0 §Status Packet); the others report the servo's state beside good data."""
+
+    mode_item, torque_item = None, "Torque Enable"
+    goal_items = ("Goal Acceleration", "Moving Speed", "Torque Limit", "Goal Position")
+    goal_position = "Goal Position"
+    failures = (DYNAMIXEL1_ERRORS["instruction"] | DYNAMIXEL1_ERRORS["checksum"] | DYNAMIXEL1_ERRORS["range"]
+                | DYNAMIXEL1_ERRORS["angle_limit"])
+
+    def value(self, servo, name: str, raw: bytes) -> int:
+        return servo.spec.item(name).decode(raw)
+
+    def write_packet(self, servo, name: str, value: int) -> Packet:
+        it = servo.spec.item(name)
+        params = bytes((it.address,)) + it.encode(value)
         return Packet(servo.id, Instruction.WRITE, params, 6 + len(params))
 
 

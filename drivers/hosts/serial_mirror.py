@@ -48,10 +48,11 @@ NOTHING = Request({}, None, [], [])
 
 class MirrorWire(abc.ABC):
     """One protocol as the mirror needs it: its parsers, what a request and a reply mean, and the items of the
-    servo's state it follows (`mode_item` and `torque_item`, written in that order, then `goal_items`)."""
+    servo's state it follows (`mode_item` and `torque_item`, written in that order, then `goal_items`; None: a
+    family without an operating-mode register)."""
 
     broadcast_id = 0xFE
-    mode_item: str
+    mode_item: str | None
     torque_item: str
     goal_items: tuple[str, ...]
     goal_position: str          # its value is the twin's goal in the log
@@ -86,12 +87,12 @@ class MirrorWire(abc.ABC):
         """A Write of `value` to item `name` of `servo`, as the twin's bus takes it (`bus.handle`)."""
 
     @property
-    def state_items(self) -> tuple[str, str]:
-        return self.mode_item, self.torque_item
+    def state_items(self) -> tuple[str, ...]:
+        return (self.mode_item, self.torque_item) if self.mode_item else (self.torque_item,)
 
     @property
     def state_keys(self) -> dict[str, str]:
-        return {self.torque_item: "enable", self.mode_item: "mode"}
+        return {self.torque_item: "enable"} | ({self.mode_item: "mode"} if self.mode_item else {})
 
 
 class SerialMirror(BusThread):
@@ -187,7 +188,7 @@ class SerialMirror(BusThread):
             mode = values.get(wire.mode_item)
             writes = []
             torque = before[wire.torque_item]
-            if mode is not None and mode != before.get(wire.mode_item):
+            if mode is not None and wire.mode_item and mode != before.get(wire.mode_item):
                 writes += [(wire.torque_item, 0), (wire.mode_item, mode)]
                 torque = 0
             # before the goals: torque on sets the goal position to the present one
@@ -196,6 +197,9 @@ class SerialMirror(BusThread):
             writes += [(n, values[n]) for n in wire.goal_items if n in values]
             for name, value in writes:
                 self.bus.handle(wire.write_packet(servo, name, value), None)
+            if wire.torque_item in values and servo.table.get(wire.torque_item) != values[wire.torque_item]:
+                # a goal write turned the torque on (Protocol 1.0 firmware): back to the real servo's state
+                self.bus.handle(wire.write_packet(servo, wire.torque_item, values[wire.torque_item]), None)
             after = {k: servo.table.get(k) for k in before}
         if reason == "divergence" or after != before:     # at start, an event only if the twin changed
             self.syncs += 1

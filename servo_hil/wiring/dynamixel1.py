@@ -3,16 +3,19 @@ server. A bus is one protocol, as on real hardware: AX-12A, MX-64 and MX-106 wit
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from drivers.emulated.protocol1.dynamixel import Dynamixel1Bus
 from drivers.emulated.protocol1.server import Protocol1Server
+from drivers.hosts.protocol1_mirror import Dynamixel1Wire, Protocol1Mirror
 from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access
 from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import Protocol1Model, baud_value, load_model, model_names
 from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
+from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -21,10 +24,8 @@ if TYPE_CHECKING:
 _SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "the bus's baud = ..."}
 
 
-def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server:
+def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server | Protocol1Mirror:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    if cfg.real:
-        raise ConfigError(f"buses ({cfg.name}): a dynamixel1 bus has no mirror yet; drop real = ...")
     servos, faults, joints = [], [], []
     store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
     try:
@@ -66,6 +67,9 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
         for s in servos:
             s.on_eeprom_change = save
     bus = Dynamixel1Bus(servos, faults)
+    if cfg.real:     # a proxy mirror of the real bus there, the servos being the real ones' twins
+        mirror = functools.partial(Protocol1Mirror, wire=Dynamixel1Wire())
+        return open_serial_mirror(cfg, live, mirror, bus, joints, PtyPort(port or cfg.port))
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
     server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"Dynamixel 1.0, {cfg.baud} bit/s{', fast' if cfg.fast else ''}"

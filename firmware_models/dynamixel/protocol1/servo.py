@@ -405,6 +405,37 @@ class Dynamixel1Servo:
             return p["ambient"] + st["housing_rise"]
         return st["temperature"] if st["k"] > 0 else p["ambient"] + st["temp_rise"]
 
+    def refresh(self, address: int = 0, length: int = 1 << 16) -> None:
+        """The Present items from the kernel state, as a read of address..address+length returns them."""
+        self._refresh()
+
+    def decode_state(self, address: int, data: bytes) -> dict:
+        """The joint state in SI that register bytes `data` read at `address` carry (a real servo's reply seen by the
+        mirror, under this servo's angle limits and Drive Mode): position and goal [rad], velocity [rad/s], current
+        [A], temperature [°C], voltage [V], enable; each only if its item lies within the bytes (no velocity in AX
+        wheel mode, where Present Speed is the output)."""
+        end, out = address + len(data), {}
+        for key, name in (("position", "Present Position"), ("velocity", "Present Speed"), ("current", "Current"),
+                          ("goal", "Goal Position"), ("temperature", "Present Temperature"),
+                          ("voltage", "Present Voltage"), ("enable", "Torque Enable")):
+            if not self.spec.has(name):
+                continue
+            it = self.spec.item(name)
+            if it.address < address or it.address + it.size > end:
+                continue
+            v = it.decode(data[it.address - address:it.address - address + it.size])
+            if key in ("position", "goal"):
+                out[key] = self.position_si(v)
+            elif key == "velocity" and not (self._type() == "wheel" and not self._mx):
+                out[key] = self._sign() * self._signed_magnitude(v) * self._speed
+            elif key == "current":
+                out[key] = (v - CURRENT_ZERO) * GOAL_TORQUE_A
+            elif key == "voltage":
+                out[key] = v / 10.0
+            elif key in ("temperature", "enable"):
+                out[key] = float(v) if key == "temperature" else bool(v)
+        return out
+
     def _refresh(self) -> None:
         """Present items, Moving, Realtime Tick and Current from the kernel state."""
         t, st, p = self.table, self.joint.read_state(), self.joint.params()
