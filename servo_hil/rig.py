@@ -161,10 +161,10 @@ class BusConfig(Strict):
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
     fast: bool = Field(False, description="answer at once: no return delay, no wire-time pacing (CI throughput)")
     real: str | dict[str, Any] | None = Field(
-        None, description="mirror: the real bus the controller's packets are forwarded to (dynamixel, feetech: a "
-                          "serial device; canopen: a python-can bus, INTERFACE:CHANNEL[@BITRATE] or a table of "
-                          "can.Bus arguments; etherban: the real server's ZeroMQ endpoint, tcp://HOST:PORT); the rig's "
-                          "servos become their simulated twins")
+        None, description="mirror: the real bus the controller's packets are forwarded to (dynamixel, dynamixel1, "
+                          "feetech: a serial device; canopen: a python-can bus, INTERFACE:CHANNEL[@BITRATE] or a "
+                          "table of can.Bus arguments; etherban: the real server's ZeroMQ endpoint, tcp://HOST:PORT); "
+                          "the rig's servos become their simulated twins")
     record: str | None = Field(None, description="mirror: folder for the side-by-side MCAP logs")
     eeprom: str | None = Field(None, description="EEPROM state file: what clients write to the servos' EEPROM "
                                                  "is kept there and comes back at the next start")
@@ -190,7 +190,7 @@ class BusConfig(Strict):
             if not isinstance(value, str) or not value.startswith(("tcp://", "ipc://")):
                 raise ValueError("an etherban mirror's real server is a ZeroMQ endpoint, e.g. tcp://robot-pc:7332")
         elif not isinstance(value, str):
-            raise ValueError("a dynamixel or feetech mirror's real bus is a serial device path")
+            raise ValueError("a dynamixel, dynamixel1 or feetech mirror's real bus is a serial device path")
         return value
 
     @model_validator(mode="after")
