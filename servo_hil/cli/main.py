@@ -231,7 +231,7 @@ def run(
 def mirror(
     rig: Annotated[Path, typer.Argument(help="daemon rig TOML whose bus servos become the simulated twins")],
     real: Annotated[list[str] | None, typer.Option(
-        "--real", help="the real bus: a serial device (dynamixel, feetech) or a python-can bus "
+        "--real", help="the real bus: a serial device (dynamixel, dynamixel1, feetech) or a python-can bus "
                        "INTERFACE:CHANNEL[@BITRATE] such as slcan:/dev/ttyACM0@1000000 (canopen), an Etherban server "
                        "tcp://HOST:PORT (etherban); "
                        "REAL for a rig with one bus, or BUS=REAL; "
