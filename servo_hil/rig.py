@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from drivers.emulated import PROTOCOLS
 from hil.kernel import INTEGRATORS, LAWS, Kernel
 from hil.params import catalog
 from hil.params.actuator import ActuatorSpec
@@ -155,7 +156,7 @@ class BusConfig(Strict):
     """One `[[buses]]` entry: a bus on which the rig's servos answer as the real ones do."""
 
     name: str
-    protocol: Literal["dynamixel", "dynamixel1", "canopen", "etherban", "feetech"]
+    protocol: str = Field(description=f"what the bus speaks: one of {', '.join(PROTOCOLS)}")
     port: str | None = Field(None, description="pty symlink path to create; none = print the /dev/pts name")
     device: str | None = Field(None, description="a real serial device (e.g. a USB-RS485 adapter) instead of a pty")
     baud: int = Field(1_000_000, gt=0, description="the servos' line speed at power-up [bit/s]")
@@ -175,6 +176,14 @@ class BusConfig(Strict):
                                                                 "devices 0, 1, … in this order")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        if value not in PROTOCOLS:
+            raise ValueError(f"one of {', '.join(PROTOCOLS)}, got {value!r}")
+        return value
+
     _bind = field_validator("bind")(classmethod(lambda cls, v: check_endpoint(v)))
 
     @field_validator("real")

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
-BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11}
+BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11, "unplugged": 1 << 12}
 
 
 # the field each bus flag bit stands for
 _FIELD_BITS = {"drop": BUS_FLAG_BITS["drop"], "corrupt": BUS_FLAG_BITS["corrupt"], "delay_s": BUS_FLAG_BITS["delay"],
-               "wrong_baud": BUS_FLAG_BITS["wrong_baud"]}
+               "wrong_baud": BUS_FLAG_BITS["wrong_baud"], "unplugged": BUS_FLAG_BITS["unplugged"]}
 
 
 @dataclass
@@ -30,6 +30,7 @@ class BusFaults:
     corrupt: float = 0.0
     delay_s: float = 0.0
     wrong_baud: bool = False
+    unplugged: bool = False   # the servo's cable pulled (the `plug` command): it neither hears nor answers
     rng: random.Random = field(default_factory=lambda: random.Random(1), repr=False)
     # a one-element int64 array (a view) that receives `active` on every change: the state publisher ORs
     # it into every sample from C without calling into Python (LiveRig.bus_flag_bits)
@@ -48,9 +49,14 @@ class BusFaults:
     def flags(self) -> int:
         return self.active
 
+    @property
+    def deaf(self) -> bool:
+        """The servo hears no packet: it listens at another baud rate, or its cable is pulled."""
+        return self.wrong_baud or self.unplugged
+
     def apply(self, reply: bytes) -> tuple[bytes | None, float]:
         """What to send for `reply`: (bytes or None for silence, extra delay [s])."""
-        if self.wrong_baud or (self.drop and self.rng.random() < self.drop):
+        if self.deaf or (self.drop and self.rng.random() < self.drop):
             return None, 0.0
         if self.corrupt and reply and self.rng.random() < self.corrupt:
             i = self.rng.randrange(len(reply))
@@ -71,5 +77,5 @@ class BusFaults:
     def reset(self) -> None:
         """Every fault cleared and the random stream restarted, in place: the bus adapters hold this object."""
         self.drop = self.corrupt = self.delay_s = 0.0
-        self.wrong_baud = False
+        self.wrong_baud = self.unplugged = False
         self.rng.seed(1)

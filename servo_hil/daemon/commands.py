@@ -113,6 +113,32 @@ class CommandSet:
         self.live.push("set_hand", j, hand=hand_from_command(cmd, default_feel()))
         return {}
 
+    def _cmd_plug(self, cmd: dict) -> dict:
+        """Pull (`connected: false`) or plug back in a servo's bus cable: unplugged, it hears and answers nothing; a
+        serial servo's cable carries its supply too, so it goes limp and powers up again when plugged back in."""
+        _check_args(cmd, ("actuator", "connected"))
+        live = self.live
+        j = live.actuator(cmd)
+        connected = cmd.get("connected")
+        if not isinstance(connected, bool):
+            raise CommandError(f"plug: connected must be true or false, got {shown(connected)}")
+        bus = live.rig.actuators[j].bus
+        if bus is None or {b.name: b.protocol for b in live.rig.buses}[bus] == "etherban":
+            raise CommandError(f"plug: {live.names[j]} has no bus cable of its own (it is reached over Etherban or "
+                               "not at all)")
+        faults = live.bus_faults[j]
+        if faults.unplugged == (not connected):
+            return {"connected": connected}
+        faults.unplugged = not connected
+        power_up = live.power_up_hooks.get(j)
+        if power_up is not None:            # the cable carries the supply: off with it, and a power-up with it
+            if connected:
+                power_up()
+            else:
+                live.push("set_enable", j, 0.0)
+        live.emit({"event": "plug", "actuator": live.names[j], "connected": connected})
+        return {"connected": connected}
+
     # ------------------------------------------------------------------ firmware
     def _cmd_set_mode(self, cmd: dict) -> dict:
         _check_args(cmd, ("actuator", "mode"))

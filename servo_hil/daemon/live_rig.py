@@ -73,6 +73,7 @@ class LiveRig:
         self.stopping = threading.Event()   # set by stop(): the loop is told to end and produces no more ticks
         self.listeners: list[Callable[[dict], None]] = []  # event sinks (MQTT, log)
         self.reset_hooks: list[Callable[[], None]] = []     # run after `reset` (bus firmware power-cycles)
+        self.power_up_hooks: dict[int, Callable[[], None]] = {}   # actuator j's firmware powers up (`plug`)
         # error replies per command plane ("zmq", "mqtt"): refused commands and malformed or failing input
         self.command_errors: Counter[str] = Counter()
         # bus packets whose handling raised, answered as the device would and served on: per bus (status)

@@ -3,15 +3,26 @@ makes what several of them share once, to hand it to each (the eRob drive set of
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from servo_hil.wiring.live import RigParts
+
 if TYPE_CHECKING:
-    from drivers.schedulers.cia402_drives import Cia402Drives
     from drivers.wire.server import BusServer
     from servo_hil.rig import BusConfig
     from servo_hil.wiring.live import RunningRig
 
+# a rig's `protocol` (drivers.emulated.PROTOCOLS) → the module and function that open such a bus, as python-can's
+# BACKENDS table names its interfaces: imported only for the protocols a rig uses
+OPENERS: dict[str, tuple[str, str]] = {
+    "dynamixel": ("servo_hil.wiring.dynamixel", "open_dynamixel_bus"),
+    "dynamixel1": ("servo_hil.wiring.dynamixel1", "open_dynamixel1_bus"),
+    "feetech": ("servo_hil.wiring.feetech", "open_feetech_bus"),
+    "canopen": ("servo_hil.wiring.erob", "open_canopen_bus"),
+    "etherban": ("servo_hil.wiring.erob", "open_etherban"),
+}
 EROB_PROTOCOLS = ("canopen", "etherban")   # the buses that reach the rig's eRob drive set
 
 
@@ -23,30 +34,13 @@ def open_buses(live: RunningRig, ports: Mapping[str, str] | None = None) -> Iter
         from servo_hil.wiring.erob import drive_set
 
         drives = drive_set(live)
+    parts = RigParts(drives)
     for cfg in live.rig.buses:
-        yield _open_bus(cfg, live, (ports or {}).get(cfg.name), drives)
+        yield open_bus(cfg, live, (ports or {}).get(cfg.name), parts)
 
 
-def _open_bus(cfg: BusConfig, live: RunningRig, port: str | None, drives: Cia402Drives | None) -> BusServer:
-    """The server of bus `cfg` (not started); `port` overrides its path, `drives` is the rig's eRob drive set."""
-    if cfg.protocol == "dynamixel":
-        from servo_hil.wiring.dynamixel import open_dynamixel_bus
-
-        return open_dynamixel_bus(cfg, live, port)
-    if cfg.protocol == "dynamixel1":
-        from servo_hil.wiring.dynamixel1 import open_dynamixel1_bus
-
-        return open_dynamixel1_bus(cfg, live, port)
-    if cfg.protocol == "canopen":
-        from servo_hil.wiring.erob import open_canopen_bus
-
-        return open_canopen_bus(cfg, live, drives, port)
-    if cfg.protocol == "feetech":
-        from servo_hil.wiring.feetech import open_feetech_bus
-
-        return open_feetech_bus(cfg, live, port)
-    if cfg.protocol == "etherban":
-        from servo_hil.wiring.erob import open_etherban
-
-        return open_etherban(cfg, live, drives)
-    raise ValueError(f"unknown bus protocol {cfg.protocol!r}")
+def open_bus(cfg: BusConfig, live: RunningRig, port: str | None = None, parts: RigParts | None = None) -> BusServer:
+    """The server of bus `cfg` (not started); `port` overrides its path, `parts` are what it shares with the rig's
+    other buses."""
+    module, function = OPENERS[cfg.protocol]
+    return getattr(importlib.import_module(module), function)(cfg, live, port, parts or RigParts())

@@ -13,16 +13,18 @@ from firmware_models.dynamixel.control_table import Access, ModelSpec, load_mode
 from firmware_models.dynamixel.servo import DynamixelServo
 from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
+from servo_hil.wiring.live import power_up_on_reset_and_plug
 from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
-    from servo_hil.wiring.live import RunningRig
+    from servo_hil.wiring.live import RigParts, RunningRig
 
 log = logging.getLogger("servo-hil")
 
 
-def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> DynamixelServer | MirrorServer:
+def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
+                       parts: RigParts | None = None) -> DynamixelServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
     servos, faults, joints = [], [], []
     store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
@@ -76,14 +78,8 @@ def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None
     # kernel worker, which a SCHED_FIFO bus thread busy on that CPU holds off (`servo-hil bench dynamixel`)
     server = DynamixelServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    lock = server.lock
-
-    def power_cycle() -> None:   # `reset` of the rig: the servos power up again (EEPROM kept)
-        with lock:
-            for s in servos:
-                s.reboot()
-
-    live.reset_hooks.append(power_cycle)
+    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
+                               DynamixelServo.reboot)
     return server
 
 

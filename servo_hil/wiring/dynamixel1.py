@@ -15,16 +15,18 @@ from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import Protocol1Model, baud_value, load_model, model_names
 from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
+from servo_hil.wiring.live import power_up_on_reset_and_plug
 from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
-    from servo_hil.wiring.live import RunningRig
+    from servo_hil.wiring.live import RigParts, RunningRig
 
 _SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "the bus's baud = ..."}
 
 
-def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server | Protocol1Mirror:
+def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
+                        parts: RigParts | None = None) -> Protocol1Server | Protocol1Mirror:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
     servos, faults, joints = [], [], []
     store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
@@ -73,14 +75,8 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
     server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"Dynamixel 1.0, {cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    lock = server.lock
-
-    def power_cycle() -> None:   # `reset` of the rig: the servos power up again (EEPROM kept)
-        with lock:
-            for s in servos:
-                s.power_cycle()
-
-    live.reset_hooks.append(power_cycle)
+    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
+                               Dynamixel1Servo.power_cycle)
     return server
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from drivers.schedulers.cia402_drives import Cia402Drives
     from firmware_models.cia402 import Cia402Drive
     from servo_hil.rig import BusConfig
-    from servo_hil.wiring.live import RunningRig
+    from servo_hil.wiring.live import RigParts, RunningRig
 
 _ETHERCAT_NODE_ID = 1   # an Etherban-only drive has no CAN node: its dictionary is built as node 1
 
@@ -56,13 +56,14 @@ def _can_node_id(live: RunningRig, j: int) -> int:
     return _ETHERCAT_NODE_ID
 
 
-def open_canopen_bus(cfg: BusConfig, live: RunningRig, drives: Cia402Drives, port: str | None = None) -> CanopenBus:
+def open_canopen_bus(cfg: BusConfig, live: RunningRig, port: str | None, parts: RigParts) -> CanopenBus:
     """The eRob nodes of bus `cfg`, drives of `drives`, behind an SLCAN adapter on a pty at `port` (or cfg.port /
     cfg.device); with cfg.real, the same adapter in front of the real bus, the nodes being the real ones' twins."""
     from drivers.emulated.canopen.bus import CanopenBus
     from drivers.emulated.slcan.adapter import BITRATES
     from drivers.wire.ports import PtyPort, SerialDevicePort
 
+    drives = parts.drives
     if cfg.baud not in BITRATES.values():
         raise ConfigError(f"buses ({cfg.name}): baud {cfg.baud} is not a CAN bit rate an SLCAN adapter "
                           f"sets (one of {', '.join(str(b) for b in BITRATES.values())})")
@@ -102,11 +103,13 @@ def _mirror(cfg: BusConfig, live: RunningRig, drives: Cia402Drives, nodes: list,
                      bitrate=cfg.baud, name=cfg.name)
 
 
-def open_etherban(cfg: BusConfig, live: RunningRig, drives: Cia402Drives) -> EtherbanServer | EtherbanMirror:
+def open_etherban(cfg: BusConfig, live: RunningRig, port: str | None,
+                  parts: RigParts) -> EtherbanServer | EtherbanMirror:
     """The Etherban server of `cfg`: devices 0, 1, … are the drives (of `drives`) of `cfg.joints` in that order; with
     cfg.real, a proxy mirror of the real Etherban server there, the drives being the real ones' twins."""
     from drivers.emulated.etherban.server import EtherbanServer
 
+    drives = parts.drives
     devices = []
     for joint in cfg.joints:
         j = live.index[joint]

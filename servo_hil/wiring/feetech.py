@@ -14,11 +14,12 @@ from firmware_models.feetech.control_table import ModelSpec, load_model, model_n
 from firmware_models.feetech.servo import FeetechServo
 from hil.params import catalog
 from hil.params.config_file import ConfigError
+from servo_hil.wiring.live import power_up_on_reset_and_plug
 from servo_hil.wiring.mirror import open_serial_mirror
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
-    from servo_hil.wiring.live import RunningRig
+    from servo_hil.wiring.live import RigParts, RunningRig
 
 __all__ = ["feetech_model", "open_feetech_bus"]
 
@@ -38,7 +39,8 @@ def feetech_model(name: str, where: str) -> ModelSpec:
                       f"(one of {', '.join(model_names())}), got {name!r}")
 
 
-def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) -> Protocol1Server | Protocol1Mirror:
+def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
+                     parts: RigParts | None = None) -> Protocol1Server | Protocol1Mirror:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet. With cfg.real,
     a proxy mirror of the real bus there, the servos being the real ones' twins."""
     servos, faults, joints = [], [], []
@@ -84,14 +86,8 @@ def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None) 
     device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
     server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
     server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    lock = server.lock
-
-    def power_cycle() -> None:   # `reset` of the rig: the servos power up again (saved EEPROM kept)
-        with lock:
-            for s in servos:
-                s.reboot()
-
-    live.reset_hooks.append(power_cycle)
+    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
+                               FeetechServo.reboot)
     return server
 
 

@@ -101,7 +101,7 @@ class CanopenBus:
             self._answering = t     # the nodes' answers are ready when the frame ended (see _sender)
             try:
                 for node, faults in zip(self.nodes, self.faults, strict=True):
-                    if not faults.wrong_baud:
+                    if not faults.deaf:
                         node.handle(frame, t)
                         synced = synced or node.is_sync(frame)
             finally:
@@ -122,7 +122,7 @@ class CanopenBus:
 
     def _sender(self, faults: BusFaults):
         def send(frame: CanFrame) -> None:
-            if faults.wrong_baud or not self._heard() or (faults.drop and faults.rng.random() < faults.drop):
+            if faults.deaf or not self._heard() or (faults.drop and faults.rng.random() < faults.drop):
                 return
             lost = 0
             if faults.corrupt and faults.rng.random() < faults.corrupt:

@@ -45,7 +45,8 @@ cdef int BULK_READ = Instruction.BULK_READ, FAST_BULK_READ = Instruction.FAST_BU
 cdef int SYNC_WRITE = Instruction.SYNC_WRITE, BULK_WRITE = Instruction.BULK_WRITE, STATUS = Instruction.STATUS
 cdef int BROADCAST = BROADCAST_ID, ALERT_BIT = ALERT
 cdef frozenset _KNOWN = frozenset(int(i) for i in Instruction) - {STATUS}
-cdef int64_t WRONG_BAUD_BIT = BUS_FLAG_BITS["wrong_baud"]   # in BusFaults.active
+# in BusFaults.active: a servo that hears nothing (another baud rate, or unplugged)
+cdef int64_t DEAF_BITS = BUS_FLAG_BITS["wrong_baud"] | BUS_FLAG_BITS["unplugged"]
 
 
 def packet_bytes(packet) -> bytes:
@@ -184,11 +185,11 @@ cdef class DynamixelBus:
         for i in range(len(self.faults)):
             active |= self._flags[i][0]
         cdef bint faulty = active != 0
-        if (baud is None or baud == self._common_baud) and not active & WRONG_BAUD_BIT:
+        if (baud is None or baud == self._common_baud) and not active & DEAF_BITS:
             listening = self._all
         else:
             listening = [i for i, s in enumerate(self.servos)
-                         if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
+                         if not self.faults[i].deaf and (baud is None or s.baud_bps == baud)]
         cdef long bps = baud or ((<ServoCore> self.servos[listening[0]]).baud_bps if listening else 1_000_000)
         if isinstance(packet, CorruptPacket):
             self.stats["crc_errors"] += 1

@@ -143,7 +143,7 @@ class Protocol1Bus:
     def _handle(self, packet: Packet | CorruptPacket, baud: int | None) -> list[Transmission]:
         self.stats["instructions"] += 1
         listening = [i for i, s in enumerate(self.servos)
-                     if not self.faults[i].wrong_baud and (baud is None or s.baud_bps == baud)]
+                     if not self.faults[i].deaf and (baud is None or s.baud_bps == baud)]
         bps = baud or (self.servos[listening[0]].baud_bps if listening else 0) or 1_000_000
         d = self.dialect
         if isinstance(packet, CorruptPacket):
