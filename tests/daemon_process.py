@@ -6,12 +6,14 @@ traceback in its log). The bus conftests (tests/drivers/*/conftest.py) subclass 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +113,16 @@ def start_cli(args: list[str], expect: str) -> subprocess.Popen:
     line = proc.stdout.readline()
     assert expect in line, (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc
+
+
+@contextlib.contextmanager
+def cli_running(args: list[str], expect: str) -> Iterator[subprocess.Popen]:
+    """`start_cli(args, expect)` for the block, then `stop_cli`."""
+    proc = start_cli(args, expect)
+    try:
+        yield proc
+    finally:
+        stop_cli(proc)
 
 
 def stop_cli(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:

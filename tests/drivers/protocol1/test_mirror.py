@@ -32,7 +32,7 @@ from servo_hil.daemon.zmq_io import request
 from servo_hil.logs.mcap import SideBySideRecorder, read_side_by_side
 from servo_hil.offline.report import report
 from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
-from tests.daemon_process import SERVO_HIL, assert_one_cli_line, start_cli, stop_cli
+from tests.daemon_process import SERVO_HIL, assert_one_cli_line, cli_running
 from tests.drivers.protocol1.conftest import ScsSlackPort, write_sts_rig
 from tests.drivers.pty_io import read_exactly
 from tests.firmware_models.feetech.servo_kit import sts_servo
@@ -159,35 +159,27 @@ def test_a_sync_write_of_torque_makes_the_real_state_unknown(tmp_path):
 def test_scservo_sdk_through_the_mirror_drives_the_real_servos_and_their_twins(tmp_path):
     real_rig = write_sts_rig(tmp_path, "real", ids=(1, 2), fast=True)
     twin_rig = write_sts_rig(tmp_path, "twin", ids=(1, 2), fast=True)
-    real = start_cli(["run", str(real_rig.path), "--port", str(tmp_path / "real")],
-                     "at " + str(tmp_path / "real"))
-    try:
-        mirror = start_cli(["mirror", str(twin_rig.path), "--real", str(tmp_path / "real"), "--port",
-                            str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring")
-        try:
-            port, ph = ScsSlackPort(str(tmp_path / "ctl")), scs.PacketHandler(0)
-            assert port.openPort() and port.setBaudRate(1_000_000)
-            assert ph.ping(port, 2) == (777, scs.COMM_SUCCESS, 0)
-            goals = {1: 2048 + 400, 2: 2048 - 300}
-            writer = scs.GroupSyncWrite(port, ph, GOAL, 2)      # LeRobot's way: torque on, then a Sync Write
-            for sid, goal in goals.items():
-                assert ph.write1ByteTxRx(port, sid, TORQUE, 1) == (scs.COMM_SUCCESS, 0)
-                assert writer.addParam(sid, [scs.SCS_LOBYTE(goal), scs.SCS_HIBYTE(goal)])
-            assert writer.txPacket() == scs.COMM_SUCCESS
-            time.sleep(1.5)
-            reader = scs.GroupSyncRead(port, ph, PRESENT, 4)    # Present_Position + Present_Speed
-            for sid in goals:
-                assert reader.addParam(sid)
-            for _ in range(3):
-                assert reader.txRxPacket() == scs.COMM_SUCCESS
-            present = {sid: reader.getData(sid, PRESENT, 2) for sid in goals}
-            real_state = request(real_rig.cmd, {"cmd": "state"})["state"]
-            twin_state = request(twin_rig.cmd, {"cmd": "state"})["state"]
-            port.closePort()
-        finally:
-            stop_cli(mirror)
-    finally:
-        stop_cli(real)
+    with cli_running(["run", str(real_rig.path), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real")), \
+            cli_running(["mirror", str(twin_rig.path), "--real", str(tmp_path / "real"), "--port",
+                         str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring"):
+        port, ph = ScsSlackPort(str(tmp_path / "ctl")), scs.PacketHandler(0)
+        assert port.openPort() and port.setBaudRate(1_000_000)
+        assert ph.ping(port, 2) == (777, scs.COMM_SUCCESS, 0)
+        goals = {1: 2048 + 400, 2: 2048 - 300}
+        writer = scs.GroupSyncWrite(port, ph, GOAL, 2)      # LeRobot's way: torque on, then a Sync Write
+        for sid, goal in goals.items():
+            assert ph.write1ByteTxRx(port, sid, TORQUE, 1) == (scs.COMM_SUCCESS, 0)
+            assert writer.addParam(sid, [scs.SCS_LOBYTE(goal), scs.SCS_HIBYTE(goal)])
+        assert writer.txPacket() == scs.COMM_SUCCESS
+        time.sleep(1.5)
+        reader = scs.GroupSyncRead(port, ph, PRESENT, 4)    # Present_Position + Present_Speed
+        for sid in goals:
+            assert reader.addParam(sid)
+        for _ in range(3):
+            assert reader.txRxPacket() == scs.COMM_SUCCESS
+        present = {sid: reader.getData(sid, PRESENT, 2) for sid in goals}
+        real_state, twin_state = (request(r.cmd, {"cmd": "state"})["state"] for r in (real_rig, twin_rig))
+        port.closePort()
     for k, (sid, goal) in enumerate(goals.items()):
         joint = f"j{k}"
         assert abs(present[sid] - goal) <= 15                              # the real servo got there

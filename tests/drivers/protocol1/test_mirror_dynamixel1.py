@@ -13,7 +13,7 @@ import pytest
 from servo_hil.daemon.zmq_io import request
 from servo_hil.logs.mcap import read_side_by_side
 from servo_hil.offline.report import report
-from tests.daemon_process import start_cli, stop_cli
+from tests.daemon_process import cli_running
 from tests.drivers.protocol1.dynamixel1_rig import AX, GOAL, MX64, PRESENT, TORQUE_ENABLE, SlackPortHandler, write_rig
 
 OK = sdk.COMM_SUCCESS
@@ -28,14 +28,12 @@ def _open(path: str):
 
 def test_dynamixel_sdk_through_the_mirror_drives_the_real_servos_and_their_twins(tmp_path):
     real_rig, twin_rig = write_rig(tmp_path, "real"), write_rig(tmp_path, "twin")
-    real = start_cli(["run", str(real_rig.path), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real"))
-    try:
+    with cli_running(["run", str(real_rig.path), "--port", str(tmp_path / "real")], "at " + str(tmp_path / "real")):
         port, ph = _open(str(tmp_path / "real"))      # a previous program left the AX's torque on
         assert ph.write1ByteTxRx(port, AX, TORQUE_ENABLE[0], 1) == (OK, 0)
         port.closePort()
-        mirror = start_cli(["mirror", str(twin_rig.path), "--real", str(tmp_path / "real"), "--port",
-                            str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring")
-        try:
+        with cli_running(["mirror", str(twin_rig.path), "--real", str(tmp_path / "real"), "--port",
+                          str(tmp_path / "ctl"), "--record", str(tmp_path / "logs")], "mirroring"):
             port, ph = _open(str(tmp_path / "ctl"))
             assert ph.ping(port, MX64)[:2] == (310, OK)
             assert ph.write1ByteTxRx(port, MX64, TORQUE_ENABLE[0], 1) == (OK, 0)
@@ -44,13 +42,8 @@ def test_dynamixel_sdk_through_the_mirror_drives_the_real_servos_and_their_twins
             for _ in range(3):
                 present, comm, error = ph.read2ByteTxRx(port, MX64, PRESENT[0])
                 assert (comm, error) == (OK, 0)
-            real_state = request(real_rig.cmd, {"cmd": "state"})["state"]
-            twin_state = request(twin_rig.cmd, {"cmd": "state"})["state"]
+            real_state, twin_state = (request(r.cmd, {"cmd": "state"})["state"] for r in (real_rig, twin_rig))
             port.closePort()
-        finally:
-            stop_cli(mirror)
-    finally:
-        stop_cli(real)
     goal = 400 * MX_RAD
     assert abs(present - (2048 + 400)) < 30                                          # the real servo got there
     assert real_state["mx64"]["goal"] == pytest.approx(goal, abs=2 * MX_RAD)
