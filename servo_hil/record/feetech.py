@@ -24,6 +24,9 @@ BAM_KP = 32               # bam's recorder default --kp (bam/feetech/record.py),
 # as the Dynamixel recorder: a goal more than two steps of bam's 5 ms grid after the previous one is late
 LATE_GOAL_S = 0.010
 # one block read from Present_Position to Present_Temperature (56..63 on STS and SCS memory tables)
+# a late reply's wait: scservo_sdk's own timeout (twice its 16 ms latency timer + 2 ms, port_handler.py) is over
+_RESYNC_S = 0.005
+_TRIES = 3                # a setting's write, before a lost reply is an error
 _PRESENT = ("Present_Position", "Present_Velocity", "Present_Load", "Present_Voltage", "Present_Temperature")
 
 
@@ -79,7 +82,11 @@ class FeetechServo:
         lost reply with `lost_ok` (the write may or may not have reached the servo)."""
         it = self.spec.item(name)
         data = encode_sign(int(value), it.sign_bit).to_bytes(it.size, self.spec.byte_order)
-        comm, err = self.ph.writeTxRx(self.port, self.id, it.address, it.size, list(data))
+        for _ in range(1 if lost_ok else _TRIES):   # a setting is written again after a lost reply (idempotent)
+            comm, err = self.ph.writeTxRx(self.port, self.id, it.address, it.size, list(data))
+            if comm == self.ok:
+                break
+            self._resync()
         if comm != self.ok and lost_ok:
             return False
         if comm != self.ok or err:
@@ -91,7 +98,12 @@ class FeetechServo:
         """The Present items by name (signed where the table says), or None for a lost or short reply."""
         first, length = self._block
         data, comm, _err = self.ph.readTxRx(self.port, self.id, first, length)
+        if comm == self.ok and len(data) != length:
+            # a late reply to the previous instruction came first: ours follows it
+            self.port.setPacketTimeout(length + 6)
+            data, comm, _err = self.ph.readRx(self.port, self.id, length)
         if comm != self.ok or len(data) != length:
+            self._resync()
             return None
         out = {}
         for name in _PRESENT:
@@ -99,6 +111,13 @@ class FeetechServo:
             raw = int.from_bytes(bytes(data[it.address - first:it.address - first + it.size]), self.spec.byte_order)
             out[name] = decode_sign(raw, it.sign_bit)
         return out
+
+    def _resync(self) -> None:
+        """After a lost or short reply: let a late status packet arrive, then drop what came in. scservo_sdk takes
+        the first packet of the right ID as the reply and never drops input (its clearPort flushes the output), so
+        a reply that came after its timeout would answer the next instruction, and every one after it."""
+        time.sleep(_RESYNC_S)
+        self.port.ser.reset_input_buffer()
 
     def close(self) -> None:
         self.port.closePort()

@@ -38,17 +38,19 @@ id = 4
 """)
     cmd = head.split('command = "')[1].split('"')[0]
     launcher = Launcher(tmp)
-    daemon = launcher.start(RigFile(path, "console-feetech", "", cmd, None, ["sts"]), strict=True)
-    deadline = time.monotonic() + 10
-    while not (tmp / "tty").exists() and time.monotonic() < deadline and daemon.alive:
-        time.sleep(0.05)
-    assert (tmp / "tty").exists(), daemon.stderr()
-    client = scs.PortHandler(str(tmp / "tty"))
-    assert client.openPort() and client.setBaudRate(1_000_000)
     try:
-        yield f"http://127.0.0.1:{port}/api/servo/sts", (client, scs.PacketHandler(0))
+        daemon = launcher.start(RigFile(path, "console-feetech", "", cmd, None, ["sts"]), strict=True)
+        deadline = time.monotonic() + 10
+        while not (tmp / "tty").exists() and time.monotonic() < deadline and daemon.alive:
+            time.sleep(0.05)
+        assert (tmp / "tty").exists(), daemon.stderr()
+        client = scs.PortHandler(str(tmp / "tty"))
+        assert client.openPort() and client.setBaudRate(1_000_000)
+        try:
+            yield f"http://127.0.0.1:{port}/api/servo/sts", (client, scs.PacketHandler(0))
+        finally:
+            client.closePort()
     finally:
-        client.closePort()
         launcher.finish()
 
 
