@@ -19,6 +19,7 @@ import pytest
 
 from servo_hil.daemon.telemetry import StealMeter
 from servo_hil.offline.replay import load_log
+from servo_hil.record.excitation import STALL_S
 from tests.daemon_process import SERVO_HIL, STOP_TIMEOUT_S
 from tests.realtime_verdict import check, disturbance
 from tests.servo_hil.daemon import rig_head
@@ -111,15 +112,17 @@ def test_record_then_identify_recovers_the_servo(tmp_path):
     # that the log does not show, which no parameter set explains
     updates = sum(r["goal_updates"] for r in raws.values())
     late = sum(r["late_goal_updates"] + r["lost_replies"] for r in raws.values()) / updates
+    stall = max(r["longest_goal_gap_s"] for r in raws.values())
     figures = (f"STS3215 through scservo_sdk: replay MAE bam m1 {1e3 * before:.2f} mrad, the known set "
                f"{1e3 * known:.2f} mrad, identified {1e3 * after:.2f} mrad; kt {fitted['kt']:.3f}, friction_base "
                f"{fitted['friction_base']:.4f}, friction_viscous {fitted['friction_viscous']:.4f}; "
-               f"{100 * late:.1f} % of goals late or lost, steal {100 * stolen:.1f} %")
+               f"{100 * late:.1f} % of goals late or lost, longest goal gap {1e3 * stall:.0f} ms, "
+               f"steal {100 * stolen:.1f} %")
     print(figures)
-    # the servo's own set explains its logs to a few mrad (what is left: goals the host sent late, the
-    # processed log's 5 ms linear resampling);
-    # the fit does as well, far better than bam's published set, with the known kt and friction
-    # torque off after 2 s: the 0.3 kg pendulum falls back from −π/2 towards hanging down
+    # lift_and_drop: torque off after 2 s, the 0.3 kg pendulum falls back from −π/2 towards hanging down; the
+    # servo's own set explains the logs to a few mrad (what is left: goals the host sent late, the processed log's
+    # 5 ms linear resampling); the fit does as well, far better than bam's published set, with the known kt and
+    # friction
     held = [e["position"] for e in entries if 1.5 < e["timestamp"] < 2.0] or [0.0]
     fallen = [e["position"] for e in entries if e["timestamp"] > 5.0] or [math.pi]
     checks = {"the pendulum was lifted to -π/2 and fell": min(held) < -1.2 and max(map(abs, fallen)) < 0.5,
@@ -128,7 +131,12 @@ def test_record_then_identify_recovers_the_servo(tmp_path):
               "the fit is 5x better than bam's set": after < before / 5}
     checks |= {f"{name} within 15 % of the known": fitted[name] == pytest.approx(KNOWN[name], rel=0.15)
                for name in ("kt", "friction_base", "friction_viscous")}
-    check(checks, figures, disturbance(stolen, late))
+    # one stall of the recorder (a gap in its goals past STALL_S, which `record` warns of) is a stair the servo
+    # followed and the processed log does not show, whatever the share of late goals
+    disturbed = disturbance(stolen, late)
+    if stall > STALL_S:
+        disturbed = " and ".join(filter(None, [disturbed, f"the recorder stalled {1e3 * stall:.0f} ms"]))
+    check(checks, figures, disturbed)
 
 
 def test_an_scs_servo_is_recorded_through_its_own_table(tmp_path):
