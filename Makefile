@@ -56,6 +56,24 @@ proto: .stamp-install
 bench: .stamp-install
 	$(BIN)/servo-hil bench kernel
 
+# LeRobot's own arm classes (tests/lerobot, `servo-hil bench lerobot`, docs/lerobot.md) in a venv of their own:
+# lerobot 0.4.4 (the last release for Python 3.11) with its own pins and its dynamixel and feetech extras, except
+# torch/torchvision/torchcodec. lerobot pins torch<2.11 (CUDA builds of several GB); the arm classes import
+# torchvision (lerobot.processor), and torch 2.14.1 with torchvision 0.29.1 is the pair this machine's disk has.
+LEROBOT_VENV  := .venv-lerobot
+LEROBOT       ?= lerobot==0.4.4
+LEROBOT_TORCH ?= torch==2.14.1 torchvision==0.29.1
+.PHONY: lerobot
+lerobot: $(LEROBOT_VENV)/.stamp
+$(LEROBOT_VENV)/.stamp: bench/peers/lerobot_requirements.py
+	$(PY) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install -q --upgrade pip
+	$(LEROBOT_VENV)/bin/pip install -q --progress-bar off $(LEROBOT_TORCH)
+	$(LEROBOT_VENV)/bin/pip install -q --progress-bar off --no-deps $(LEROBOT)
+	$(LEROBOT_VENV)/bin/python bench/peers/lerobot_requirements.py > $(LEROBOT_VENV)/requirements.txt
+	$(LEROBOT_VENV)/bin/pip install -q --progress-bar off -r $(LEROBOT_VENV)/requirements.txt $(LEROBOT_TORCH)
+	@touch $@
+
 # The web console's browser tests (tests/servo_hil/console) need Debian's Chromium (apt, as root) and Playwright for
 # Python (in the venv; it drives /usr/bin/chromium, never a browser of its own); without them they skip.
 .PHONY: browser

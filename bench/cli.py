@@ -195,6 +195,22 @@ def bench_erob(
     _print_json(bench(cycles, quick=quick), out)
 
 
+@bench_app.command("lerobot")
+@one_line_errors
+def bench_lerobot(
+    family: Annotated[Literal["koch", "so101"], typer.Option(help="the arms: Koch v1.1 or SO-101")] = "koch",
+    seconds: Annotated[float, typer.Option(min=1.0, help="teleoperation time [s]")] = 10.0,
+    hz: Annotated[float, typer.Option(min=1.0, max=200.0, help="LeRobot's loop rate [Hz]")] = 100.0,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """LeRobot's own follower and leader classes on the emulated arms (needs `make lerobot`): calibrated with the
+    daemon's hand, then teleoperated: the follower's tracking error per joint, the loops' lateness, LeRobot's Sync
+    Read round trip against its wire time and steal, as JSON."""
+    from bench.lerobot import run as bench
+
+    _print_json(bench(family, seconds, hz), out)
+
+
 @bench_app.command("soak")
 @one_line_errors
 def bench_soak(
