@@ -8,13 +8,10 @@ from typing import TYPE_CHECKING
 from drivers.emulated.dynamixel.bus import DynamixelBus
 from drivers.emulated.dynamixel.server import DynamixelServer
 from drivers.hosts.dynamixel_mirror import MirrorServer
-from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access, ModelSpec, load_model, model_names
 from firmware_models.dynamixel.servo import DynamixelServo
-from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
-from servo_hil.wiring.live import power_up_on_reset_and_plug
-from servo_hil.wiring.mirror import open_serial_mirror
+from servo_hil.wiring.serial_servos import SerialServos
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -26,16 +23,8 @@ log = logging.getLogger("servo-hil")
 def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
                        parts: RigParts | None = None) -> DynamixelServer | MirrorServer:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    servos, faults, joints = [], [], []
-    store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
-    try:
-        saved = store.load() if store else {}
-    except EepromFileError as exc:
-        raise ConfigError(str(exc)) from None
-    for j, a in enumerate(live.rig.actuators):
-        if a.bus != cfg.name:
-            continue
-        where = f"actuators[{j}] ({a.joint})"
+    bus = SerialServos(cfg, live)
+    for j, a, where in bus.actuators():
         if a.catalog not in model_names():
             raise ConfigError(f"{where}: a Dynamixel bus needs catalog = one of {', '.join(model_names())} "
                               f"(the models with a control table), got {a.catalog!r}")
@@ -47,40 +36,17 @@ def open_dynamixel_bus(cfg: BusConfig, live: RunningRig, port: str | None = None
         registers = {"ID": a.id, "Baud Rate": bauds[cfg.baud]}
         for name, value in a.registers.items():
             registers[name] = _power_up_value(spec, a.catalog, where, name, value)
-        if a.joint in saved:             # the servo's flash, as a client last wrote it
-            kept = {it.name for it in spec.items if it.eeprom and it.access is Access.RW}
-            try:
-                store.check_servo(a.joint, saved[a.joint], spec.model_number, kept)
-            except EepromFileError as exc:
-                raise ConfigError(str(exc)) from None
-            registers.update(saved[a.joint].items)
+        bus.restore(a.joint, registers, spec.model_number,
+                    {it.name for it in spec.items if it.eeprom and it.access is Access.RW})
         servo = DynamixelServo(spec, live.joint(j), registers)
         if problem := servo.supply_outside_limits():   # as the real servo on that supply: said once, not refused
             log.warning("%s: %s; give firmware = { supply_v = ... } or the limits in registers", where, problem)
-        servos.append(servo)
-        faults.append(live.bus_faults[j])
-        joints.append(a.joint)
-    if not servos:
-        raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
-    if store is not None:
-        def save(_changed: DynamixelServo) -> None:    # in the bus thread, after the instruction that changed it
-            store.save({joint: SavedServo(s.spec.model_number, s.eeprom_items())
-                        for joint, s in zip(joints, servos, strict=True)})
-
-        for s in servos:
-            s.on_eeprom_change = save
-    bus = DynamixelBus(servos, faults)
-    path = port or cfg.port
-    if cfg.real:
-        return open_serial_mirror(cfg, live, MirrorServer, bus, joints, PtyPort(path))
-    device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(path)
+        bus.add(j, servo)
+    bus.check_not_empty()
     # normal scheduling, unlike the eRob bus threads: a pty hands each write to the controller's side in a
     # kernel worker, which a SCHED_FIFO bus thread busy on that CPU holds off (`servo-hil bench dynamixel`)
-    server = DynamixelServer(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
-    server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
-                               DynamixelServo.reboot)
-    return server
+    return bus.serve(DynamixelBus(bus.servos, bus.faults), port, DynamixelServer, MirrorServer, "",
+                     DynamixelServo.reboot)
 
 
 _SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "the bus's baud = ..."}

@@ -9,14 +9,11 @@ from typing import TYPE_CHECKING
 from drivers.emulated.protocol1.dynamixel import Dynamixel1Bus
 from drivers.emulated.protocol1.server import Protocol1Server
 from drivers.hosts.protocol1_mirror import Dynamixel1Wire, Protocol1Mirror
-from drivers.wire.ports import PtyPort, SerialDevicePort
 from firmware_models.dynamixel.control_table import Access
 from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import Protocol1Model, baud_value, load_model, model_names
-from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from hil.params.config_file import ConfigError
-from servo_hil.wiring.live import power_up_on_reset_and_plug
-from servo_hil.wiring.mirror import open_serial_mirror
+from servo_hil.wiring.serial_servos import SerialServos
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -28,16 +25,8 @@ _SET_BY_THE_RIG = {"ID": "id = ... (checked unique on the bus)", "Baud Rate": "t
 def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
                         parts: RigParts | None = None) -> Protocol1Server | Protocol1Mirror:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet."""
-    servos, faults, joints = [], [], []
-    store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
-    try:
-        saved = store.load() if store else {}
-    except EepromFileError as exc:
-        raise ConfigError(str(exc)) from None
-    for j, a in enumerate(live.rig.actuators):
-        if a.bus != cfg.name:
-            continue
-        where = f"actuators[{j}] ({a.joint})"
+    bus = SerialServos(cfg, live)
+    for j, a, where in bus.actuators():
         if a.catalog not in model_names():
             raise ConfigError(f"{where}: a dynamixel1 bus needs catalog = one of {', '.join(model_names())} "
                               f"(the models with a Protocol 1.0 control table), got {a.catalog!r}")
@@ -49,35 +38,13 @@ def open_dynamixel1_bus(cfg: BusConfig, live: RunningRig, port: str | None = Non
         registers = {"ID": a.id, "Baud Rate": value}
         for name, v in a.registers.items():
             registers[name] = _power_up_value(model, where, name, v)
-        if store is not None and a.joint in saved:      # the servo's EEPROM, as a client last wrote it
-            kept = {it.name for it in model.spec.items if it.address < model.eeprom_end and it.access is Access.RW}
-            try:
-                store.check_servo(a.joint, saved[a.joint], model.spec.model_number, kept)
-            except EepromFileError as exc:
-                raise ConfigError(str(exc)) from None
-            registers.update(saved[a.joint].items)
-        servos.append(Dynamixel1Servo(model, live.joint(j), registers))
-        faults.append(live.bus_faults[j])
-        joints.append(a.joint)
-    if not servos:
-        raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
-    if store is not None:
-        def save(_changed: Dynamixel1Servo) -> None:   # in the bus thread, after the instruction that changed it
-            store.save({joint: SavedServo(s.spec.model_number, s.eeprom_items())
-                        for joint, s in zip(joints, servos, strict=True)})
-
-        for s in servos:
-            s.on_eeprom_change = save
-    bus = Dynamixel1Bus(servos, faults)
-    if cfg.real:     # a proxy mirror of the real bus there, the servos being the real ones' twins
-        mirror = functools.partial(Protocol1Mirror, wire=Dynamixel1Wire())
-        return open_serial_mirror(cfg, live, mirror, bus, joints, PtyPort(port or cfg.port))
-    device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
-    server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
-    server.role = f"Dynamixel 1.0, {cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
-                               Dynamixel1Servo.power_cycle)
-    return server
+        bus.restore(a.joint, registers, model.spec.model_number,
+                    {it.name for it in model.spec.items if it.address < model.eeprom_end and it.access is Access.RW})
+        bus.add(j, Dynamixel1Servo(model, live.joint(j), registers))
+    bus.check_not_empty()
+    mirror = functools.partial(Protocol1Mirror, wire=Dynamixel1Wire())
+    return bus.serve(Dynamixel1Bus(bus.servos, bus.faults), port, Protocol1Server, mirror, "Dynamixel 1.0, ",
+                     Dynamixel1Servo.power_cycle)
 
 
 def _power_up_value(model: Protocol1Model, where: str, name: str, value: int) -> int:

@@ -8,14 +8,11 @@ from drivers.emulated.protocol1.bus import Protocol1Bus
 from drivers.emulated.protocol1.feetech import FEETECH
 from drivers.emulated.protocol1.server import Protocol1Server
 from drivers.hosts.protocol1_mirror import Protocol1Mirror
-from drivers.wire.ports import PtyPort, SerialDevicePort
-from firmware_models.eeprom import EepromFile, EepromFileError, SavedServo
 from firmware_models.feetech.control_table import ModelSpec, load_model, model_names
 from firmware_models.feetech.servo import FeetechServo
 from hil.params import catalog
 from hil.params.config_file import ConfigError
-from servo_hil.wiring.live import power_up_on_reset_and_plug
-from servo_hil.wiring.mirror import open_serial_mirror
+from servo_hil.wiring.serial_servos import SerialServos
 
 if TYPE_CHECKING:
     from servo_hil.rig import BusConfig
@@ -43,16 +40,8 @@ def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
                      parts: RigParts | None = None) -> Protocol1Server | Protocol1Mirror:
     """The servos of bus `cfg` on a new pty at `port` (or cfg.port / cfg.device); not started yet. With cfg.real,
     a proxy mirror of the real bus there, the servos being the real ones' twins."""
-    servos, faults, joints = [], [], []
-    store = EepromFile(cfg.eeprom, live.rig.name, cfg.name) if cfg.eeprom else None
-    try:
-        saved = store.load() if store else {}
-    except EepromFileError as exc:
-        raise ConfigError(str(exc)) from None
-    for j, a in enumerate(live.rig.actuators):
-        if a.bus != cfg.name:
-            continue
-        where = f"actuators[{j}] ({a.joint})"
+    bus = SerialServos(cfg, live)
+    for j, a, where in bus.actuators():
         spec = feetech_model(a.catalog or "", where)
         codes = {bps: code for code, bps in spec.baud_rates.items()}
         if cfg.baud not in codes:
@@ -61,34 +50,12 @@ def open_feetech_bus(cfg: BusConfig, live: RunningRig, port: str | None = None,
         registers = {"ID": a.id if a.id is not None else 1, "Baud_Rate": codes[cfg.baud]}
         for name, value in a.registers.items():
             registers[name] = _power_up_value(spec, where, name, value)
-        if a.joint in saved:             # the servo's flash, as a client last wrote it
-            kept = {it.name for it in spec.items if it.area in ("eeprom", "factory") and it.access == "RW"}
-            try:
-                store.check_servo(a.joint, saved[a.joint], spec.model_number, kept)
-            except EepromFileError as exc:
-                raise ConfigError(str(exc)) from None
-            registers.update(saved[a.joint].items)
-        servos.append(FeetechServo(spec, live.joint(j), registers))
-        faults.append(live.bus_faults[j])
-        joints.append(a.joint)
-    if not servos:
-        raise ConfigError(f"buses ({cfg.name}): no actuator has bus = {cfg.name!r}")
-    if store is not None:
-        def save(_changed: FeetechServo) -> None:    # in the bus thread, after the instruction that changed it
-            store.save({joint: SavedServo(s.spec.model_number, s.eeprom_items())
-                        for joint, s in zip(joints, servos, strict=True)})
-
-        for s in servos:
-            s.on_eeprom_change = save
-    bus = Protocol1Bus(FEETECH, servos, faults)
-    if cfg.real:
-        return open_serial_mirror(cfg, live, Protocol1Mirror, bus, joints, PtyPort(port or cfg.port))
-    device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
-    server = Protocol1Server(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
-    server.role = f"{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
-    power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(joints, servos, strict=True)},
-                               FeetechServo.reboot)
-    return server
+        bus.restore(a.joint, registers, spec.model_number,
+                    {it.name for it in spec.items if it.area in ("eeprom", "factory") and it.access == "RW"})
+        bus.add(j, FeetechServo(spec, live.joint(j), registers))
+    bus.check_not_empty()
+    return bus.serve(Protocol1Bus(FEETECH, bus.servos, bus.faults), port, Protocol1Server, Protocol1Mirror, "",
+                     FeetechServo.reboot)
 
 
 def _power_up_value(spec: ModelSpec, where: str, name: str, value: int) -> int:
