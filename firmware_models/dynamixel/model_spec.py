@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import enum
 import importlib.resources
-import os
 import re
 from dataclasses import dataclass, field
-from functools import cache
-from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import Field
 
+from firmware_models import model_files
+from firmware_models.model_files import check_overlaps, item_range
+from firmware_models.model_files import span as _span
 from hil.params import catalog
-from hil.params.config_file import ConfigError, Strict, read_toml, validate
+from hil.params.config_file import ConfigError, Strict
 
 __all__ = [
     "EEPROM_END",
@@ -237,11 +237,6 @@ _KNOWN_INSTRUCTIONS = frozenset({0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08, 0x10,
                                  0x82, 0x83, 0x8A, 0x92, 0x93, 0x9A})
 
 
-def _span(size: int, signed: bool) -> tuple[int, int]:
-    bits = 8 * size
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-
-
 def _build(name: str, cfg: _ModelFile, where: str) -> ModelSpec:
     def bad(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{where}: {key}: {msg}")
@@ -309,10 +304,7 @@ def _build(name: str, cfg: _ModelFile, where: str) -> ModelSpec:
             choices = frozenset(cfg.operating_modes)
         elif iname == "Drive Mode":
             mask = cfg.drive_mode_mask
-        lo = lo_rep if c.min is None else c.min
-        hi = hi_rep if c.max is None else c.max
-        if not lo_rep <= lo <= hi <= hi_rep:
-            raise bad(key, f"range {lo}..{hi} does not fit a {'signed' if c.signed else 'unsigned'} {size}-byte item")
+        lo, hi = item_range(where, key, size, c.signed, c.min, c.max)
         if c.time_based_max is not None and not lo <= c.time_based_max <= hi_rep:
             raise bad(f"{key}.time_based_max", f"{c.time_based_max} does not fit the item")
         if not lo_rep <= default <= hi_rep or (c.access is Access.RW and not lo <= default <= hi):
@@ -346,11 +338,7 @@ def _build(name: str, cfg: _ModelFile, where: str) -> ModelSpec:
                               tmin, tmax, False))
             items.append(Item(f"Indirect Data {n}", b.data + k, 1, Access.RW, False, 0, 0, 255, False))
     items.sort(key=lambda it: it.address)
-    for a, b in pairwise(items):
-        if a.address + a.size > b.address:
-            raise bad("extra_items", f"{a.name!r} ({a.address}+{a.size}) overlaps {b.name!r} ({b.address})")
-        if a.name == b.name:
-            raise bad("items", f"{a.name!r} appears twice")
+    check_overlaps(where, "extra_items", items)
     names = {it.name for it in items}
 
     for lkey, seq in (("watchdog_guarded", cfg.watchdog_guarded), ("mode_reset", cfg.mode_reset)):
@@ -392,12 +380,7 @@ def _models_dir() -> Path:
 
 def model_names() -> list[str]:
     """Names of the models in `config/dynamixel/` (honours $SERVO_HIL_CONFIG), sorted."""
-    return sorted(p.stem for p in _models_dir().glob("*.toml"))
-
-
-@cache
-def _load(name: str, path: str, mtime_ns: int) -> ModelSpec:
-    return _build(name, validate(_ModelFile, read_toml(path), path), path)
+    return model_files.model_names(_models_dir())
 
 
 def load_model(name: str) -> ModelSpec:
@@ -406,10 +389,4 @@ def load_model(name: str) -> ModelSpec:
     Reads `config/dynamixel/<name>.toml` and the SDK map it names; a bad file raises ConfigError naming
     the file and the key. Results are cached per file path and modification time.
     """
-    path = _models_dir() / f"{name}.toml"
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        raise ConfigError(f"unknown Dynamixel model {name!r}; {_models_dir()} has: "
-                          f"{', '.join(model_names()) or 'none'}") from None
-    return _load(name, str(path), mtime)
+    return model_files.load_model_file(_models_dir(), name, "Dynamixel", _ModelFile, _build)

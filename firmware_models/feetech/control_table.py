@@ -11,15 +11,14 @@ not refused here; the firmware (servo.py) decides what a value does.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from functools import cache
 from typing import Literal
 
 from pydantic import Field
 
+from firmware_models import model_files
 from hil.params import catalog
-from hil.params.config_file import ConfigError, Strict, read_toml, validate
+from hil.params.config_file import ConfigError, Strict
 
 __all__ = ["ControlTable", "Item", "ModelSpec", "decode_sign", "encode_sign", "load_model", "model_names"]
 
@@ -156,24 +155,13 @@ def _models_dir():
 
 def model_names() -> list[str]:
     """Names of the models in config/feetech/ (honours $SERVO_HIL_CONFIG), sorted."""
-    return sorted(p.stem for p in _models_dir().glob("*.toml"))
-
-
-@cache
-def _load(name: str, path: str, mtime_ns: int) -> ModelSpec:
-    return _build(name, validate(_ModelFile, read_toml(path), path), path)
+    return model_files.model_names(_models_dir())
 
 
 def load_model(name: str) -> ModelSpec:
     """The Feetech model `name` (e.g. "sts3215") from config/feetech/<name>.toml; ConfigError naming the file and
     key if it is wrong. Cached per path and modification time."""
-    path = _models_dir() / f"{name}.toml"
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        raise ConfigError(f"unknown Feetech model {name!r}; {_models_dir()} has: "
-                          f"{', '.join(model_names()) or 'none'}") from None
-    return _load(name, str(path), mtime)
+    return model_files.load_model_file(_models_dir(), name, "Feetech", _ModelFile, _build)
 
 
 class ControlTable:

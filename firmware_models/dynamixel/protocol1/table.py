@@ -9,18 +9,17 @@ Torque Enable (Protocol 1.0 servos lock EEPROM with their Lock item instead: `se
 
 from __future__ import annotations
 
-import os
-from functools import cache
-from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
 from pydantic import Field
 
+from firmware_models import model_files
 from firmware_models.dynamixel.model_spec import Access, Item, ModelSpec
+from firmware_models.model_files import check_overlaps, item_range
 from hil.params import catalog
-from hil.params.config_file import ConfigError, Strict, read_toml, validate
+from hil.params.config_file import ConfigError, Strict
 
 __all__ = ["BAUD_TOLERANCE", "Protocol1Model", "baud_value", "load_model", "model_names"]
 
@@ -106,12 +105,7 @@ def _build(name: str, cfg: _ModelFile, where: str) -> Protocol1Model:
     items: list[Item] = []
     for iname, c in cfg.items.items():
         key = f"items.{iname}"
-        bits = 8 * c.size
-        lo_rep, hi_rep = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if c.signed else (0, (1 << bits) - 1)
-        lo = lo_rep if c.min is None else c.min
-        hi = hi_rep if c.max is None else c.max
-        if not lo_rep <= lo <= hi <= hi_rep:
-            raise bad(key, f"range {lo}..{hi} does not fit a {'signed' if c.signed else 'unsigned'} {c.size}-byte item")
+        lo, hi = item_range(where, key, c.size, c.signed, c.min, c.max)
         default = c.default
         if iname == "Model Number":
             default = cfg.model_number
@@ -123,9 +117,7 @@ def _build(name: str, cfg: _ModelFile, where: str) -> Protocol1Model:
         items.append(Item(name=iname, address=c.address, size=c.size, access=c.access, eeprom=False,
                           default=default, min=lo, max=hi, signed=c.signed, unit=c.unit, si_per_unit=c.si))
     items.sort(key=lambda it: it.address)
-    for a, b in pairwise(items):
-        if a.address + a.size > b.address:
-            raise bad("items", f"{a.name!r} ({a.address}+{a.size}) overlaps {b.name!r} ({b.address})")
+    check_overlaps(where, "items", items)
     names = {it.name for it in items}
     for required in ("Model Number", "Firmware Version", "ID", "Baud Rate", "Return Delay Time", "CW Angle Limit",
                      "CCW Angle Limit", "Status Return Level", "Shutdown", "Torque Enable", "Goal Position",
@@ -156,21 +148,10 @@ def _models_dir() -> Path:
 
 def model_names() -> list[str]:
     """Names of the models in `config/dynamixel/protocol1/` (honours $SERVO_HIL_CONFIG), sorted."""
-    return sorted(p.stem for p in _models_dir().glob("*.toml"))
-
-
-@cache
-def _load(name: str, path: str, mtime_ns: int) -> Protocol1Model:
-    return _build(name, validate(_ModelFile, read_toml(path), path), path)
+    return model_files.model_names(_models_dir())
 
 
 def load_model(name: str) -> Protocol1Model:
     """The Protocol 1.0 model `name` ("ax12a", "mx64", "mx106"): a bad file raises ConfigError naming the file
     and the key. Cached per file path and modification time."""
-    path = _models_dir() / f"{name}.toml"
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        raise ConfigError(f"unknown Protocol 1.0 Dynamixel model {name!r}; {_models_dir()} has: "
-                          f"{', '.join(model_names()) or 'none'}") from None
-    return _load(name, str(path), mtime)
+    return model_files.load_model_file(_models_dir(), name, "Protocol 1.0 Dynamixel", _ModelFile, _build)
