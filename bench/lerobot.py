@@ -396,14 +396,21 @@ def _lateness(t0: dict, t1: dict) -> dict:
 
 SETTLE_S = 1.0    # the follower's first second of teleoperation: it moves from its own pose to the leader's
 LOST_REPLY = "There is no status packet"     # dynamixel-sdk's / scservo_sdk's COMM_RX_TIMEOUT text
+MISSED_PING = "motor check failed"           # LeRobot's connect when a servo's model-number reply did not come
+
+
+def lost_reply(stderr: str) -> bool:
+    """Whether LeRobot ended on a reply that came later than its SDK's packet timeout."""
+    return LOST_REPLY in stderr or MISSED_PING in stderr
 
 
 def calibrate_arm(python: Path, family: str, role: str, arm: Arm, cal_dir: Path, log_dir: Path,
-                  attempts: int = 5) -> dict:
+                  attempts: int = 6, budget_s: float = 50.0) -> dict:
     """LeRobot's calibrate flow on one arm (`role` follower or leader), played by the hand: the session's reports,
     what the hand did, and how many sessions a lost reply ended (LeRobot reads with no retry, so one reply later
     than the SDK's packet timeout, from a daemon starved of CPU, aborts its calibration as it would on a real bus;
-    the flow then starts again, as a person would)."""
+    the flow then starts again, as a person would, while `budget_s` leaves time for one)."""
+    deadline = time.monotonic() + budget_s
     for attempt in range(attempts):
         peer = LeRobotPeer(python, ["session", f"{family}_{role}", arm.port, str(cal_dir)], log_dir)
         try:
@@ -412,7 +419,7 @@ def calibrate_arm(python: Path, family: str, role: str, arm: Arm, cal_dir: Path,
             return {"hand": hand, "reports": reports, "aborted_by_lost_reply": attempt}
         except (RuntimeError, TimeoutError, BrokenPipeError) as e:
             peer.kill()
-            if LOST_REPLY not in peer.stderr() or attempt == attempts - 1:
+            if not lost_reply(peer.stderr()) or attempt == attempts - 1 or time.monotonic() > deadline - 12.0:
                 raise RuntimeError(f"{family}_{role}: {e}\n{peer.stderr()}") from None
         finally:
             peer.kill()

@@ -69,7 +69,7 @@ class Pair:
             except RuntimeError:
                 # LeRobot reads with no retry: one reply later than the SDK's packet timeout ends its session, as
                 # on a real bus; a loaded 2-core host can starve the daemon that long. Start again, and say so.
-                if lr.LOST_REPLY not in peer.stderr() or attempt == 2:
+                if not lr.lost_reply(peer.stderr()) or attempt == 2:
                     raise
                 print(f"\n{self.family}_{role}: a session ended by a lost reply, started again")
             finally:
