@@ -7,8 +7,9 @@ applies them to the replies it sends. Bit values are those the state stream publ
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 BUS_FAULTS = ("drop", "corrupt", "delay", "wrong_baud")
 BUS_FLAG_BITS = {"drop": 1 << 8, "corrupt": 1 << 9, "delay": 1 << 10, "wrong_baud": 1 << 11, "unplugged": 1 << 12}
@@ -79,3 +80,26 @@ class BusFaults:
         self.drop = self.corrupt = self.delay_s = 0.0
         self.wrong_baud = self.unplugged = False
         self.rng.seed(1)
+
+
+class Transmission(NamedTuple):
+    """A reply and when it starts: `offset_s` after the instruction's last byte [s]."""
+
+    data: bytes
+    offset_s: float
+    servo: int | None    # index of the sending servo on the bus (None: a reply no one servo sends, e.g. a Fast one)
+
+
+def apply_faults(out: list[Transmission], faults: Sequence[BusFaults | None]) -> list[Transmission]:
+    """`out` as the wire carries it once each sender's injected faults (drop, corrupt, delay) are applied;
+    `faults[i]` belongs to servo index i."""
+    done = []
+    for tx in out:
+        f = None if tx.servo is None else faults[tx.servo]
+        if f is None or not f.active:
+            done.append(tx)      # what apply() would return: the reply unchanged, no extra delay
+            continue
+        data, extra = f.apply(tx.data)
+        if data is not None:
+            done.append(Transmission(data, tx.offset_s + extra, tx.servo))
+    return done

@@ -6,8 +6,6 @@ from libc.math cimport fabs
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
-from typing import NamedTuple
-
 import numpy as np
 
 from drivers.emulated.dynamixel.codec cimport (
@@ -32,7 +30,7 @@ from drivers.emulated.dynamixel.protocol import (
     encode_fast_status,
 )
 from drivers.wire.ports import wire_time_s
-from drivers.wire.faults import BUS_FLAG_BITS, BusFaults
+from drivers.wire.faults import BUS_FLAG_BITS, BusFaults, Transmission, apply_faults
 from drivers.wire.server import InputFailures
 
 _PING_REPLY_BYTES = 14          # FF FF FD 00 ID 07 00 55 ERR model_L model_H fw CRC_L CRC_H
@@ -62,14 +60,6 @@ cdef inline bint _is_read(int ins) noexcept:
 
 cdef inline bint _changes_no_register(int ins) noexcept:
     return ins == PING or ins == READ or _is_read(ins)
-
-
-class Transmission(NamedTuple):
-    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
-
-    data: bytes
-    offset_s: float
-    servo: int | None    # index of the sending servo on the bus (None: a combined Fast reply)
 
 
 cdef inline object _tx(bytes data, double offset_s, object servo):
@@ -454,19 +444,10 @@ cdef class DynamixelBus:
 
     cdef list _finish(self, list out, bint faulty):
         """Apply each sender's injected bus faults (drop, corrupt, delay); `faulty`: any is injected."""
-        cdef list faults = self.faults
         if not faulty:   # no fault injected (the usual case): every reply as it is
             self.stats["replies"] += len(out)
             return out
-        done = []
-        for tx in out:
-            f = None if tx.servo is None else faults[tx.servo]
-            if f is None or not f.active:
-                done.append(tx)      # what apply() would return: the reply unchanged, no extra delay
-                continue
-            data, extra = f.apply(tx.data)
-            if data is not None:
-                done.append(_tx(data, tx.offset_s + extra, tx.servo))
+        done = apply_faults(out, self.faults)
         self.stats["replies"] += len(done)
         return done
 

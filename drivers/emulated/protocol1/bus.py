@@ -23,7 +23,7 @@ from drivers.emulated.protocol1.frame import (
     Packet,
     encode_status,
 )
-from drivers.wire.faults import BusFaults
+from drivers.wire.faults import BusFaults, Transmission, apply_faults
 from drivers.wire.ports import wire_time_s
 from drivers.wire.server import InputFailures
 
@@ -38,14 +38,6 @@ class Reply(NamedTuple):
 
     error: int
     params: bytes = b""
-
-
-class Transmission(NamedTuple):
-    """A status packet and when it starts: `offset_s` after the instruction's last byte [s]."""
-
-    data: bytes
-    offset_s: float
-    servo: int | None    # index of the sending servo on the bus
 
 
 class Protocol1Servo(Protocol):
@@ -282,14 +274,6 @@ class Protocol1Bus:
 
     def _finish(self, out: list[Transmission]) -> list[Transmission]:
         """Apply each sender's injected bus faults (drop, corrupt, delay)."""
-        done = []
-        for tx in out:
-            f = self.faults[tx.servo] if tx.servo is not None else None
-            if f is None or not f.active:
-                done.append(tx)
-                continue
-            data, extra = f.apply(tx.data)
-            if data is not None:
-                done.append(Transmission(data, tx.offset_s + extra, tx.servo))
+        done = apply_faults(out, self.faults)
         self.stats["replies"] += len(done)
         return done
