@@ -1,6 +1,6 @@
 """What every family's control-table loader shares: finding a model's TOML file under config/<family>/, reading and
 validating it once per modification time, and the range and overlap checks of register items. Each family keeps
-its own file schema and item type; the file format is in docs/configuration.md."""
+its own file schema and item type."""
 
 from __future__ import annotations
 

@@ -177,7 +177,9 @@ def _sdk_model_files() -> dict[int, str]:
     return out
 
 
-class _ItemCfg(Strict):
+class ItemFields(Strict):
+    """The keys of an item's entry that Protocol 2.0 and 1.0 model files share (config/dynamixel/*.toml)."""
+
     access: Access
     default: int = 0
     min: int | None = None
@@ -185,6 +187,9 @@ class _ItemCfg(Strict):
     signed: bool = False
     unit: str = ""
     si: float | None = None
+
+
+class _ItemCfg(ItemFields):
     limit: str | None = None
     limit_low: str | None = None
     limit_modes: list[int] | None = None

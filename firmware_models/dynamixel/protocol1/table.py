@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field
 
 from firmware_models import model_files
-from firmware_models.dynamixel.model_spec import Access, Item, ModelSpec
+from firmware_models.dynamixel.model_spec import Access, Item, ItemFields, ModelSpec
 from firmware_models.model_files import check_overlaps, item_range
 from hil.params import catalog
 from hil.params.config_file import ConfigError, Strict
@@ -29,16 +29,9 @@ BAUD_TOLERANCE = 0.03   # e-manual §Baud Rate note: an error under 3 % does not
 _KNOWN_INSTRUCTIONS = frozenset({0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x83, 0x92})
 
 
-class _ItemCfg(Strict):
+class _ItemCfg(ItemFields):
     address: int = Field(ge=0, le=255)
     size: Literal[1, 2]
-    access: Access
-    default: int = 0
-    min: int | None = None
-    max: int | None = None
-    signed: bool = False
-    unit: str = ""
-    si: float | None = None
 
 
 class _Baud(Strict):
