@@ -11,7 +11,7 @@ import pytest
 
 from hil.kernel import DXL_MODES, FAULT_BITS, LAWS, Kernel
 
-from .kernel_helpers import LOCKED, params
+from .kernel_helpers import LOCKED, params, trajectory
 
 DT = 1e-3
 MOTOR = dict(resistance=2.0, kt=0.5, armature=1e-3, supply_v=12.0, max_duty=1.0, dxl_goal_duty=1.0)
@@ -19,17 +19,6 @@ MOTOR = dict(resistance=2.0, kt=0.5, armature=1e-3, supply_v=12.0, max_duty=1.0,
 
 def dxl(**kw) -> dict:
     return params(law=LAWS["dxl"], **(MOTOR | kw))
-
-
-def trajectory(p: dict, goals, enable=1.0) -> list[dict]:
-    """Step once per goal; the state after each step."""
-    k = Kernel(1, DT)
-    k.set_params(0, p)
-    out = []
-    for g in goals:
-        k.step([g], [enable], [0.0])
-        out.append(dict(k.get_state(0)))
-    return out
 
 
 def test_trapezoid_reaches_v_after_v_over_a_and_lands_on_the_goal():

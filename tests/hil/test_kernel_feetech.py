@@ -16,7 +16,7 @@ from hil.params import catalog
 from hil.params.firmware import StsLaw
 from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
 
-from .kernel_helpers import LOCKED, params
+from .kernel_helpers import LOCKED, params, trajectory
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "bam_rollouts" / "bam_sts3215_rollouts.json"
 STEP_RAD = 2 * math.pi / 4096      # one STS position step
@@ -93,16 +93,6 @@ def sts(**kw) -> dict:
     return params(law=LAWS["sts"], sts_p=32.0, sts_error_gain=0.166, **(MOTOR | kw))
 
 
-def states(p: dict, goals, enable=1.0) -> list[dict]:
-    k = Kernel(1, DT)
-    k.set_params(0, p)
-    out = []
-    for g in goals:
-        k.step([g], [enable], [0.0])
-        out.append(dict(k.get_state(0)))
-    return out
-
-
 def ramps_within(vel, a: float) -> bool:
     """The setpoint's speed changes by at most a·DT a step, but for the landing on the goal (feetech.pxi
     `sts_setpoint`: at most 2·a·DT there, what the step grid leaves over)."""
@@ -113,7 +103,7 @@ def ramps_within(vel, a: float) -> bool:
 
 def test_setpoint_speed_and_acceleration_limits_and_landing_on_the_goal():
     v, a, goal = 3.0, 20.0, 2.0
-    st = states(sts(sts_speed=v, sts_acc=a, load_inertia=LOCKED), [goal] * 2000)
+    st = trajectory(sts(sts_speed=v, sts_acc=a, load_inertia=LOCKED), [goal] * 2000)
     vel = np.array([s["traj_vel"] for s in st])
     assert vel.max() == pytest.approx(v, abs=1e-12)
     assert ramps_within(vel, a)
@@ -125,14 +115,14 @@ def test_setpoint_speed_and_acceleration_limits_and_landing_on_the_goal():
 
 
 def test_goal_behind_a_running_setpoint_brakes_then_returns():
-    st = states(sts(sts_speed=3.0, sts_acc=20.0, load_inertia=LOCKED), [2.0] * 300 + [0.0] * 1500)
+    st = trajectory(sts(sts_speed=3.0, sts_acc=20.0, load_inertia=LOCKED), [2.0] * 300 + [0.0] * 1500)
     vel = np.array([s["traj_vel"] for s in st])
     assert ramps_within(vel, 20.0) and vel.min() < -2.9       # it turned and ran back at the speed limit
     assert st[-1]["traj_pos"] == 0.0 and st[-1]["traj_vel"] == 0.0
 
 
 def test_position_mode_holds_the_goal_and_the_torque_limit_clamps_the_duty():
-    st = states(sts(sts_speed=5.0), [0.5] * 3000)
+    st = trajectory(sts(sts_speed=5.0), [0.5] * 3000)
     assert st[-1]["theta"] == pytest.approx(0.5, abs=1e-3)
     k = Kernel(1, DT)
     k.set_params(0, sts(max_duty=0.3, load_inertia=LOCKED))
@@ -154,12 +144,12 @@ def test_dead_band_drives_nothing_inside_and_everything_outside():
 
 def test_wheel_mode_reaches_the_goal_velocity_at_the_acceleration():
     a = 10.0
-    st = states(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_acc=a, armature=1e-2),
+    st = trajectory(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_acc=a, armature=1e-2),
                 [2.0] * 3000)
     vel = np.array([s["traj_vel"] for s in st])
     assert np.all(np.diff(vel) <= a * DT * (1 + 1e-9)) and vel[-1] == 2.0
     assert st[-1]["omega"] == pytest.approx(2.0, rel=1e-3)
-    st = states(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_speed=1.0, armature=1e-2),
+    st = trajectory(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_speed=1.0, armature=1e-2),
                 [-3.0] * 3000)
     assert st[-1]["omega"] == pytest.approx(-1.0, rel=1e-3)              # Goal Speed beyond the limit
 
@@ -174,8 +164,8 @@ def test_pwm_mode_is_open_loop_duty_within_the_limit():
 
 
 def test_step_mode_regulates_like_position():
-    a = states(sts(sts_mode=STS_MODES["step"], sts_speed=4.0), [1.0] * 1500)
-    b = states(sts(sts_mode=STS_MODES["position"], sts_speed=4.0), [1.0] * 1500)
+    a = trajectory(sts(sts_mode=STS_MODES["step"], sts_speed=4.0), [1.0] * 1500)
+    b = trajectory(sts(sts_mode=STS_MODES["position"], sts_speed=4.0), [1.0] * 1500)
     assert [s["theta"] for s in a] == [s["theta"] for s in b]
 
 
