@@ -188,8 +188,11 @@ class LeRobotPeer:
                                          subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                          env=os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
                                          preexec_fn=lambda: os.nice(PEER_NICE))
-        self.text = ""
-        self.cursor = 0
+        # LeRobot's range recording prints a table per Sync Read (hundreds a second): keep a short window for the
+        # prompts and the complete `@@ ` lines, never the whole stream (copying it would take a core from the daemons)
+        self.window = ""
+        self.partial = ""
+        self.report_lines: list[str] = []
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -197,18 +200,23 @@ class LeRobotPeer:
     def _read(self) -> None:
         fd = self.proc.stdout.fileno()
         while chunk := os.read(fd, 65536):
+            text = chunk.decode(errors="replace")
+            lines = (self.partial + text).split("\n")
+            rest = lines.pop()
+            self.partial = rest if rest.startswith("@@ ") else rest[-65536:]   # a report may be long (teleop rows)
             with self.lock:
-                self.text += chunk.decode(errors="replace")
+                self.report_lines += [ln[3:] for ln in lines if ln.startswith("@@ ")]
+                self.window = (self.window + text)[-16384:]
 
     def expect(self, needle: str, timeout: float = 60.0) -> None:
         """Wait until `needle` appears in stdout past the last one expected."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                i = self.text.find(needle, self.cursor)
-            if i >= 0:
-                self.cursor = i + len(needle)
-                return
+                i = self.window.find(needle)
+                if i >= 0:
+                    self.window = self.window[i + len(needle):]
+                    return
             if self.proc.poll() is not None and not self.reader.is_alive():
                 raise RuntimeError(f"LeRobot exited {self.proc.returncode} before {needle!r}:\n{self.stderr()}")
             time.sleep(0.02)
@@ -236,7 +244,7 @@ class LeRobotPeer:
 
     def reports(self) -> dict[str, dict]:
         with self.lock:
-            lines = [ln[3:] for ln in self.text.splitlines() if ln.startswith("@@ ")]
+            lines = list(self.report_lines)
         return {r["kind"]: r for r in map(json.loads, lines)}
 
     def kill(self) -> None:

@@ -37,15 +37,16 @@ def report(kind: str, **data) -> None:
 
 
 def make(arm: str, port: str, calibration_root: str):
-    """LeRobot's class for `arm` on `port`, its calibration file under `calibration_root` laid out as LeRobot's own
-    default ($HF_LEROBOT_CALIBRATION/robots/<name>/<id>.json, teleoperators/<name>/<id>.json)."""
+    """LeRobot's class for `arm` on `port` with id "servo_hil", its calibration file where LeRobot's own CLI keeps
+    it, under $HF_LEROBOT_CALIBRATION (robots/<class name>/servo_hil.json, teleoperators/…), set to
+    `calibration_root` before lerobot is imported."""
     import importlib
+    import os
 
+    os.environ["HF_LEROBOT_CALIBRATION"] = str(Path(calibration_root))
     module, cls, cfg = ROBOTS[arm]
     mod = importlib.import_module(module)
-    kind = "robots" if arm.endswith("follower") else "teleoperators"
-    return getattr(mod, cls)(getattr(mod, cfg)(port=port, id="servo_hil",
-                                               calibration_dir=Path(calibration_root) / kind / arm))
+    return getattr(mod, cls)(getattr(mod, cfg)(port=port, id="servo_hil"))
 
 
 def calibration_dict(cal) -> dict:
