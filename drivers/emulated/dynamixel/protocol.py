@@ -22,6 +22,7 @@ from drivers.emulated.dynamixel.codec import (
     encode_status,
     whole_packet,
 )
+from drivers.wire.framing import ResyncParser
 from firmware_models.dynamixel.control_table import ErrorCode  # the servo and the wire share the error numbers
 
 __all__ = [
@@ -158,199 +159,58 @@ def decode_status(packet: Packet) -> tuple[int, bytes]:
 # Receive side
 
 
-def _header_prefix_len(buf: bytes | bytearray, start: int) -> int:
-    """Length of the longest suffix of buf[start:] that could still grow into a header (0..3)."""
-    if buf.endswith(b"\xff\xff\xfd", start):
-        return 3
-    if buf.endswith(b"\xff\xff", start):
-        return 2
-    if buf.endswith(b"\xff", start):
-        return 1
-    return 0
-
-
-class Parser:
+class Parser(ResyncParser):
     """Resynchronising receive-side parser (Protocol 2.0 §Instruction Packet; §Packet Process, "Processing Order
-    of Reception").
+    of Reception"); the search, the gap rule and the wire-time accounting are `ResyncParser`'s.
 
-    Feed it bytes as they arrive; it returns complete packets. It searches for FF FF FD 00 (FF FF FD FD and any
-    other reserved byte are not headers), reads LEN (< 3 is impossible: that header is dropped), checks the CRC
-    over the stuffed bytes and only then unstuffs. A CRC failure yields a CorruptPacket and the search restarts at
-    the byte after the failed header, because a corrupt LEN may have swallowed real packets. Status packets
-    (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless `accept_status`.
-
-    Inter-byte gap (Protocol 2.0 §Instruction Packet): if over `inter_byte_timeout_s` seconds passed since the
-    previous bytes arrived, a buffered partial packet is dropped and the new bytes are parsed fresh, unless they
-    complete it with a good CRC. The gap is measured between reads on the reader's clock, and bytes a controller
-    wrote at once can reach it in two reads with the host's scheduling between them (a pty hands writes over in a
-    kernel worker, pty(7); a USB serial adapter in transfers; the reader itself may wake late): a packet whose CRC
-    matches across such a gap was not cut by a silent line. Bytes read together carry no arrival times (a reader
-    that was late reads a stale partial packet and the next packet at once), so the gap is also inferred from the
-    bytes: when what has arrived ends with a complete packet with a good CRC whose header lies inside the span an
-    earlier header claims (incomplete, or complete with a bad CRC), the earlier header is taken as stale, as if the
-    gap had been seen: a controller that sent a whole packet and waits for its answer has left the line silent. Only
-    a complete, CRC-checked packet at the very end of the received bytes does this, so a packet still arriving is
-    never cut.
+    It searches for FF FF FD 00 (FF FF FD FD and any other reserved byte are not headers), reads LEN (< 3 is
+    impossible: that header is dropped), checks the CRC over the stuffed bytes and only then unstuffs. Status
+    packets (instruction 0x55, other devices' replies on a shared bus) are dropped and counted unless
+    `accept_status`. The gap (e-manual: 1.5 ms) is measured between reads on the reader's clock; bytes a controller
+    wrote at once can reach it in two reads (a USB serial adapter hands them over in transfers; the reader itself
+    may wake late), so a packet whose CRC matches across such a gap was not cut by a silent line.
 
     Python dynamixel-sdk 4.1.0 never stuffs (txPacket discards addStuffing's result), so its packets may carry a
     raw FF FF FD 00 in their data. That is harmless because the body is taken by LEN, not searched; raw
     FF FF FD FD in such data is unstuffed to FF FF FD here, as the e-manual receiving rule (and a servo) does.
 
     Memory: between calls at most one incomplete packet is kept (< MAX_WIRE_LEN = 65542 bytes).
-
-    Counters: garbage_bytes (bytes skipped while hunting for a header, including rejected headers and the rescanned
-    bytes of CRC-failed packets), crc_errors, status_packets_ignored, timeouts (partial packets dropped by the gap
-    rule, measured or inferred).
+    Counters: those of `ResyncParser`, and status_packets_ignored.
     """
+
+    HEADER = HEADER
+    PREFIX_LEN = _PREFIX_LEN
+    MIN_LENGTH = _MIN_LENGTH
+    STALE_MIN = len(HEADER)
 
     def __init__(self, inter_byte_timeout_s: float = 1.5e-3, *, accept_status: bool = False) -> None:
         """inter_byte_timeout_s: gap in seconds after which a partial packet is dropped (e-manual: 1.5 ms).
         accept_status: return status packets (0x55) instead of dropping them; for tools and tests that listen to
         replies. Fast Sync/Bulk Read replies are not stuffed and must not be decoded as normal status packets.
         """
-        self.inter_byte_timeout_s = inter_byte_timeout_s
+        super().__init__(inter_byte_timeout_s)
         self.accept_status = accept_status
-        self.garbage_bytes = 0
-        self.crc_errors = 0
         self.status_packets_ignored = 0
-        self.timeouts = 0
-        self._buf = bytearray()  # unparsed tail: empty, a header prefix, or one incomplete packet
-        self._need = 0  # len(_buf) below which parsing cannot progress
-        self._covered = 0  # leading bytes of _buf whose wire time a returned packet already counted
-        self._last = 0.0  # arrival time of the last non-empty chunk
 
-    @property
-    def buffered(self) -> int:
-        """Bytes held back waiting for the rest of a packet."""
-        return len(self._buf)
+    def _frame_end(self, buf: bytes | bytearray, i: int) -> int:
+        length = buf[i + 5] | (buf[i + 6] << 8)
+        return -1 if length < _MIN_LENGTH else i + _PREFIX_LEN + length
 
-    def reset(self) -> None:
-        """Forget any partial packet (counters are kept)."""
-        self._buf.clear()
-        self._need = 0
+    def _check_ok(self, buf: bytes | bytearray, i: int, end: int) -> bool:
+        return crc16(buf[i : end - 2]) == buf[end - 2] | (buf[end - 1] << 8)
 
-    def feed(self, data: bytes, now: float) -> list[Packet | CorruptPacket]:
-        """Add bytes that arrived at time `now` (seconds, monotonic) and return the packets they completed, in
-        wire order. An empty `data` only applies the gap rule.
-        """
-        buf = self._buf
-        if buf and now - self._last > self.inter_byte_timeout_s and not self._completes(buf, data):  # e-manual: 1.5 ms
-            if buf.startswith(HEADER):
-                self.timeouts += 1
-            else:
-                self.garbage_bytes += len(buf)
-            buf.clear()
-            self._need = 0
-            self._covered = 0
-        if not data:
-            return []
-        self._last = now
-        out: list[Packet | CorruptPacket] = []
-        if buf:
-            buf += data
-            if len(buf) < self._need and self._tail_packet(buf, 1) < 0:
-                return out
-            keep = self._scan(buf, out)
-            del buf[:keep]
-            self._covered = max(0, self._covered - keep)
-        else:
-            if type(data) is not bytes:
-                data = bytes(data)
-            # the chunk is exactly one good instruction packet (the usual case on a quiet bus): in C
-            packet = whole_packet(data, Packet)
-            if packet is not None:
-                out.append(packet)
-                return out
-            self._covered = 0
-            keep = self._scan(data, out)
-            if keep < len(data):
-                buf += data[keep:]
-            self._covered = max(0, self._covered - keep)
-        return out
+    def _packet(self, buf: bytes | bytearray, i: int, end: int, wire_len: int) -> Packet | None:
+        instruction = buf[i + 7]
+        if instruction == _STATUS and not self.accept_status:
+            self.status_packets_ignored += 1
+            return None
+        body = buf[i + 7 : end - 2]  # instruction + params, still stuffed
+        if _STUFFED in body:
+            body = body.replace(_STUFFED, _STUFF_PATTERN)
+        return Packet(buf[i + 4], instruction, bytes(body[1:]), wire_len)
 
-    def _scan(self, buf: bytes | bytearray, out: list[Packet | CorruptPacket]) -> int:
-        """Parse complete packets from `buf` into `out`; return the index from which bytes must be kept.
+    def _corrupt(self, buf: bytes | bytearray, i: int, end: int, wire_len: int) -> CorruptPacket:
+        return CorruptPacket(buf[i + 4], buf[i + 7], wire_len)
 
-        Sets self._need to the buffer length (counted from that index) needed before a rescan can progress.
-        """
-        n = len(buf)
-        pos = 0
-        covered = self._covered
-        find = buf.find
-        tail = -2   # start of the complete packet that ends the bytes (-1: none); found on first need
-        while True:
-            i = find(HEADER, pos)
-            if i < 0:
-                keep = n - _header_prefix_len(buf, pos)
-                self.garbage_bytes += keep - pos
-                self._need = 0
-                self._covered = covered
-                return keep
-            self.garbage_bytes += i - pos
-            if n - i < _PREFIX_LEN:
-                self._need = _PREFIX_LEN
-                self._covered = covered
-                return i
-            length = buf[i + 5] | (buf[i + 6] << 8)
-            if length < _MIN_LENGTH:  # impossible LEN: not a header after all
-                self.garbage_bytes += 1
-                pos = i + 1
-                continue
-            end = i + _PREFIX_LEN + length
-            bad = end > n or crc16(buf[i : end - 2]) != buf[end - 2] | (buf[end - 1] << 8)
-            if bad:
-                if tail == -2:
-                    tail = self._tail_packet(buf, i + 1)
-                if i < tail < end:   # the line went silent after a whole packet: this header was stale
-                    self.timeouts += 1
-                    self.garbage_bytes += tail - i
-                    pos = tail
-                    continue
-            if end > n:
-                self._need = _PREFIX_LEN + length
-                self._covered = covered
-                return i
-            if bad:
-                # The LEN field may be the corrupt byte: resynchronise from the next byte, not from `end`.
-                self.crc_errors += 1
-                out.append(CorruptPacket(buf[i + 4], buf[i + 7], max(0, end - max(i, covered))))
-                covered = max(covered, end)
-                self.garbage_bytes += 1
-                pos = i + 1
-                continue
-            pos = end
-            instruction = buf[i + 7]
-            if instruction == _STATUS and not self.accept_status:
-                self.status_packets_ignored += 1
-                continue
-            body = buf[i + 7 : end - 2]  # instruction + params, still stuffed
-            if _STUFFED in body:
-                body = body.replace(_STUFFED, _STUFF_PATTERN)
-            out.append(Packet(buf[i + 4], instruction, bytes(body[1:]), max(0, end - max(i, covered))))
-            covered = max(covered, end)
-
-    @staticmethod
-    def _completes(buf: bytes | bytearray, data: bytes) -> bool:
-        """`data` completes the packet whose header (or the start of it) is buffered in `buf`, with a good CRC."""
-        head = bytes(buf) + bytes(data[:_PREFIX_LEN])
-        if len(head) < _PREFIX_LEN or not head.startswith(HEADER):
-            return False
-        length = head[5] | (head[6] << 8)
-        end = _PREFIX_LEN + length
-        if length < _MIN_LENGTH or not len(buf) < end <= len(buf) + len(data):
-            return False
-        whole = bytes(buf) + bytes(data[:end - len(buf)])
-        return crc16(whole[:end - 2]) == whole[end - 2] | (whole[end - 1] << 8)
-
-    @staticmethod
-    def _tail_packet(buf: bytes | bytearray, start: int) -> int:
-        """Index of the first header at or after `start` whose packet is complete, has a good CRC and ends
-        exactly at the end of `buf`; -1 if there is none."""
-        n = len(buf)
-        k = buf.find(HEADER, start)
-        while 0 <= k <= n - _PREFIX_LEN - _MIN_LENGTH:
-            if k + _PREFIX_LEN + (buf[k + 5] | (buf[k + 6] << 8)) == n \
-                    and crc16(buf[k : n - 2]) == buf[n - 2] | (buf[n - 1] << 8):
-                return k
-            k = buf.find(HEADER, k + 1)
-        return -1
+    def _whole(self, data: bytes) -> Packet | None:
+        return whole_packet(data, Packet)   # in C: header, LEN, CRC, status filter and unstuffing of one packet

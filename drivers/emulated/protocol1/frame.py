@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from drivers.wire.framing import ResyncParser
+
 __all__ = [
     "BROADCAST_ID",
     "HEADER",
@@ -113,139 +115,41 @@ def decode_status(packet: Packet) -> tuple[int, bytes]:
     return packet.instruction, packet.params
 
 
-class Parser:
-    """Resynchronising receive-side parser of the FF FF frame.
+class Parser(ResyncParser):
+    """Resynchronising receive-side parser of the FF FF frame; the search, the gap rule and the wire-time accounting
+    are `ResyncParser`'s.
 
-    Feed bytes as they arrive; it returns complete packets in wire order. It searches for FF FF followed by an ID
-    other than FF (a run of FF is a longer header: the last two FF start it), reads LEN (< 2 is impossible: that
-    header is dropped), and checks the checksum. A checksum failure yields a CorruptPacket and the search restarts
-    at the byte after the failed header, because a corrupt LEN may have swallowed real packets.
-
-    Inter-byte gap: after over `inter_byte_timeout_s` without bytes a buffered partial packet is dropped, unless the
-    new bytes complete it with a good checksum (a pty may hand one write over in two reads). A partial packet whose
-    claimed span holds a complete, good packet ending exactly at the end of what arrived is stale too: the controller
-    sent that packet and waits for its answer, so the line was silent after the partial one.
-
-    Counters: garbage_bytes, checksum_errors, timeouts (partial packets dropped by the gap rule).
+    It searches for FF FF followed by an ID other than FF (a run of FF is a longer header: the last two FF start
+    it), reads LEN (< 2 is impossible: that header is dropped), and checks the checksum.
+    Counters: those of `ResyncParser`; `checksum_errors` is `crc_errors` under this frame's name.
     """
+
+    HEADER = HEADER
+    PREFIX_LEN = _PREFIX_LEN
+    MIN_LENGTH = _MIN_LENGTH
+    STALE_MIN = len(HEADER) + 1     # FF FF and an ID: two FF alone are no packet yet
 
     def __init__(self, inter_byte_timeout_s: float = 1.5e-3) -> None:
         """inter_byte_timeout_s [s]: gap after which a partial packet is dropped (ROBOTIS' figure for its buses,
         e-manual Protocol 2.0 §Instruction Packet; neither Protocol 1.0 nor Feetech's manual gives one)."""
-        self.inter_byte_timeout_s = inter_byte_timeout_s
-        self.garbage_bytes = 0
-        self.checksum_errors = 0
-        self.timeouts = 0
-        self._buf = bytearray()
-        self._covered = 0       # leading bytes of _buf whose wire time a returned packet already counted
-        self._last = 0.0
+        super().__init__(inter_byte_timeout_s)
 
     @property
-    def crc_errors(self) -> int:
-        """`checksum_errors` under the name the bus statistics use for every protocol."""
-        return self.checksum_errors
+    def checksum_errors(self) -> int:
+        """Frames whose checksum did not match."""
+        return self.crc_errors
 
-    @property
-    def buffered(self) -> int:
-        """Bytes held back waiting for the rest of a packet."""
-        return len(self._buf)
+    def _frame_end(self, buf: bytes | bytearray, i: int) -> int:
+        if buf[i + 2] == 0xFF:            # FF FF FF: the header starts one byte later
+            return -1
+        length = buf[i + 3]
+        return -1 if length < _MIN_LENGTH else i + _PREFIX_LEN + length
 
-    def reset(self) -> None:
-        """Forget any partial packet (counters are kept)."""
-        self._buf.clear()
-        self._covered = 0
+    def _check_ok(self, buf: bytes | bytearray, i: int, end: int) -> bool:
+        return checksum(memoryview(buf)[i + 2:end - 1]) == buf[end - 1]
 
-    def feed(self, data: bytes, now: float) -> list[Packet | CorruptPacket]:
-        """Add bytes that arrived at `now` [s, monotonic]; the packets they completed, in wire order."""
-        buf = self._buf
-        if buf and now - self._last > self.inter_byte_timeout_s and not self._completes(buf, data):
-            if buf.startswith(HEADER) and len(buf) > 2:
-                self.timeouts += 1
-            else:
-                self.garbage_bytes += len(buf)
-            buf.clear()
-            self._covered = 0
-        if not data:
-            return []
-        self._last = now
-        buf += data
-        out: list[Packet | CorruptPacket] = []
-        keep = self._scan(buf, out)
-        del buf[:keep]
-        self._covered = max(0, self._covered - keep)
-        return out
+    def _packet(self, buf: bytes | bytearray, i: int, end: int, wire_len: int) -> Packet:
+        return Packet(buf[i + 2], buf[i + 4], bytes(buf[i + 5:end - 1]), wire_len)
 
-    def _scan(self, buf: bytearray, out: list[Packet | CorruptPacket]) -> int:
-        """Cut complete packets from `buf` into `out`; the index from which bytes must be kept."""
-        n = len(buf)
-        pos = 0
-        covered = self._covered
-        tail = -2       # start of a good packet that ends the bytes (-1: none); looked for on first need
-        while True:
-            i = buf.find(HEADER, pos)
-            if i < 0:
-                keep = n - 1 if n > pos and buf[n - 1] == 0xFF else n
-                self.garbage_bytes += keep - pos
-                self._covered = covered
-                return keep
-            self.garbage_bytes += i - pos
-            if n - i < _PREFIX_LEN:
-                self._covered = covered
-                return i
-            if buf[i + 2] == 0xFF:            # FF FF FF: the header starts one byte later
-                self.garbage_bytes += 1
-                pos = i + 1
-                continue
-            length = buf[i + 3]
-            if length < _MIN_LENGTH:
-                self.garbage_bytes += 1
-                pos = i + 1
-                continue
-            end = i + _PREFIX_LEN + length
-            bad = end > n or checksum(memoryview(buf)[i + 2:end - 1]) != buf[end - 1]
-            if bad:
-                if tail == -2:
-                    tail = self._tail_packet(buf, i + 1)
-                if i < tail < end:             # the line went silent after a whole packet: this header was stale
-                    self.timeouts += 1
-                    self.garbage_bytes += tail - i
-                    pos = tail
-                    continue
-            if end > n:
-                self._covered = covered
-                return i
-            if bad:
-                self.checksum_errors += 1
-                out.append(CorruptPacket(buf[i + 2], buf[i + 4], max(0, end - max(i, covered))))
-                covered = max(covered, end)
-                self.garbage_bytes += 1
-                pos = i + 1
-                continue
-            out.append(Packet(buf[i + 2], buf[i + 4], bytes(buf[i + 5:end - 1]), max(0, end - max(i, covered))))
-            covered = max(covered, end)
-            pos = end
-
-    @staticmethod
-    def _completes(buf: bytearray, data: bytes) -> bool:
-        """`data` completes the packet whose header is buffered in `buf`, with a good checksum."""
-        head = bytes(buf[:_PREFIX_LEN]) + bytes(data[:max(0, _PREFIX_LEN - len(buf))])
-        if len(head) < _PREFIX_LEN or not head.startswith(HEADER) or head[2] == 0xFF or head[3] < _MIN_LENGTH:
-            return False
-        end = _PREFIX_LEN + head[3]
-        if not len(buf) < end <= len(buf) + len(data):
-            return False
-        whole = bytes(buf) + bytes(data[:end - len(buf)])
-        return checksum(whole[2:end - 1]) == whole[end - 1]
-
-    @staticmethod
-    def _tail_packet(buf: bytearray, start: int) -> int:
-        """Index of the first header at or after `start` whose packet has a good checksum and ends exactly at the
-        end of `buf`; -1 if none."""
-        n = len(buf)
-        k = buf.find(HEADER, start)
-        while 0 <= k <= n - _PREFIX_LEN - _MIN_LENGTH:
-            if buf[k + 2] != 0xFF and k + _PREFIX_LEN + buf[k + 3] == n \
-                    and checksum(memoryview(buf)[k + 2:n - 1]) == buf[n - 1]:
-                return k
-            k = buf.find(HEADER, k + 1)
-        return -1
+    def _corrupt(self, buf: bytes | bytearray, i: int, end: int, wire_len: int) -> CorruptPacket:
+        return CorruptPacket(buf[i + 2], buf[i + 4], wire_len)
