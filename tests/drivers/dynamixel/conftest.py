@@ -17,6 +17,7 @@ import pytest
 
 from tests.daemon_process import BusDaemon, BusLauncher
 from tests.drivers import read_serial
+from tests.drivers.sdk_ports import SlackPortHandler
 from tests.servo_hil.daemon import free_port, rig_head
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
@@ -220,24 +221,6 @@ def to_bytes(value: int, size: int) -> list[int]:
 
 def describe(ph, comm: int, error: int) -> str:
     return f"comm {comm} ({ph.getTxRxResult(comm)}), error {error:#04x} ({ph.getRxPacketError(error)})"
-
-
-class SlackPortHandler(sdk.PortHandler):
-    """The SDK's PortHandler with `slack_ms` added to every packet timeout (the SDK's own is ~34 ms).
-
-    A controller may wait longer than the SDK's default; the tests do so that a daemon starved of CPU for a
-    few hundred ms (2 cores, the SDK spinning on one, hypervisor steal) is not taken for a missing reply.
-    Expected timeouts then take `slack_ms` longer. Timing tests use slack 0. The broadcast-ping window
-    (setPacketTimeoutMillis, 807 ms at 1 Mbps) is left alone.
-    """
-
-    def __init__(self, path: str, slack_ms: float = 0.0):
-        super().__init__(path)
-        self.slack_ms = slack_ms
-
-    def setPacketTimeout(self, packet_length):
-        super().setPacketTimeout(packet_length)
-        self.packet_timeout += self.slack_ms
 
 
 DEFAULT_SLACK_MS = 500.0

@@ -11,6 +11,7 @@ import pytest
 import scservo_sdk as scs
 
 from tests.daemon_process import BusDaemon, BusLauncher
+from tests.drivers.sdk_ports import SlackTimeout
 from tests.servo_hil.daemon import rig_head
 
 
@@ -44,16 +45,10 @@ def write_sts_rig(directory: Path, name: str, ids=(1, 2), *, fast: bool = False,
     return StsRig(path, port, cmd, lockstep)
 
 
-class ScsSlackPort(scs.PortHandler):
-    """scservo_sdk's PortHandler waiting `slack_ms` longer per packet than its own ~34 ms (port_handler.py
-    setPacketTimeout): on 2 shared cores a stall of the daemon is the host's, not a lost reply. Expected timeouts
-    take that much longer."""
+class ScsSlackPort(SlackTimeout, scs.PortHandler):
+    """scservo_sdk's PortHandler waiting 300 ms longer per packet than its own ~34 ms (tests/drivers/sdk_ports)."""
 
     slack_ms = 300.0
-
-    def setPacketTimeout(self, packet_length):
-        super().setPacketTimeout(packet_length)
-        self.packet_timeout += self.slack_ms
 
 
 class StsLauncher(BusLauncher):

@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import dynamixel_sdk as sdk
-
 from tests.daemon_process import BusDaemon, BusLauncher
+from tests.drivers import sdk_ports
 from tests.servo_hil.daemon import free_port
 
 AX, MX64, MX106 = 1, 2, 3
@@ -62,15 +61,8 @@ class Dxl1Launcher(BusLauncher):
         return [*super().argv(rig), "--port", rig.port]
 
 
-class SlackPortHandler(sdk.PortHandler):
-    """The SDK's PortHandler with `slack_ms` added to every packet timeout (its own is ~34 ms): a daemon starved of
-    CPU for a while on a loaded 2-core host (the SDK spinning on one core) is not taken for a missing reply.
-    Expected timeouts then take `slack_ms` longer."""
+class SlackPortHandler(sdk_ports.SlackPortHandler):
+    """dynamixel-sdk's PortHandler with 200 ms of slack per packet unless told otherwise (tests/drivers/sdk_ports)."""
 
     def __init__(self, path: str, slack_ms: float = 200.0):
-        super().__init__(path)
-        self.slack_ms = slack_ms
-
-    def setPacketTimeout(self, packet_length):
-        super().setPacketTimeout(packet_length)
-        self.packet_timeout += self.slack_ms
+        super().__init__(path, slack_ms)
