@@ -10,13 +10,14 @@ import random
 import pytest
 
 from drivers.emulated.protocol1.dynamixel import Dynamixel1Bus
-from drivers.emulated.protocol1.frame import BROADCAST_ID, Parser, checksum, encode_instruction
+from drivers.emulated.protocol1.frame import Parser, checksum, encode_instruction
 from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import load_model
 from hil.joint import KernelJoint
 from hil.kernel import Kernel
 from hil.params.catalog import entry
 from servo_hil.rig import EncoderConfig, FaultConfig, LoadConfig, kernel_params
+from tests.drivers.protocol1.fuzz_input import random_input
 
 INSTRUCTIONS = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08, 0x82, 0x83, 0x92, 0x00, 0xFF]
 ADDRESSES = [0, 3, 4, 5, 6, 8, 11, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 44, 47, 48, 50, 68, 70, 71,
@@ -38,19 +39,7 @@ def fuzz(n: int, seed: int) -> None:
     bus = bus_of()
     parser = Parser()
     t = 0.0
-    for _ in range(n):
-        t += 0.01
-        if rng.random() < 0.7:
-            pid = rng.choice([1, 2, 3, BROADCAST_ID, rng.randrange(254)])
-            params = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 10)))
-            if params and rng.random() < 0.6:
-                params = bytes([rng.choice(ADDRESSES)]) + params[1:]
-            data = encode_instruction(pid, rng.choice(INSTRUCTIONS), params)
-            if rng.random() < 0.1:
-                k = rng.randrange(len(data))
-                data = data[:k] + bytes([data[k] ^ (1 << rng.randrange(8))]) + data[k + 1:]
-        else:
-            data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 30)))
+    for t, data in random_input(rng, n, INSTRUCTIONS, ADDRESSES, max_params=10, aim=0.6):
         for packet in parser.feed(data, t):
             for tx in bus.handle(packet, None):
                 body = tx.data[2:-1]

@@ -13,6 +13,7 @@ from drivers.emulated.protocol1.feetech import FEETECH
 from drivers.emulated.protocol1.frame import BROADCAST_ID, CorruptPacket, Packet, Parser, encode_instruction
 from drivers.wire.faults import BusFaults
 from drivers.wire.ports import wire_time_s
+from tests.drivers.protocol1.fuzz_input import random_input
 from tests.firmware_models.feetech.servo_kit import sts_servo
 
 BAUD = 1_000_000
@@ -146,20 +147,8 @@ def fuzz(n: int, seed: int) -> None:
     bus = bus_of(1, 2)
     parser = Parser()
     instructions = [PING, READ, WRITE, REG_WRITE, ACTION, 0x06, SYNC_READ, SYNC_WRITE, 0x92, 0x00, 0xFF]
-    t = 0.0
-    for _ in range(n):
-        t += 0.01
-        if rng.random() < 0.7:
-            pid = rng.choice([1, 2, 3, BROADCAST_ID, rng.randrange(256) & 0xFD])
-            params = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 12)))
-            if rng.random() < 0.5 and params:   # aim at the table
-                params = bytes([rng.choice([5, 6, 8, 31, 33, 40, 42, 46, 48, 55, 56, 85, 250])]) + params[1:]
-            data = encode_instruction(pid, rng.choice(instructions), params)
-            if rng.random() < 0.1:
-                k = rng.randrange(len(data))
-                data = data[:k] + bytes([data[k] ^ (1 << rng.randrange(8))]) + data[k + 1:]
-        else:
-            data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 30)))
+    addresses = [5, 6, 8, 31, 33, 40, 42, 46, 48, 55, 56, 85, 250]   # STS memory table items, and past its end
+    for t, data in random_input(rng, n, instructions, addresses, max_params=12, aim=0.5):
         for packet in parser.feed(data, t):
             for tx in bus.handle(packet, None):
                 assert tx.data[:2] == b"\xff\xff"
