@@ -405,11 +405,12 @@ def _lateness(t0: dict, t1: dict) -> dict:
 SETTLE_S = 1.0    # the follower's first second of teleoperation: it moves from its own pose to the leader's
 LOST_REPLY = "There is no status packet"     # dynamixel-sdk's / scservo_sdk's COMM_RX_TIMEOUT text
 MISSED_PING = "motor check failed"           # LeRobot's connect when a servo's model-number reply did not come
+STALE_REPLY = "Incorrect status packet"      # the late reply, read in the next exchange's window
 
 
 def lost_reply(stderr: str) -> bool:
     """Whether LeRobot ended on a reply that came later than its SDK's packet timeout."""
-    return LOST_REPLY in stderr or MISSED_PING in stderr
+    return any(text in stderr for text in (LOST_REPLY, MISSED_PING, STALE_REPLY))
 
 
 def calibrate_arm(python: Path, family: str, role: str, arm: Arm, cal_dir: Path, log_dir: Path,
@@ -463,12 +464,14 @@ def teleoperate(python: Path, family: str, leader: Arm, follower: Arm, cal_dir: 
             reports = peer.finish(seconds + 60.0)
     finally:
         peer.kill()
+    faults = {arm.name: {j: st["faults"] for j, st in arm.state().items() if st["faults"]}
+              for arm in (leader, follower)}
     lateness = {"leader": _lateness(t_lead, leader.ok("timing")["timing"]),
                 "follower": _lateness(t_fol, follower.ok("timing")["timing"])}
     leader.release_all()
     tracking = tracking_error(sampler.rows, family, t_connected + SETTLE_S, t_connected + seconds - 0.2)
     return {"reports": reports, "samples": sampler.rows, "tracking": tracking,
-            "lateness": lateness, "steal_fraction": steal.fraction()}
+            "lateness": lateness, "faults": faults, "steal_fraction": steal.fraction()}
 
 
 def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Path | None = None) -> dict:
@@ -510,6 +513,7 @@ def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Pa
         "calibration_sessions_ended_by_a_lost_reply": {r: c["aborted_by_lost_reply"] for r, c in cal.items()},
         "lerobot_loop": {"steps": len(rows), "expected_steps": round(seconds * hz),
                          "lost_replies": len(tel["reports"]["teleop"]["lost"]),
+                         "disconnect_errors": tel["reports"]["teleop"]["disconnect_errors"],
                          "step_late_median_ms": statistics.median(late), "step_late_p99_ms": _pct(late, 0.99)},
         "sync_read_us": {"follower_get_observation_median": statistics.median(observe),
                          "follower_get_observation_p99": _pct(observe, 0.99),
@@ -519,5 +523,6 @@ def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Pa
                          "what": "time LeRobot's get_observation / get_action took (one Sync Read of Present_Position "
                                  "of 6 servos, plus normalization) against that Sync Read's bytes on the wire"},
         "daemon_loops": tel["lateness"],
+        "servo_faults": tel["faults"],
         "steal_fraction": tel["steal_fraction"],
     }

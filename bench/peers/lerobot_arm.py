@@ -137,11 +137,16 @@ def teleop(family: str, leader_port: str, follower_port: str, calibration_dir: s
             lost.append({"t": t0 - t_start, "error": str(e)})
         k += 1
         precise_sleep(max(0.0, t_start + k * period - time.perf_counter()))
-    leader.disconnect()
-    follower.disconnect()
+    disconnect_errors = []
+    for device in (leader, follower):
+        try:
+            device.disconnect()
+        except (RuntimeError, ConnectionError) as e:
+            # e.g. a servo that shut down (Overload Error) answers the torque-off write with its Alert bit
+            disconnect_errors.append(f"{device}: {e}")
     steps = [r["observe"] + r["leader_read"] + r["send"] for r in rows]
     report("teleop", hz=hz, seconds=seconds, steps=len(rows), step_median=statistics.median(steps), rows=rows,
-           lost=lost)
+           lost=lost, disconnect_errors=disconnect_errors)
 
 
 def main(argv: list[str]) -> int:

@@ -156,6 +156,7 @@ def test_teleoperation_tracks_the_leader(pair):
     assert tel["reports"]["connected"]["leader_calibrated"] and tel["reports"]["connected"]["follower_calibrated"]
     assert rep["steps"] >= 0.8 * TELEOP_S * TELEOP_HZ
     assert len(rep["lost"]) <= 0.05 * rep["steps"], rep["lost"][:5]
+    assert rep["disconnect_errors"] == [] and not any(tel["faults"].values()), (rep["disconnect_errors"], tel["faults"])
     assert set(tel["tracking"]) == set(lr.JOINTS)
     for joint, e in tel["tracking"].items():
         assert e["leader_swing_deg"] >= 15.0, (joint, e)
