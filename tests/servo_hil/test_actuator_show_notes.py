@@ -27,7 +27,7 @@ def test_a_limit_above_the_stall_torque_is_explained(name):
     text = _show(name)
     d = catalog.entry(name).actuator().motor.derived(catalog.entry(name).datasheet.voltage_v)
     assert d["nominal_torque_nm"] > d["stall_torque_nm"]
-    assert _row(text, "torque at the current limit K·imax")[1:] == [f"{d['nominal_torque_nm']:.4g} N·m", "-"]
+    assert _row(text, "torque at the current limit kt·imax")[1:] == [f"{d['nominal_torque_nm']:.4g} N·m", "-"]
     assert "nominal torque" not in text
     assert f"above the stall torque {d['stall_torque_nm']:.4g} N·m it never binds" in text
 
@@ -36,5 +36,5 @@ def test_the_rated_torque_is_its_own_row():
     text = _show("erob80_100")
     rated = catalog.entry("erob80_100").datasheet.rated_torque_nm
     assert _row(text, "rated (continuous) torque")[1:] == ["-", f"{rated:.4g} N·m"]
-    assert _row(text, "torque at the current limit K·imax")[2] == "-"
+    assert _row(text, "torque at the current limit kt·imax")[2] == "-"
     assert f"rated torque {rated:.4g} N·m: the datasheet's continuous (thermal) rating" in text
