@@ -1,13 +1,5 @@
-"""A bus of simulated servos on the FF FF frame: who executes an instruction, who answers, and when.
-
-`Protocol1Bus.handle` takes one received packet (frame.py) and returns the status packets the servos send back,
-each with its start after the end of the instruction on the wire: Return Delay, the replies before it in a Sync or
-Bulk Read, the per-ID slot of a broadcast Ping. What differs between Dynamixel Protocol 1.0 and Feetech's SCS/STS
-protocol — the instructions a servo executes, which Status Return Level answers what, what a bad checksum or an
-unknown instruction gets — is the bus's `Dialect`; control tables, error bits and byte order are the servos'.
-Reply rules: Protocol 1.0 §Instruction Packet, §Status Packet, §SYNC WRITE, §BULK READ (ROBOTIS e-manual);
-Feetech SCS protocol manual §SYNC READ (each servo answers with its own status packet, in the request's ID order).
-"""
+"""A bus of simulated servos on the FF FF frame: who executes an instruction, who answers, and when; what differs
+between Dynamixel 1.0 and Feetech is the bus's `Dialect` (docs/protocols/protocol1.md)."""
 
 from __future__ import annotations
 
@@ -171,10 +163,13 @@ class Protocol1Bus:
         if i < 0:
             return []
         s = self.servos[i]
+        sid = s.id
         reply = self._execute(s, ins, p)
         if reply is None or not d.answers(s.status_return_level, ins):
             return []
-        return [self._status(i, reply, s.return_delay_s)]
+        # A write of the ID is answered from the ID it was sent to: the SDKs' txRxPacket waits for a status of the
+        # request's ID, and LeRobot's setup_motor (motors_bus.py) writes the new ID at the old one expecting it.
+        return [self._status(i, reply, s.return_delay_s, sid)]
 
     @staticmethod
     def _execute(s: Protocol1Servo, ins: int, p: bytes) -> tuple[int, bytes] | None:
@@ -260,9 +255,9 @@ class Protocol1Bus:
                 return i
         return -1
 
-    def _status(self, i: int, reply: tuple[int, bytes], offset_s: float) -> Transmission:
+    def _status(self, i: int, reply: tuple[int, bytes], offset_s: float, sid: int | None = None) -> Transmission:
         error, params = reply
-        return Transmission(encode_status(self.servos[i].id, error, params), offset_s, i)
+        return Transmission(encode_status(self.servos[i].id if sid is None else sid, error, params), offset_s, i)
 
     def _unicast_error(self, pid: int, ins: int, listening: list[int], error: int | None) -> list[Transmission]:
         if error is None or pid == BROADCAST_ID:

@@ -1,13 +1,5 @@
-"""The Dynamixel Protocol 1.0 dialect of the FF FF frame, and its bus.
-
-Instructions (e-manual Protocol 1.0 §Instruction): PING 0x01, READ 0x02, WRITE 0x03, REG WRITE 0x04, ACTION 0x05,
-FACTORY RESET 0x06, SYNC WRITE 0x83, and BULK READ 0x92 on the MX series (§Bulk Read). There is no SYNC READ (0x82)
-in Protocol 1.0: sent to the broadcast ID it gets no answer, as any unknown instruction to 0xFE. Status Return Level
-(16): 0 answers PING only, 1 PING and READ, 2 everything (§Ping; e-manual §Status Return Level). Error byte
-(§Status Packet): bit 0 Input Voltage, 1 Angle Limit, 2 Overheating, 3 Range, 4 Checksum, 5 Overload, 6 Instruction.
-A bus mixes models (AX and MX on one bus): a servo whose model lacks an instruction of the dialect (an AX and BULK
-READ) treats it as unknown.
-"""
+"""The Dynamixel Protocol 1.0 dialect of the FF FF frame, and its bus: instructions (BULK READ on MX), Status
+Return Level and error byte (docs/protocols/protocol1.md)."""
 
 from __future__ import annotations
 

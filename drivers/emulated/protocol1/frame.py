@@ -1,18 +1,5 @@
 """The FF FF frame that Dynamixel Protocol 1.0 and Feetech's SCS/STS protocol share: checksum, encoders and a
-resynchronising receive-side parser.
-
-Wire layout (ROBOTIS e-manual "Protocol 1.0" §Instruction Packet, §Status Packet; Feetech "SCS communication
-protocol" manual §Instruction packet, which copies it)::
-
-    instruction:  FF FF | ID | LEN | INST | PARAM 1..N | CHK
-    status:       FF FF | ID | LEN | ERR  | PARAM 1..N | CHK
-
-LEN = N + 2 (the instruction or error byte and the checksum); CHK = ~(ID + LEN + INST + PARAM...) & 0xFF.
-ID 0xFE is broadcast. Nothing here knows a control table, an error bit or timing: the bus (`bus.py`) and its
-`Dialect` decide what a packet means and when it is answered. Instruction and status frames look alike, so the
-parser returns every well-formed frame as an instruction: on the controller's side of a pty only its own
-instructions arrive.
-"""
+resynchronising receive-side parser; what a packet means is the bus's `Dialect` (docs/protocols/protocol1.md)."""
 
 from __future__ import annotations
 
