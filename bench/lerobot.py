@@ -82,7 +82,8 @@ def write_rig(name: str, directory: Path) -> tuple[Path, str, str]:
     text = text.replace("rate_hz = 1000", f'rate_hz = 1000\nmlockall = false\n[zmq]\npub = "tcp://127.0.0.1:'
                                           f'{free_port()}"\npublish_every = 10\ncommand = "{cmd}"\n'
                                           f'[mqtt]\nenabled = false\n', 1)
-    text = text.replace("baud = 1000000\n", f'baud = 1000000\neeprom = "{directory / (name + "-eeprom.toml")}"\n')
+    eeprom = f'eeprom = "{directory / (name + "-eeprom.toml")}"'        # the rig's own, moved beside the copy
+    text = re.sub(r'(?m)^eeprom = "[^"]*"', lambda _: eeprom, text)
     path = directory / f"{name}.toml"
     path.write_text(text)
     return path, str(directory / f"tty-{name}"), cmd

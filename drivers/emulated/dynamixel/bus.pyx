@@ -255,6 +255,7 @@ cdef class DynamixelBus:
                 self._secondary_write(i, ins, p)
             return []
         servo = self.servos[primary]
+        addressed_id = servo.id
         if ins not in _KNOWN or not servo.supports(ins):
             reply = Reply(ErrorCode.INSTRUCTION)
         elif ins == READ:
@@ -277,7 +278,10 @@ cdef class DynamixelBus:
             reply = Reply(ErrorCode.INSTRUCTION)
         if not _due(servo, ins):
             return []
-        return [self._status(servo, primary, reply.error, reply.params, servo.return_delay_s)]
+        # A write of the ID is answered from the ID it was sent to: the SDK's txRxPacket waits for a status of the
+        # request's ID, and LeRobot's setup_motor (motors_bus.py) writes the new ID at the old one expecting it.
+        return [_tx(status_packet(addressed_id, _error_byte(servo, reply.error), reply.params), servo.return_delay_s,
+                    primary)]
 
     cdef list _then_reset(self, Py_ssize_t i, int ins, bytes params):
         """Reboot / Factory Reset: the status goes out with the settings before the reset (Protocol 2.0 §Reboot,
