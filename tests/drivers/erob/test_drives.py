@@ -206,8 +206,7 @@ def test_an_etherban_request_ticks_the_drives_once_answered(drives):
     assert server.error is None
     in_window = [t for t, _ in ticks if answered[0] <= t < answered[-1]]
     assert len(in_window) <= 1.1 * (answered[-1] - answered[0]) / PERIOD + 2       # ~one per request, not two
-    served = sorted(t for t, who in ticks if who == server.ident)
-    assert served, "no tick in the server's thread"
+    served = sorted(t for t, who in ticks if who == server.ident)   # none at all is judged below, with the figures
     ends = [*sent[1:], answered[-1] + 0.01]
     ticked = sum(bisect.bisect_left(served, e) > bisect.bisect_left(served, s) for s, e in zip(sent, ends, strict=True))
     late = sum(b - a > 1.5 * PERIOD for a, b in itertools.pairwise(sent)) / (len(sent) - 1)
