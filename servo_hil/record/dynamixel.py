@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from hil.params.config_file import ConfigError
-from servo_hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
-from servo_hil.record.sweep import check_trajectories, record_sweep
+from servo_hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing
+from servo_hil.record.sweep import record_servo
 
 # Protocol 2.0 control table (MX(2.0), X series, XL330: the same addresses; e-manual §Control Table of RAM Area)
 _TORQUE_ENABLE, _OPERATING_MODE, _P_GAIN, _I_GAIN, _D_GAIN, _GOAL = 64, 11, 84, 82, 80, 116
@@ -115,14 +115,5 @@ def record_one(servo: _Servo, trajectory: str, kp: int, header: dict, duration: 
 
 def record(port: str, dxl_id: int, baud: int, trajectories: list[str], gains: list[int], header: dict,
            out: Path, duration: float = DURATION_S) -> list[Path]:
-    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json; one warning line at the
-    end if runs fell behind their trajectory (excitation.warn_if_behind)."""
-    check_trajectories(trajectories)
-    servo, runs = _Servo(port, baud, dxl_id), []
-    try:
-        files = record_sweep(trajectories, gains,
-                             lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
-    finally:
-        servo.close()
-    warn_if_behind(runs)   # after a complete sweep only: an error ends the command with its own one line
-    return files
+    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json (sweep.record_servo)."""
+    return record_servo(lambda: _Servo(port, baud, dxl_id), record_one, trajectories, gains, header, out, duration)

@@ -15,8 +15,8 @@ import numpy as np
 
 from firmware_models.feetech.control_table import ModelSpec, decode_sign, encode_sign, load_model, model_names
 from hil.params.config_file import ConfigError
-from servo_hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing, warn_if_behind
-from servo_hil.record.sweep import check_trajectories, record_sweep
+from servo_hil.record.excitation import DURATION_S, TRAJECTORIES, GoalPacing
+from servo_hil.record.sweep import record_servo
 
 __all__ = ["BAM_KP", "LATE_GOAL_S", "FeetechServo", "record", "record_one"]
 
@@ -177,14 +177,6 @@ def record_one(servo: FeetechServo, trajectory: str, kp: int, header: dict, dura
 
 def record(port: str, servo_id: int, baud: int, trajectories: list[str], gains: list[int], header: dict,
            out: Path, duration: float = DURATION_S) -> list[Path]:
-    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json; one warning line at the
-    end if runs fell behind their trajectory (excitation.warn_if_behind)."""
-    check_trajectories(trajectories)
-    servo, runs = FeetechServo(port, baud, servo_id), []
-    try:
-        files = record_sweep(trajectories, gains,
-                             lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
-    finally:
-        servo.close()
-    warn_if_behind(runs)
-    return files
+    """Every trajectory at every gain; writes <out>/raw/*.json and <out>/processed/*.json (sweep.record_servo)."""
+    return record_servo(lambda: FeetechServo(port, baud, servo_id), record_one, trajectories, gains, header, out,
+                        duration)

@@ -9,10 +9,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hil.params.config_file import ConfigError
 from servo_hil.logs.bam import process
-from servo_hil.record.excitation import TRAJECTORIES
+from servo_hil.record.excitation import TRAJECTORIES, GoalPacing, warn_if_behind
 
 
 def check_trajectories(trajectories: list[str]) -> None:
@@ -39,3 +40,20 @@ def record_sweep(trajectories: list[str], gains: list[float], run: Callable[[str
             path.write_text(json.dumps(log))
             written.append(path)
     return written
+
+
+def record_servo(open_servo: Callable[[], Any], record_one: Callable[..., dict], trajectories: list[str],
+                 gains: list[float], header: dict, out: Path, duration: float) -> list[Path]:
+    """Every trajectory at every gain on the servo `open_servo()` opens (closed at the end), each run by
+    `record_one(servo, trajectory, kp, header, duration, runs)`; writes <out>/raw/*.json and <out>/processed/*.json;
+    one warning line at the end if runs fell behind their trajectory (excitation.warn_if_behind)."""
+    check_trajectories(trajectories)          # before the port opens
+    servo = open_servo()
+    runs: list[GoalPacing] = []
+    try:
+        files = record_sweep(trajectories, gains,
+                             lambda name, kp: record_one(servo, name, kp, header, duration, runs), out)
+    finally:
+        servo.close()
+    warn_if_behind(runs)   # after a complete sweep only: an error ends the command with its own one line
+    return files
