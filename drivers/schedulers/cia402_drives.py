@@ -124,6 +124,8 @@ class Cia402Drives:
         with self.lock:
             if self.clock.sync_may_tick(now):
                 self.tick_once(now, synced=True)
+            else:          # the period's tick just ran for this cycle: from now on the cycles set the pace
+                self.clock.follow(now)
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -153,6 +155,12 @@ class TickClock:
 
     def sync_may_tick(self, now: float) -> bool:
         return now - self._last >= 0.5 * self.period_s
+
+    def follow(self, now: float) -> None:
+        """A master's cycle at `now` found its tick already done by the period: the period's next tick waits
+        until half a period after the cycle's next expected one, so that cycles in phase just after the period's
+        ticks hand the ticking to the master instead of being refused every time."""
+        self._next = max(self._next, now + 1.5 * self.period_s)
 
     def ticked(self, now: float, synced: bool = False) -> None:
         self._last = now
