@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from hil.loop.rt import RealtimeLoop
 
 
+def encoder_reading(state: Mapping) -> float:
+    """What a servo's position register holds [rad]: the firmware's last encoder sample (`theta_meas`, the one
+    its law used in the step just taken); before the first step, the shaft itself (hil/kernel/core.pxd
+    `encoder_reading`, for the C paths)."""
+    return state["theta_meas"] if state["k"] > 0 else state["theta"]
+
+
 class Joint(Protocol):
     """An actuator of the kernel: SI state out, parameters / goal / torque enable in."""
 

@@ -56,7 +56,7 @@ from firmware_models.cia402.objects import (
     default_values,
 )
 from firmware_models.cia402.state_machine import _S, STATE_BITS, StateMachine
-from hil.joint import Joint
+from hil.joint import Joint, encoder_reading
 from hil.kernel import FAULT_BITS, LAWS
 
 
@@ -234,7 +234,7 @@ class Cia402Drive(StateMachine, Modes):
             return st, p        # the kernel has not stepped since (a SYNC's refresh, then the tick): as it was
         self._sensed_state, self._sensed_inputs = st, inputs
         u, v = self.units, self.values
-        theta = st["theta_meas"] if st["k"] > 0 else st["theta"]
+        theta = encoder_reading(st)
         cpr = u.counts_per_rad
         self._pos_act = theta * cpr + u.zero_counts
         self._vel_act = st["omega"] * cpr

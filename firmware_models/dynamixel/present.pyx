@@ -12,7 +12,7 @@ from libc.math cimport M_PI, fabs, rint
 from libc.stdint cimport int64_t, uint8_t
 
 from firmware_models.dynamixel.joint_link cimport JointLink
-from hil.kernel.core cimport State
+from hil.kernel.core cimport State, encoder_reading
 
 # register units (e-manual §Specifications; §Present Position(132), §PWM Limit(36))
 cdef enum:
@@ -31,11 +31,6 @@ VELOCITY_UNIT = _VELOCITY_UNIT                        # Present/Goal Velocity, P
 ITEMS = ("Realtime Tick", "Moving", "Moving Status", "Present PWM", "Present Current", "Present Velocity",
          "Present Position", "Velocity Trajectory", "Position Trajectory", "Present Input Voltage",
          "Present Temperature")
-
-
-cdef inline double _measured(const State* st) noexcept nogil:
-    """The encoder reading [rad]: the kernel measures at each step; before the first, the shaft itself."""
-    return st.theta_meas if st.k > 0 else st.theta
 
 
 cdef inline void _put(uint8_t* p, int size, double v) noexcept nogil:
@@ -102,7 +97,7 @@ cdef class PresentItems:
         """The continuous encoder count [pulses] the joint's state reads (through `link`), reverse mode applied."""
         cdef State st
         link.state(&st)
-        return int(self._raw(_measured(&st)))
+        return int(self._raw(encoder_reading(&st)))
 
     def position_register(self, double theta):
         """Present Position [pulses] of output angle `theta` [rad]: multi-turn offset and homing applied."""
@@ -181,7 +176,7 @@ cdef class PresentItems:
         cdef double temp
         cdef bint profiling = st.prof_active != 0 and self.mode in (1, 3, 4, 5)
         if want[POSITION]:
-            _put(p + self.addr[POSITION], self.size[POSITION], self._position(_measured(st)))
+            _put(p + self.addr[POSITION], self.size[POSITION], self._position(encoder_reading(st)))
         if want[VELOCITY]:
             _put(p + self.addr[VELOCITY], self.size[VELOCITY], velocity)
         if want[CURRENT]:
@@ -212,8 +207,8 @@ cdef class PresentItems:
         if self.mode != 1 and p[self.a_torque] and self.a_goal >= 0:
             goal = <int> (p[self.a_goal] | p[self.a_goal + 1] << 8 | p[self.a_goal + 2] << 16
                           | <unsigned int> p[self.a_goal + 3] << 24)
-            if fabs(goal - self._position(_measured(st))) <= self.in_position_window and not profiling:
+            if fabs(goal - self._position(encoder_reading(st))) <= self.in_position_window and not profiling:
                 status |= 0x01
-            if fabs(st.traj_pos - _measured(st)) / _RAD_PER_PULSE > self.following_window:
+            if fabs(st.traj_pos - encoder_reading(st)) / _RAD_PER_PULSE > self.following_window:
                 status |= 0x08
         return <double> status

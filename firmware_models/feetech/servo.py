@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from firmware_models.feetech import law
 from firmware_models.feetech.control_table import ControlTable, ModelSpec, decode_sign, encode_sign
-from hil.joint import Joint
+from hil.joint import Joint, encoder_reading
 
 __all__ = ["STATUS_BITS", "FeetechServo"]
 
@@ -271,17 +271,8 @@ class FeetechServo:
         return self.joint.read_state()
 
     def _measured(self, st: Mapping | None = None) -> float:
-        """The encoder's reading of the shaft now [rad]: the sample of the present angle (θ + slip so far,
-        quantized as hil/kernel/sense.h does), the one the kernel's next step reads too. So a read at t_k gives
-        θ(t_k), as bam pairs a servo's reads with its model (bam/simulate.py `rollout_log`: the position read
-        at t_k against q_k), not the sample of the tick before. A noisy, stuck or slipping encoder: its last
-        sample (the kernel draws the noise)."""
-        st = st if st is not None else self._state()
-        p = self.joint.params()
-        if st["k"] > 0 and (p["encoder_noise"] > 0 or p["encoder_stuck"] or p["encoder_slip"]):
-            return st["theta_meas"]
-        q = st["theta"] + st["enc_offset"]
-        return math.floor(q * p["_counts_per_rad"] + 0.5) * p["_rad_per_count"] if p["encoder_counts"] > 0 else q
+        """The position register's angle [rad]: `encoder_reading`, the rule of every family."""
+        return encoder_reading(st if st is not None else self._state())
 
     def _get(self, name: str, default: int) -> int:
         """Item `name`'s value, or `default` on a model without it (an SCS table lacks the STS's current

@@ -125,6 +125,12 @@ cdef packed struct Input:
     Hand hand                  # added to external_torque, from the state at the start of each step
 
 
+cdef inline double encoder_reading(const State* s) noexcept nogil:
+    """What a servo's position register holds [rad]: the firmware's last encoder sample (`theta_meas`, the one
+    its law used in the step just taken); before the first step, the shaft itself. Every family reads it."""
+    return s.theta_meas if s.k > 0 else s.theta
+
+
 cdef inline double hand_setpoint(const Hand* h, double t, double* rate) noexcept nogil:
     """Where the hand leads the shaft at simulation time t [rad], and how fast it moves there (`rate`, rad/s)."""
     cdef double at = h.start, left, leg

@@ -178,8 +178,9 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
         else:
             duty = clip(duty, -clamp, clamp)
     if p.max_current > 0 and mode != DXL_PWM:
-        # firmware current limiter (bam XL330): |(duty·vin − emf)/R| ≤ max_current
+        # firmware current limiter (bam XL330): |(duty·vin − emf)/R| ≤ max_current; Goal PWM bounds the output
+        # last, in every mode (e-manual §Goal PWM(100)), as bam's law clips to its max duty last
         ilim = R * p.max_current
-        duty = clip(duty, (emf - ilim) / vs, (emf + ilim) / vs)
+        duty = clip(clip(duty, (emf - ilim) / vs, (emf + ilim) / vs), -clamp, clamp)
     s.duty = duty
     return duty

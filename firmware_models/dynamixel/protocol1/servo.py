@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from firmware_models.dynamixel.control_table import Access, ControlTable, ControlTableError
 from firmware_models.dynamixel.protocol1.table import BAUD_TOLERANCE, Protocol1Model
-from hil.joint import Joint
+from hil.joint import Joint, encoder_reading
 from hil.kernel import DXL_MODES, FAULT_BITS, LAWS
 
 __all__ = ["ERROR_BITS", "Dynamixel1Servo", "Reply"]
@@ -439,7 +439,7 @@ class Dynamixel1Servo:
     def _refresh(self) -> None:
         """Present items, Moving, Realtime Tick and Current from the kernel state."""
         t, st, p = self.table, self.joint.read_state(), self.joint.params()
-        theta = st["theta_meas"] if st["k"] > 0 else st["theta"]
+        theta = encoder_reading(st)
         omega, duty = st["omega"], st["duty"]
         t.set("Present Position", self.position_register(theta))
         if self._type() == "wheel" and not self._mx:

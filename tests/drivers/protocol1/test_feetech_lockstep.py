@@ -105,7 +105,8 @@ def test_goal_step_over_the_bus_equals_simulate_tick_for_tick(daemon, tmp_path):
     out = simulate(tmp_path, u, TICKS + 1)
     to_steps = present_steps(daemon.rig.path)
     assert out[0]["theta"] == theta0
-    sim_steps = [to_steps(r["theta_meas"]) for r in out[1:]]        # after step k+1: OUT.csv row k+1
+    # a read after tick k+1 holds the sample step k took (hil.joint.encoder_reading): OUT.csv row k's theta_meas
+    sim_steps = [to_steps(r["theta_meas"]) for r in out[:-1]]
     for k in range(TICKS):
         assert bus[k] == sim_steps[k], f"tick {k + 1}: Present_Position {bus[k]} over the bus, {sim_steps[k]} simulated"
     d_theta = max(abs(a - r["theta"]) for a, r in zip(theta, out[1:], strict=True))
