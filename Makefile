@@ -74,6 +74,25 @@ $(LEROBOT_VENV)/.stamp: bench/peers/lerobot_requirements.py
 	$(LEROBOT_VENV)/bin/pip install -q --progress-bar off -r $(LEROBOT_VENV)/requirements.txt $(LEROBOT_TORCH)
 	@touch $@
 
+# The newest LeRobot (Requires-Python >= 3.12) with its feetech, dynamixel and hardware (what its CLIs need) extras and
+# all of its own pins, torch included (PyPI's CUDA build, ≈ 5 GB, runs on the CPU), in .venv-lerobot-next;
+# tests/lerobot run against it too (docs/lerobot.md, "Torch"). PY: the first Python 3.12 or newer of
+# python3.12, python3.13 on PATH and pyenv's versions (a pyenv shim of a version not enabled fails and is skipped).
+LEROBOT_NEXT_VENV := .venv-lerobot-next
+LEROBOT_NEXT      ?= lerobot[feetech,dynamixel,hardware]
+.PHONY: lerobot-next
+lerobot-next: $(LEROBOT_NEXT_VENV)/.stamp
+$(LEROBOT_NEXT_VENV)/.stamp: PY = $(shell for p in python3.12 python3.13 $(sort $(wildcard \
+	$(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3)); do $$p -c 'import sys; assert sys.version_info >= (3, 12); \
+	print(sys.executable)' 2>/dev/null && break; done)
+$(LEROBOT_NEXT_VENV)/.stamp:
+	@"$(PY)" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null || { echo "make: lerobot-next needs" \
+		"Python 3.12 or newer (python3.12 on PATH, pyenv install 3.12, or PY=/path/to/python3.12)" >&2; exit 1; }
+	$(PY) -m venv $(LEROBOT_NEXT_VENV)
+	$(LEROBOT_NEXT_VENV)/bin/pip install -q --upgrade pip
+	$(LEROBOT_NEXT_VENV)/bin/pip install -q --progress-bar off '$(LEROBOT_NEXT)'
+	@touch $@
+
 # The web console's browser tests (tests/servo_hil/console) need Debian's Chromium (apt, as root) and Playwright for
 # Python (in the venv; it drives /usr/bin/chromium, never a browser of its own); without them they skip.
 .PHONY: browser

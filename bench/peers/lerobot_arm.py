@@ -1,4 +1,5 @@
-"""LeRobot's side of bench/lerobot.py and tests/lerobot: run by the LeRobot venv's Python (`make lerobot`).
+"""LeRobot's side of bench/lerobot.py and tests/lerobot: run by a LeRobot venv's Python (`make lerobot`: lerobot
+0.4.4, Python 3.11; `make lerobot-next`: the newest, 0.6.1 when written, Python 3.12), the same code for both.
 
 It builds LeRobot's own arm classes, unchanged, on an emulated arm's pty and reports what they saw as JSON lines
 that start with `@@ `. Whatever LeRobot prompts for with `input()` (its calibrate flow) is answered on stdin by the
@@ -106,10 +107,10 @@ def teleop(family: str, leader_port: str, follower_port: str, calibration_dir: s
     """LeRobot's teleoperation loop (lerobot_teleoperate.teleop_loop's order: observation, leader action, send,
     sleep to the period) at `hz` for `seconds`, with each step's times [s] and the leader's action and the
     follower's observation in LeRobot's normalized units."""
-    from lerobot.utils.robot_utils import precise_sleep
-
     leader = make(f"{family}_leader", leader_port, calibration_dir)
     follower = make(f"{family}_follower", follower_port, calibration_dir)
+    # after make(): in lerobot 0.6.1 lerobot/utils/__init__.py imports constants.py, which reads $HF_LEROBOT_CALIBRATION
+    from lerobot.utils.robot_utils import precise_sleep
     leader.connect(calibrate=False)
     follower.connect(calibrate=False)
     report("connected", leader_calibrated=leader.is_calibrated, follower_calibrated=follower.is_calibrated)

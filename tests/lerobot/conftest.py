@@ -1,9 +1,11 @@
 """LeRobot's own arm classes against the emulated arms (docs/lerobot.md).
 
-LeRobot runs in its own venv (`make lerobot`: lerobot 0.4.4 and its torch), as a subprocess
-(bench/peers/lerobot_arm.py); pytest stays in the project's venv and starts the arms' daemons
-(config/rigs/{koch,koch_leader,so101,so101_leader}.toml copied onto free ports, each bus with an EEPROM state file).
-Where that venv is absent every test here skips with the one line `needs LeRobot's venv: make lerobot`.
+LeRobot runs in its own venv as a subprocess (bench/peers/lerobot_arm.py), and every test runs once per venv:
+`make lerobot` (lerobot 0.4.4 on Python 3.11, .venv-lerobot or $SERVO_HIL_LEROBOT_VENV) and `make lerobot-next`
+(the newest LeRobot on Python 3.12, .venv-lerobot-next or $SERVO_HIL_LEROBOT_NEXT_VENV). pytest stays in the
+project's venv and starts the arms' daemons (config/rigs/{koch,koch_leader,so101,so101_leader}.toml copied onto free
+ports, each bus with an EEPROM state file). Where a venv is absent its tests skip with the one line `needs LeRobot's
+venv: make lerobot` (or `make lerobot-next`).
 
 `pair` (per module, once per family): a follower's and its leader's daemons. `pair.calibrate(role)` plays a person
 through LeRobot's calibrate flow once (bench/lerobot.py `calibrate_by_hand`) and keeps what it saw.
@@ -11,18 +13,33 @@ through LeRobot's calibrate flow once (bench/lerobot.py `calibrate_by_hand`) and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from bench import lerobot as lr
 
+# make target: (the variable naming its venv, the venv the target builds)
+VENVS = {"lerobot": ("SERVO_HIL_LEROBOT_VENV", ".venv-lerobot"),
+         "lerobot-next": ("SERVO_HIL_LEROBOT_NEXT_VENV", ".venv-lerobot-next")}
 
-@pytest.fixture(scope="session")
-def lerobot_python() -> Path:
-    python = lr.lerobot_python()
+
+def venv_python(target: str) -> Path | None:
+    """The Python of `make <target>`'s venv if LeRobot is installed there (as bench/lerobot.py lerobot_python)."""
+    variable, default = VENVS[target]
+    venv = Path(os.environ.get(variable, lr.ROOT / default))
+    python = venv / "bin" / "python"
+    if python.exists() and any(venv.glob("lib/python3*/site-packages/lerobot/__init__.py")):
+        return python
+    return None
+
+
+@pytest.fixture(scope="session", params=list(VENVS))
+def lerobot_python(request) -> Path:
+    python = venv_python(request.param)
     if python is None:
-        pytest.skip(lr.VENV_HINT)
+        pytest.skip(f"needs LeRobot's venv: make {request.param}")
     return python
 
 
