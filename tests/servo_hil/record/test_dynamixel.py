@@ -94,6 +94,24 @@ def test_a_recording_that_falls_behind_says_so(tmp_path):
     assert load_log(next((out / "processed").glob("*.json"))).kp == 400   # replay's reader takes the extra keys
 
 
+def test_lost_replies_cost_samples_not_the_run(tmp_path):
+    """A servo that drops 5 % of its replies (the daemon's bus `drop` fault): dynamixel-sdk reports each as a
+    timeout; the recorder writes a lost setting again, skips a lost sample, and the run completes with the losses
+    counted in the log's header."""
+    command = f"tcp://127.0.0.1:{free_port()}"
+
+    def lossy() -> None:
+        ok(command, "inject_fault", actuator="xl330", fault="drop", args={"probability": 0.05})
+
+    rec = _record(tmp_path, rig_head("lossyxl", command), "fast = true\n", "--duration", "1", during=lossy)
+    assert rec.returncode == 0, rec.stderr
+    raw = json.loads(next((tmp_path / "logs" / "raw").glob("*.json")).read_text())
+    assert raw["lost_replies"] > 0 and len(raw["entries"]) > 10, (raw["lost_replies"], len(raw["entries"]))
+    # every sample is a whole Present block of this servo, none a late reply taken for another read: the 5 V
+    # supply and the ambient temperature where they belong in it
+    assert {(e["input_volts"], e["temp"]) for e in raw["entries"]} == {(5.0, 25)}
+
+
 def test_goal_pacing_counts_late_updates_and_judges_the_run():
     on_time, late = GoalPacing(0.010), GoalPacing(0.010)
     for k in range(1000):
