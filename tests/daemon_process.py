@@ -7,6 +7,7 @@ traceback in its log). The bus conftests (tests/drivers/*/conftest.py) subclass 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import re
 import signal
@@ -223,3 +224,18 @@ class BusLauncher:
         self.started.clear()
         if problems:
             pytest.fail("\n".join(problems))
+
+
+def simulate_goal(directory: Path, rig_text: str, u: float, rows: int, dt: float = 0.001) -> list[dict[str, float]]:
+    """`servo-hil simulate` of the offline rig `rig_text` (written to `directory`) with goal `u` [rad] and the torque
+    on from step 0, `rows` steps of `dt` [s]; OUT.csv's rows (row k: the state before step k, what step k made)."""
+    (directory / "rig.toml").write_text(rig_text)
+    with (directory / "in.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t", "u", "enable"])
+        w.writerows([repr(k * dt), repr(u), "1"] for k in range(rows))
+    res = subprocess.run([*SERVO_HIL, "simulate", str(directory / "rig.toml"), "--input", str(directory / "in.csv"),
+                          "--out", str(directory / "out.csv")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    with (directory / "out.csv").open() as fh:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]

@@ -5,9 +5,7 @@ joints, command ring) adds nothing and loses nothing."""
 
 from __future__ import annotations
 
-import csv
 import math
-import subprocess
 
 import dynamixel_sdk as sdk
 import pytest
@@ -16,7 +14,7 @@ from firmware_models.dynamixel.protocol1.servo import Dynamixel1Servo
 from firmware_models.dynamixel.protocol1.table import load_model
 from hil.joint import KernelJoint
 from servo_hil.rig import load_rig
-from tests.daemon_process import SERVO_HIL
+from tests.daemon_process import simulate_goal
 from tests.drivers.protocol1.dynamixel1_rig import (
     AX,
     GOAL,
@@ -112,20 +110,6 @@ def test_goal_steps_match_the_offline_kernel(daemon):
         port.closePort()
 
 
-def simulate(tmp_path, u: float, rows: int) -> list[dict[str, float]]:
-    """`servo-hil simulate` of the MX-64 offline with goal `u` [rad] and the torque on from step 0; OUT.csv's rows."""
-    (tmp_path / "mx64.toml").write_text(OFFLINE_MX64)
-    with (tmp_path / "in.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["t", "u", "enable"])
-        w.writerows([f"{k * 0.001:.3f}", repr(u), "1"] for k in range(rows))
-    res = subprocess.run([*SERVO_HIL, "simulate", str(tmp_path / "mx64.toml"), "--input", str(tmp_path / "in.csv"),
-                          "--out", str(tmp_path / "out.csv")], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    with (tmp_path / "out.csv").open() as fh:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
-
-
 def test_an_mx64_goal_step_over_the_bus_equals_simulate_tick_for_tick(daemon, tmp_path):
     """The MX-64 runs the Dynamixel firmware law (`dxl`: its P Gain 32, I and D 0, Moving Speed 0), `simulate` of
     catalog `mx64` bam's law (`dxl_pwm`: kp 32, error gain 0.158); the two are one law at these registers, the
@@ -155,7 +139,7 @@ def test_an_mx64_goal_step_over_the_bus_equals_simulate_tick_for_tick(daemon, tm
     finally:
         port.closePort()
 
-    out = simulate(tmp_path, u, TICKS + 1)
+    out = simulate_goal(tmp_path, OFFLINE_MX64, u, TICKS + 1)
     assert out[0]["theta"] == theta0
     # a read after tick k+1 holds the sample step k took (hil.joint.encoder_reading): OUT.csv row k's theta_meas
     sim = [2048 + round((r["theta_meas"] - theta0) / rad_per_count) for r in out[:-1]]

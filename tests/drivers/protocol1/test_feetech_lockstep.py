@@ -9,9 +9,7 @@ exactly.
 
 from __future__ import annotations
 
-import csv
 import math
-import subprocess
 
 import pytest
 import scservo_sdk as scs
@@ -20,7 +18,7 @@ from firmware_models.feetech.control_table import load_model
 from firmware_models.feetech.servo import FeetechServo
 from hil.joint import KernelJoint
 from servo_hil.rig import load_rig
-from tests.daemon_process import SERVO_HIL
+from tests.daemon_process import simulate_goal
 from tests.drivers.protocol1.conftest import write_sts_rig
 
 PRESENT_POSITION, GOAL_POSITION, TORQUE_ENABLE = 56, 42, 40      # Feetech STS memory table addresses
@@ -61,21 +59,6 @@ def present_steps(rig_path) -> FeetechServo:
     return FeetechServo(load_model("sts3215"), KernelJoint(kernel, 0), registers)._present_steps
 
 
-def simulate(tmp_path, u: float, rows: int) -> list[dict[str, float]]:
-    """`servo-hil simulate` of the offline twin with goal `u` [rad] and the torque on from step 0, `rows` steps;
-    OUT.csv's rows (row k: the state before step k)."""
-    (tmp_path / "rig.toml").write_text(OFFLINE_RIG)
-    with (tmp_path / "in.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["t", "u", "enable"])
-        w.writerows([f"{k * 0.001:.3f}", repr(u), "1"] for k in range(rows))
-    res = subprocess.run([*SERVO_HIL, "simulate", str(tmp_path / "rig.toml"), "--input", str(tmp_path / "in.csv"),
-                          "--out", str(tmp_path / "out.csv")], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    with (tmp_path / "out.csv").open() as fh:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
-
-
 def test_goal_step_over_the_bus_equals_simulate_tick_for_tick(daemon, tmp_path):
     port = scs.PortHandler(daemon.rig.port)
     assert port.openPort() and port.setBaudRate(1_000_000)
@@ -102,7 +85,7 @@ def test_goal_step_over_the_bus_equals_simulate_tick_for_tick(daemon, tmp_path):
     finally:
         port.closePort()
 
-    out = simulate(tmp_path, u, TICKS + 1)
+    out = simulate_goal(tmp_path, OFFLINE_RIG, u, TICKS + 1)
     to_steps = present_steps(daemon.rig.path)
     assert out[0]["theta"] == theta0
     # a read after tick k+1 holds the sample step k took (hil.joint.encoder_reading): OUT.csv row k's theta_meas
