@@ -1,10 +1,10 @@
 """A servo's control table or object dictionary for the console: read as a grid, written through its own write path.
 
-A write takes the path a packet or an SDO download would (Dynamixel: `DynamixelServo.write` under the bus
-lock; Feetech: `FeetechServo.write`, as a WRITE packet; eRob: `CanopenNode.set_data(…, check_writable=True)` under
-the drives' lock), so a refusal is the error number or abort code the device would send (docs/console.md, The write
-path). A Feetech servo refuses nothing (its status byte has no such bit, docs/feetech.md): the reply carries its
-Status bits, and a read-only byte or an out-of-range value is left or stored as the servo leaves or stores it.
+A write takes the path a packet or an SDO download would: a serial servo's (Dynamixel Protocol 2.0 and 1.0,
+Feetech) own `write` under the bus lock, as a Write packet; an eRob's `CanopenNode.set_data(…, check_writable=True)`
+under the drives' lock. So a refusal is the error the device would send (docs/console.md, The write path). The
+serial families share one read, write and action path; `_Family` holds what tells them apart (item encoding,
+EEPROM area, the error byte's meaning, torque and goal items, reboot and factory reset).
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ from typing import Any
 from drivers.emulated.canopen.node import CanopenNode
 from drivers.emulated.slcan.adapter import CanFrame
 from firmware_models.dynamixel.errors import ErrorCode
+from firmware_models.dynamixel.protocol1 import servo as p1
+from firmware_models.dynamixel.servo import (
+    HW_ELECTRICAL_SHOCK,
+    HW_INPUT_VOLTAGE,
+    HW_MOTOR_ENCODER,
+    HW_OVERHEATING,
+    HW_OVERLOAD,
+)
 from firmware_models.feetech.control_table import decode_sign, encode_sign
 from firmware_models.feetech.servo import STATUS_BITS
 from servo_hil.daemon.arguments import CommandError
@@ -27,6 +35,15 @@ ERROR_TEXT = {
     ErrorCode.DATA_RANGE: "Data Range Error", ErrorCode.DATA_LENGTH: "Data Length Error",
     ErrorCode.DATA_LIMIT: "Data Limit Error", ErrorCode.ACCESS: "Access Error",
 }
+# e-manual X series §Hardware Error Status(70): the bits' names
+HARDWARE_ERROR_TEXT = {HW_INPUT_VOLTAGE: "Input Voltage Error", HW_OVERHEATING: "Overheating Error",
+                       HW_MOTOR_ENCODER: "Motor Encoder Error", HW_ELECTRICAL_SHOCK: "Electrical Shock Error",
+                       HW_OVERLOAD: "Overload Error"}
+# e-manual Protocol 1.0 §Status Packet, Error: the error byte's bits' names
+P1_ERROR_TEXT = {p1.INPUT_VOLTAGE: "Input Voltage Error", p1.ANGLE_LIMIT: "Angle Limit Error",
+                 p1.OVERHEATING: "Overheating Error", p1.RANGE: "Range Error", p1.CHECKSUM: "Checksum Error",
+                 p1.OVERLOAD: "Overload Error", p1.INSTRUCTION: "Instruction Error"}
+FEETECH_STATUS_TEXT = {bit: name for name, bit in STATUS_BITS.items()}   # Status (65): "voltage", "overload", …
 ALERT = 0x80   # the Error byte's Alert bit: the servo has a Hardware Error Status set
 ETHERBAN_NODE_ID = 1   # an Etherban-only drive's dictionary is built as node 1 (servo_hil/wiring/erob.py)
 
@@ -116,89 +133,191 @@ def write_od(daemon, joint: str, name: str, value: Any) -> dict:
     return {"error": 0, "error_text": "", "alert": False}
 
 
-def dynamixel_servos(daemon) -> dict[str, tuple[Any, Any]]:
-    """{joint: (bus server, DynamixelServo)} of every simulated Dynamixel servo of the daemon's buses."""
-    out = {}
-    for server in daemon.buses:
-        bus = getattr(server, "bus", None)
-        for servo in getattr(bus, "servos", ()):
-            # a Feetech or Protocol 1.0 servo's table has another layout and error byte: the grid shows Dynamixel
-            # Protocol 2.0 tables only so far
-            if hasattr(servo, "table") and hasattr(servo, "joint") and getattr(servo, "family", "") not in (
-                    "feetech", "dynamixel1"):
-                out[daemon.live.names[servo.joint.j]] = (server, servo)
-    return out
+class _Family:
+    """What one serial family's grid differs in: how an item's bytes read, which area it lies in, what the error
+    byte of a reply says, the torque and goal items, and the reboot and factory reset. Reading, writing and the
+    actions are one path for every family (`read_table`, `write_item`, `servo_action`)."""
+
+    kind = ""
+    torque_item = "Torque Enable"
+    hardware_label = "hardware error"
+
+    def value(self, spec, item, raw: bytes) -> int:
+        """Item `item`'s register value from its bytes `raw` (Dynamixel: little-endian, two's complement if signed)."""
+        return item.decode(raw)
+
+    def encode(self, spec, item, value: int) -> bytes:
+        """The bytes a Write carries for `value`; RegisterError if it does not fit the item."""
+        if not -(1 << (8 * item.size)) < value < (1 << (8 * item.size)):
+            raise RegisterError(f"write {item.name}: {value} does not fit in {item.size} byte(s)")
+        return item.encode(value)
+
+    def area(self, servo, item) -> str:
+        """"EEPROM" or "RAM" (Feetech: "factory" too), as the grid marks the row."""
+        return "EEPROM" if item.eeprom else "RAM"
+
+    def status(self, byte: int) -> dict:
+        """A write or action reply's error byte: the error that refused or flagged it, and the hardware bits."""
+        raise NotImplementedError
+
+    def hardware(self, servo, byte: int) -> int:
+        """The hardware error a read shows, from the read reply's error byte or the table."""
+        return byte
+
+    def hardware_text(self, value: int) -> str:
+        """The names of the hardware error bits set in `value`, comma-separated."""
+        return ""
+
+    def mode_goal(self, servo) -> tuple[Any, str]:
+        """(operating mode as the servo holds it, the item a goal is written to in that mode)."""
+        raise NotImplementedError
+
+    def reboot(self, servo):
+        raise NotImplementedError
+
+    def factory_reset(self, servo):
+        raise NotImplementedError
 
 
-def feetech_servos(daemon) -> dict[str, tuple[Any, Any]]:
-    """{joint: (bus server, FeetechServo)} of every simulated Feetech servo of the daemon's buses."""
+def _bit_names(value: int, names: dict[int, str]) -> str:
+    return ", ".join(name for bit, name in names.items() if value & bit)
+
+
+class _Dynamixel2(_Family):
+    """Protocol 2.0: an error number and the Alert bit (§Status Packet), Hardware Error Status (70)."""
+
+    kind = "dynamixel"
+
+    def status(self, byte: int) -> dict:
+        code = byte & 0x7F
+        return {"error": code, "error_text": ERROR_TEXT.get(code, "") if code else "", "alert": bool(byte & ALERT),
+                "status_text": ""}
+
+    def hardware(self, servo, byte: int) -> int:
+        return servo.table.get("Hardware Error Status")
+
+    def hardware_text(self, value: int) -> str:
+        return _bit_names(value, HARDWARE_ERROR_TEXT)
+
+    def mode_goal(self, servo) -> tuple[Any, str]:
+        mode = servo.table.get("Operating Mode")
+        return mode, {0: "Goal Current", 1: "Goal Velocity", 16: "Goal PWM"}.get(mode, "Goal Position")
+
+    def reboot(self, servo):
+        return servo.reboot()
+
+    def factory_reset(self, servo):
+        return servo.factory_reset(0x02)   # all but ID and Baud Rate (Protocol 2.0 §Factory Reset)
+
+
+class _Dynamixel1(_Family):
+    """Protocol 1.0: one error byte of seven bits (§Status Packet); Input Voltage, Overheating and Overload are the
+    servo's state, the other four the instruction's fault."""
+
+    kind = "dynamixel1"
+    HARDWARE_BITS = p1.INPUT_VOLTAGE | p1.OVERHEATING | p1.OVERLOAD
+
+    def area(self, servo, item) -> str:
+        return "EEPROM" if item.address < servo.model.eeprom_end else "RAM"
+
+    def status(self, byte: int) -> dict:
+        error = byte & ~self.HARDWARE_BITS
+        return {"error": error, "error_text": _bit_names(error, P1_ERROR_TEXT),
+                "alert": bool(byte & self.HARDWARE_BITS), "status_text": self.hardware_text(byte)}
+
+    def hardware(self, servo, byte: int) -> int:
+        return byte & self.HARDWARE_BITS
+
+    def hardware_text(self, value: int) -> str:
+        return _bit_names(value & self.HARDWARE_BITS, P1_ERROR_TEXT)
+
+    def mode_goal(self, servo) -> tuple[Any, str]:
+        # no Operating Mode: the angle limits and Torque Ctrl Mode Enable select it (the firmware's rule, servo.py)
+        kind = servo._type()
+        return kind, {"torque": "Goal Torque", "wheel": "Moving Speed"}.get(kind, "Goal Position")
+
+    def reboot(self, servo):
+        servo.power_cycle()   # Protocol 1.0 has no Reboot instruction: a power cycle (EEPROM kept)
+
+    def factory_reset(self, servo):
+        return servo.reset()   # Factory Reset (0x06): the whole table, ID and Baud Rate included
+
+
+class _Feetech(_Family):
+    """Feetech: items in the model's byte order, sign-magnitude where it says; the status byte refuses nothing and
+    carries the Status bits (docs/feetech.md)."""
+
+    kind = "feetech"
+    torque_item = "Torque_Enable"
+    hardware_label = "status"
+
+    def value(self, spec, item, raw: bytes) -> int:
+        return decode_sign(int.from_bytes(raw, spec.byte_order), item.sign_bit)
+
+    def encode(self, spec, item, value: int) -> bytes:
+        raw = encode_sign(value, item.sign_bit)
+        if not 0 <= raw < (1 << (8 * item.size)) or (item.sign_bit is not None and abs(value) >= 1 << item.sign_bit):
+            raise RegisterError(f"write {item.name}: {value} does not fit in {item.size} byte(s)")
+        return raw.to_bytes(item.size, spec.byte_order)
+
+    def area(self, servo, item) -> str:
+        return {"eeprom": "EEPROM", "ram": "RAM"}.get(item.area, item.area)
+
+    def status(self, byte: int) -> dict:
+        return {"error": 0, "error_text": "", "alert": bool(byte), "status_text": self.hardware_text(byte)}
+
+    def hardware_text(self, value: int) -> str:
+        return _bit_names(value, FEETECH_STATUS_TEXT)
+
+    def mode_goal(self, servo) -> tuple[Any, str]:
+        t = servo.table
+        mode = t.get("Operating_Mode") if t.spec.has("Operating_Mode") else 0
+        return mode, {1: "Goal_Velocity", 2: "Goal_Time"}.get(mode, "Goal_Position")   # memory table: wheel, PWM
+
+    def reboot(self, servo):
+        servo.reboot()   # a power cycle: Feetech has no REBOOT instruction (EEPROM as Lock let it be saved)
+
+    def factory_reset(self, servo):
+        return servo.reset()   # RESET (0x06): all but ID and Baud_Rate
+
+
+FAMILIES = {f.kind: f for f in (_Dynamixel2(), _Dynamixel1(), _Feetech())}
+
+
+def serial_servos(daemon) -> dict[str, tuple[Any, Any, _Family]]:
+    """{joint: (bus server, servo, its family)} of every simulated serial servo (Dynamixel 2.0 and 1.0, Feetech)
+    of the daemon's buses; a servo names its family (`family`, Protocol 2.0's C servo has none)."""
     out = {}
     for server in daemon.buses:
         for servo in getattr(getattr(server, "bus", None), "servos", ()):
-            if getattr(servo, "family", "") == "feetech" and hasattr(servo, "joint"):
-                out[daemon.live.names[servo.joint.j]] = (server, servo)
+            family = FAMILIES.get(getattr(servo, "family", "dynamixel"))
+            if family is not None and hasattr(servo, "table") and hasattr(servo, "joint"):
+                out[daemon.live.names[servo.joint.j]] = (server, servo, family)
     return out
 
 
 def table_joints(daemon) -> dict[str, str]:
-    """{joint: "dynamixel" | "feetech" | "erob"} of every actuator with a control table or object dictionary."""
-    return {**{j: "erob" for j in erob_nodes(daemon)}, **{j: "dynamixel" for j in dynamixel_servos(daemon)},
-            **{j: "feetech" for j in feetech_servos(daemon)}}
+    """{joint: "dynamixel" | "dynamixel1" | "feetech" | "erob"} of every actuator with a control table or object
+    dictionary."""
+    return {**{j: "erob" for j in erob_nodes(daemon)}, **{j: f.kind for j, (_, _, f) in serial_servos(daemon).items()}}
 
 
-def _status_text(status: int) -> str:
-    """The names of a Feetech status byte's bits (Status (65), feetech-servo-sdk ERRBIT_*), e.g. "overload"."""
-    return ", ".join(name for name, bit in STATUS_BITS.items() if status & bit)
-
-
-def _read_feetech(daemon, joint: str) -> dict:
-    """Every item of the Feetech servo's table, as a READ of the whole table gets it (Present items fresh), decoded
-    in the model's byte order and sign-magnitude bits; SI where the item has a unit."""
-    server, servo = feetech_servos(daemon)[joint]
-    spec = servo.table.spec
-    with server.lock:
-        reply = servo.read(0, spec.size)
-    status, data = reply if reply is not None else (0, b"")
-    rows = []
-    for it in spec.items:
-        value = None
-        if len(data) >= it.address + it.size:
-            value = decode_sign(int.from_bytes(data[it.address:it.address + it.size], spec.byte_order), it.sign_bit)
-        rows.append({"name": it.name, "address": it.address, "size": it.size,
-                     "area": {"eeprom": "EEPROM", "ram": "RAM"}.get(it.area, it.area), "access": it.access,
-                     "writable": it.access == "RW", "unit": it.unit, "min": it.min, "max": it.max, "value": value,
-                     "si": value * it.si_per_unit if value is not None and it.si_per_unit else None})
-    t = servo.table
-    mode = t.get("Operating_Mode") if spec.has("Operating_Mode") else 0
-    goal = {1: "Goal_Velocity", 2: "Goal_Time"}.get(mode, "Goal_Position")   # memory table: wheel, PWM modes
-    return {"joint": joint, "kind": "feetech", "model": spec.title, "id": t.get("ID"), "rows": rows,
-            "torque": t.get("Torque_Enable"), "torque_item": "Torque_Enable", "operating_mode": mode,
-            "goal_item": goal, "hardware_error": status, "status_text": _status_text(status)}
-
-
-def _write_feetech(daemon, joint: str, name: Any, value: Any) -> dict:
-    """A WRITE of `value` (register units, signed where the item is sign-magnitude) to item `name`."""
-    server, servo = feetech_servos(daemon)[joint]
-    spec = servo.table.spec
-    if not isinstance(name, str) or not spec.has(name):
-        raise RegisterError(f"write: {spec.title} has no item {name!r}")
-    item = spec.item(name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RegisterError(f"write {name}: value must be an integer in register units")
-    raw = encode_sign(value, item.sign_bit)
-    if not 0 <= raw < (1 << (8 * item.size)) or (item.sign_bit is not None and abs(value) >= 1 << item.sign_bit):
-        raise RegisterError(f"write {name}: {value} does not fit in {item.size} byte(s)")
-    with _as_a_packet(server):
-        status, _ = servo.write(item.address, raw.to_bytes(item.size, spec.byte_order))
-    return {"error": 0, "error_text": "", "alert": bool(status), "status_text": _status_text(status)}
-
-
-def _servo(daemon, joint: str) -> tuple[Any, Any]:
-    servos = dynamixel_servos(daemon)
+def _serial(daemon, joint: str) -> tuple[Any, Any, _Family]:
+    servos = serial_servos(daemon)
     if joint not in servos:
         known = ", ".join(table_joints(daemon)) or "none"
         raise RegisterError(f"no servo with a control table for actuator {joint!r} (servos with one: {known})")
     return servos[joint]
+
+
+def _error_and_data(reply) -> tuple[int, bytes]:
+    """(error byte, parameters) of a servo's reply: Protocol 2.0's C `Reply`, a (byte, bytes) tuple, or None (a
+    servo that keeps quiet, e.g. Feetech's power cycle)."""
+    if reply is None:
+        return 0, b""
+    if isinstance(reply, tuple):
+        return reply[0], bytes(reply[1])
+    return reply.error, bytes(reply.params)
 
 
 @contextlib.contextmanager
@@ -209,78 +328,63 @@ def _as_a_packet(server):
 
 
 def read_table(daemon, joint: str) -> dict:
-    """The grid of `joint`: its control table (Dynamixel) or object dictionary (eRob)."""
+    """The grid of `joint`: its object dictionary (eRob) or control table, every item with its name, address,
+    size, area, access, unit, range and value (register units, and SI where the item has a unit), read as a Read
+    packet reads it (Present items fresh)."""
     if joint in erob_nodes(daemon):
         return read_od(daemon, joint)
-    if joint in feetech_servos(daemon):
-        return _read_feetech(daemon, joint)
-    return _read_dynamixel(daemon, joint)
-
-
-def _read_dynamixel(daemon, joint: str) -> dict:
-    """Every item of the servo's control table: name, address, size, area, access, unit, range and its value (in
-    register units, and SI where the item has a unit), read as a Read packet would (Present items fresh)."""
-    server, servo = _servo(daemon, joint)
+    server, servo, family = _serial(daemon, joint)
     spec = servo.table.spec
     with server.lock:
-        reply = servo.read(0, spec.size)
-    data = reply.params
+        status, data = _error_and_data(servo.read(0, spec.size))
     rows = []
     for it in spec.items:
-        value = it.decode(data[it.address:it.address + it.size]) if len(data) >= it.address + it.size else None
-        rows.append({"name": it.name, "address": it.address, "size": it.size, "area": "EEPROM" if it.eeprom else "RAM",
+        value = None
+        if len(data) >= it.address + it.size:
+            value = family.value(spec, it, data[it.address:it.address + it.size])
+        rows.append({"name": it.name, "address": it.address, "size": it.size, "area": family.area(servo, it),
                      "access": str(it.access), "writable": it.access == "RW", "unit": it.unit, "min": it.min,
                      "max": it.max, "value": value,
                      "si": value * it.si_per_unit if value is not None and it.si_per_unit else None})
-    mode = servo.table.get("Operating Mode")
-    goal = {0: "Goal Current", 1: "Goal Velocity", 16: "Goal PWM"}.get(mode, "Goal Position")
-    return {"joint": joint, "kind": "dynamixel", "model": spec.title, "id": servo.table.get("ID"), "rows": rows,
-            "torque": servo.table.get("Torque Enable"), "operating_mode": mode, "goal_item": goal,
-            "hardware_error": servo.table.get("Hardware Error Status")}
+    mode, goal = family.mode_goal(servo)
+    hardware = family.hardware(servo, status)
+    return {"joint": joint, "kind": family.kind, "model": spec.title, "id": servo.table.get("ID"), "rows": rows,
+            "torque": servo.table.get(family.torque_item), "torque_item": family.torque_item,
+            "operating_mode": mode, "goal_item": goal, "hardware_error": hardware,
+            "hardware_label": family.hardware_label, "status_text": family.hardware_text(hardware)}
 
 
 def write_item(daemon, joint: str, name: Any, value: Any) -> dict:
-    """Write `value` (register units) to item `name` as a Write packet would (an SDO download on an eRob); returns
-    the servo's error (0 and "" when accepted) and the Error byte's Alert bit."""
+    """Write `value` (register units; signed where the item is) to item `name` as a Write packet would (an SDO
+    download on an eRob); returns the servo's error (0 and "" when accepted), whether its reply flags a hardware
+    error (`alert`) and those flags' names (`status_text`)."""
     if joint in erob_nodes(daemon):
         return write_od(daemon, joint, name, value)
-    if joint in feetech_servos(daemon):
-        return _write_feetech(daemon, joint, name, value)
-    server, servo = _servo(daemon, joint)
-    if not isinstance(name, str):
-        raise RegisterError("write: name must be the item's name")
-    try:
-        item = servo.table.spec.item(name)
-    except KeyError:
-        raise RegisterError(f"write: {servo.table.spec.title} has no item {name!r}") from None
+    server, servo, family = _serial(daemon, joint)
+    spec = servo.table.spec
+    if not isinstance(name, str) or not spec.has(name):
+        raise RegisterError(f"write: {spec.title} has no item {name!r}")
     if isinstance(value, bool) or not isinstance(value, int):
         raise RegisterError(f"write {name}: value must be an integer in register units")
-    if not -(1 << (8 * item.size)) < value < (1 << (8 * item.size)):
-        raise RegisterError(f"write {name}: {value} does not fit in {item.size} byte(s)")
+    item = spec.item(name)
+    data = family.encode(spec, item, value)
     with _as_a_packet(server):
-        reply = servo.write(item.address, item.encode(value))
-    code = reply.error & 0x7F
-    return {"error": code, "error_text": ERROR_TEXT.get(code, "") if code else "", "alert": bool(reply.error & ALERT)}
+        status, _ = _error_and_data(servo.write(item.address, data))
+    return family.status(status)
 
 
 def servo_action(daemon, joint: str, action: str) -> dict:
-    """`reboot` or `factory_reset` (option 0x02: all but ID and Baud Rate, Protocol 2.0 §Factory Reset), run as
-    the bus runs those instructions. On an eRob, `reboot` is the NMT command Reset Node (CiA 301 §7.2.8.3.2.1)
-    handed to the node as the bus hands it the frame."""
+    """`reboot` or `factory_reset`, run as the bus runs those instructions (a power cycle where the family has no
+    Reboot). On an eRob, `reboot` is the NMT command Reset Node (CiA 301 §7.2.8.3.2.1) handed to the node as the
+    bus hands it the frame."""
     if joint in erob_nodes(daemon):
         return _erob_action(daemon, joint, action)
-    if joint in feetech_servos(daemon):
-        return _feetech_action(daemon, joint, action)
-    server, servo = _servo(daemon, joint)
+    server, servo, family = _serial(daemon, joint)
+    if action not in ("reboot", "factory_reset"):
+        raise RegisterError(f"unknown servo action {action!r} (reboot, factory_reset)")
     with _as_a_packet(server):
-        if action == "reboot":
-            reply = servo.reboot()
-        elif action == "factory_reset":
-            reply = servo.factory_reset(0x02)
-        else:
-            raise RegisterError(f"unknown servo action {action!r} (reboot, factory_reset)")
-    code = reply.error & 0x7F
-    return {"error": code, "error_text": ERROR_TEXT.get(code, "") if code else ""}
+        status, _ = _error_and_data(getattr(family, action)(servo))
+    return family.status(status)
 
 
 def _erob_action(daemon, joint: str, action: str) -> dict:
@@ -294,15 +398,3 @@ def _erob_action(daemon, joint: str, action: str) -> dict:
     return {"error": 0, "error_text": ""}
 
 
-def _feetech_action(daemon, joint: str, action: str) -> dict:
-    """`reboot`: a power cycle (EEPROM as saved, RAM at power-up values; Feetech has no REBOOT instruction);
-    `factory_reset`: the RESET instruction (0x06), as the bus runs it (all but ID and Baud_Rate)."""
-    server, servo = feetech_servos(daemon)[joint]
-    with _as_a_packet(server):
-        if action == "reboot":
-            servo.reboot()
-        elif action == "factory_reset":
-            servo.reset()
-        else:
-            raise RegisterError(f"unknown servo action {action!r} (reboot, factory_reset)")
-    return {"error": 0, "error_text": ""}

@@ -20,11 +20,16 @@ async function api(path, body) {
   return r.json();
 }
 
+// a request under way: the previous answer's text and colour go, so nobody mistakes it for this one's
+function clearMessage(sel) { $(sel).textContent = ""; $(sel).className = "message"; }
+
 function showMessage(sel, reply, okText) {
   const m = $(sel);
   if (!reply.ok) { m.textContent = reply.error; m.className = "message error"; return false; }
   if (reply.error) { m.textContent = `servo error ${reply.error}: ${reply.error_text}`; m.className = "message error"; return false; }
-  m.textContent = okText; m.className = "message ok"; return true;
+  // accepted, while the reply's error byte flags a hardware error (the Alert bit, Protocol 1.0's or Feetech's bits)
+  m.textContent = reply.alert && reply.status_text ? `${okText}; the servo reports ${reply.status_text}` : okText;
+  m.className = "message ok"; return true;
 }
 
 // ------------------------------------------------------------------ navigation
@@ -132,9 +137,10 @@ async function loadServo(quiet) {
     const t = await api(`/api/servo/${encodeURIComponent(joint)}`);
     if (!t.ok) { showMessage("#servo-message", t); return; }
     state.servo = t;
+    // a serial servo (Dynamixel 2.0 or 1.0, Feetech) names its hardware error and the bits set
     $("#servo-model").textContent = t.kind === "erob" ? `${t.model}, node ${t.id}, error code ${fmt(t.hardware_error)}`
-      : t.kind === "feetech" ? `${t.model}, ID ${t.id}, status ${t.hardware_error}${t.status_text ? ` (${t.status_text})` : ""}`
-      : `${t.model}, ID ${t.id}, hardware error ${t.hardware_error}`;
+      : `${t.model}, ID ${t.id}, ${t.hardware_label} ${t.hardware_error}${t.status_text ? ` (${t.status_text})` : ""}`;
+    $("#servo-model").dataset.kind = t.kind;
     $("#torque-toggle").textContent = t.torque ? "Torque off" : "Torque on";
     $("#goal-label").textContent = `${t.goal_item} [${t.kind === "erob" ? "object unit" : "register"}]`;
     $("#factory-reset").hidden = t.kind === "erob"; $("#reboot").hidden = false;
@@ -164,6 +170,7 @@ async function loadServo(quiet) {
 
 async function writeItem(name, value) {
   const joint = $("#servo-select").value;
+  clearMessage("#servo-message");
   const reply = await api(`/api/servo/${encodeURIComponent(joint)}/write`, { name, value: Number(value) });
   showMessage("#servo-message", reply, `${name} = ${value} written`);
   loadServo(true);
@@ -176,7 +183,7 @@ $("#torque-toggle").addEventListener("click", async () => {
   if (t.kind === "law") {   // not on a bus: the daemon's set_enable
     return showMessage("#servo-message", await api("/api/command", { cmd: "set_enable", actuator: t.joint, value: !t.torque }), "torque switched");
   }
-  if (t.kind !== "erob") return writeItem(t.torque_item || "Torque Enable", t.torque ? 0 : 1);
+  if (t.kind !== "erob") return writeItem(t.torque_item, t.torque ? 0 : 1);
   // CiA 402 controlword: shutdown (6), switch on (7), enable operation (15); disable operation (7)
   const cw = t.rows.find((r) => r.address === "0x6040:00").name;
   for (const v of t.torque ? [7] : [6, 7, 15]) await writeItem(cw, v);
@@ -202,6 +209,7 @@ function showLawControls(joint) {
 }
 for (const action of ["reboot", "factory-reset"]) {
   $(`#${action}`).addEventListener("click", async () => {
+    clearMessage("#servo-message");
     const reply = await api(`/api/servo/${encodeURIComponent($("#servo-select").value)}/${action.replace("-", "_")}`, {});
     showMessage("#servo-message", reply, `${action} done`); loadServo(true);
   });
@@ -324,6 +332,7 @@ async function loadFaults() {
 }
 
 async function sendFault(cmd, fault, tr) {
+  clearMessage("#fault-message");
   const body = { cmd, actuator: $("#fault-actuator").value, fault };
   if (cmd === "inject_fault") {
     body.args = {};
@@ -331,8 +340,18 @@ async function sendFault(cmd, fault, tr) {
   }
   showMessage("#fault-message", await api("/api/command", body), `${cmd} ${fault} sent`);
 }
-$("#fault-clear-all").addEventListener("click", async () =>
-  showMessage("#fault-message", await api("/api/command", { cmd: "clear_fault", actuator: $("#fault-actuator").value }), "faults cleared"));
+// the daemon's clear_fault names one fault: Clear all sends one for each fault injected into the actuator
+$("#fault-clear-all").addEventListener("click", async () => {
+  const joint = $("#fault-actuator").value;
+  clearMessage("#fault-message");
+  const faults = await api("/api/faults");
+  if (!faults.ok) return showMessage("#fault-message", faults);
+  const active = Object.keys(faults.active[joint] || {});
+  for (const fault of active) {
+    if (!showMessage("#fault-message", await api("/api/command", { cmd: "clear_fault", actuator: joint, fault }), "")) return;
+  }
+  showMessage("#fault-message", { ok: true }, active.length ? `cleared on ${joint}: ${active.join(", ")}` : `no fault injected into ${joint}`);
+});
 
 function addEvent(ev) {
   const when = ev.t_wall ? new Date(ev.t_wall * 1000).toISOString().slice(11, 23) : "";

@@ -13,7 +13,7 @@ import pytest
 from mcap.reader import make_reader
 
 from tests.servo_hil.console.conftest import console_rig
-from tests.servo_hil.daemon import Stream, free_port, ok
+from tests.servo_hil.daemon import FLAG, Stream, free_port, ok
 from tests.servo_hil.daemon.conftest import Launcher
 
 
@@ -168,11 +168,40 @@ def test_fault_control_raises_the_fault_in_stream_and_log(page, console_daemon, 
         stream.first()
         row.locator("button.inject").click()
         stream.wait_for("arm", lambda p: p["fault_flags"] & 4, 5.0, "encoder_noise bit in the stream")
+    page.wait_for_selector("#fault-message.ok:text('inject_fault encoder_noise sent')")
     page.wait_for_selector("#event-log li[data-type='fault_injected']")
     assert "encoder_noise" in page.locator("#event-log").inner_text()
     page.screenshot(path=shots / "faults.png")
-    page.click("#fault-clear-all")
-    page.wait_for_selector("#fault-message.ok")
+
+
+def test_clear_all_faults_clears_each_injected_fault(page, console_daemon):
+    """The daemon's clear_fault names one fault: Clear all sends one per fault injected into the actuator, and the
+    daemon's own listing and events show each one received."""
+    d, _ = console_daemon
+    goto(page, "faults")
+    page.select_option("#fault-actuator", "arm")
+    ok(d.rig.cmd, "inject_fault", actuator="arm", fault="encoder_noise", args={"std_rad": 0.01})
+    ok(d.rig.cmd, "inject_fault", actuator="arm", fault="supply_sag", args={"voltage_v": 6.0})
+    assert set(ok(d.rig.cmd, "faults")["faults"]["arm"]) == {"encoder_noise", "supply_sag"}
+    events = "#event-log li[data-type='fault_clear_requested']"
+    before = page.locator(events).count()
+    with Stream(d.rig.pub, d.rig.name + "/arm") as stream:
+        stream.first()
+        page.click("#fault-clear-all")
+        page.wait_for_selector("#fault-message.ok:text('cleared on arm: ')")
+        cleared = stream.wait_for("arm", lambda p: not p["fault_flags"] & (FLAG["encoder_noise"] | FLAG["supply_sag"]),
+                                  5.0, "encoder_noise and supply_sag bits off")
+    assert not cleared["fault_flags"] & (FLAG["encoder_noise"] | FLAG["supply_sag"])
+    assert sorted(page.locator("#fault-message").inner_text().split(": ", 1)[1].split(", ")) == [
+        "encoder_noise", "supply_sag"]
+    assert ok(d.rig.cmd, "faults")["faults"]["arm"] == {}
+    page.wait_for_function(f"document.querySelectorAll(\"{events}\").length >= {before + 2}")
+    requested = page.locator(events).all_inner_texts()   # newest first
+    assert sorted(t.split("fault=")[1].strip() for t in requested[:2]) == ['"encoder_noise"', '"supply_sag"']
+    page.click("#fault-clear-all")   # nothing left: said so, and no command sent
+    page.wait_for_selector("#fault-message.ok:text('no fault injected into arm')")
+    time.sleep(0.3)   # an event would reach the page within a push period (1/30 s)
+    assert page.locator(events).count() == len(requested)
 
 
 def test_set_param_from_the_page(page, shots):
