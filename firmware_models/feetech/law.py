@@ -80,7 +80,8 @@ def kernel_params(registers: Mapping[str, int], error_gain: float, full_duty: fl
                   resolution: int = 4096) -> dict[str, float]:
     """The law `sts`'s kernel parameters from register values by LeRobot's names (signed items decoded):
     Operating_Mode, P/D/I_Coefficient, CW/CCW_Dead_Zone, the two Velocity_closed_loop coefficients,
-    Acceleration, Goal_Velocity, Torque_Limit; absent ones count as 0 (Torque_Limit as 1000).
+    Acceleration, Goal_Velocity, Torque_Limit, Minimum_Startup_Force (24: the least duty, in 0.1 % of the
+    locked-rotor output like Torque_Limit); absent ones count as 0 (Torque_Limit as 1000).
 
     `full_speed_steps` [step/s] is the speed a Goal_Velocity of 0 means (the servo's maximum, e.g.
     Maximum_Velocity_Limit × 50 with Phase bit 3; 0 for a servo on which Goal_Velocity 0 stops)."""
@@ -89,7 +90,8 @@ def kernel_params(registers: Mapping[str, int], error_gain: float, full_duty: fl
     steps = full_speed_steps if goal_speed == 0 else min(goal_speed, full_speed_steps or goal_speed)
     out = {"law": LAWS["sts"], "sts_mode": STS_MODES[MODES.get(r("Operating_Mode", 0), "position")],
            "sts_speed": speed(steps, resolution), "sts_acc": acceleration(r("Acceleration", 0), resolution),
-           "max_duty": duty_limit(r("Torque_Limit", 1000), full_duty)}
+           "max_duty": duty_limit(r("Torque_Limit", 1000), full_duty),
+           "sts_punch": duty_limit(r("Minimum_Startup_Force", 0), full_duty)}
     out |= position_gains(r("P_Coefficient", 0), r("I_Coefficient", 0), r("D_Coefficient", 0), error_gain)
     out |= speed_loop_gains(r("Velocity_closed_loop_P_proportional_coefficient", 0),
                             r("Velocity_closed_loop_I_integral_coefficient", 0), error_gain)

@@ -26,19 +26,26 @@ STATUS_BITS = {"voltage": VOLTAGE, "angle": ANGLE, "overheat": OVERHEAT, "overcu
 _EEPROM_END = 40          # addresses below are EEPROM (Feetech STS memory table: EPROM 0..39, SRAM from 40)
 _PRESENT_FIRST, _PRESENT_END = 56, 71   # Present_Position .. Present_Current: from the kernel's state on a read
 _CALIBRATE = 128          # Torque_Enable value: the present position becomes 2048 (memory table, Torque switch)
-_PHASE_SPEED_ZERO_IS_MAX = 0x08   # Phase bit 3: Goal_Velocity 0 means the maximum speed
-_PHASE_FULL_ANGLE = 0x10          # Phase bit 4: Present_Position is not folded into 0..4095
+# Phase (18) bits (Feetech STS memory table §Special bytes, Servo phase; the SCSCL table has bits 0 and 3 only)
+_PHASE_DRIVE_REVERSE = 0x01       # bit 0: the motor's drive direction reversed
+_PHASE_SPEED_STEP = 0x04          # bit 2: speeds in 1 step/s (0.0146 rpm), else in 50 step/s (0.732 rpm)
+_PHASE_SPEED_ZERO_IS_MAX = 0x08   # bit 3: Goal_Velocity 0 means the maximum speed
+_PHASE_FULL_ANGLE = 0x10          # bit 4: Present_Position is not folded into 0..4095
+_PHASE_FEEDBACK_REVERSE = 0x80    # bit 7: the position feedback's direction reversed
+_MAX_RESOLUTION_FACTOR = 100      # Angular_Resolution (30): 1..100 (memory table)
 # the registers law.kernel_params converts (LeRobot's names)
 _LAW_REGISTERS = ("Operating_Mode", "P_Coefficient", "D_Coefficient", "I_Coefficient", "CW_Dead_Zone",
                   "CCW_Dead_Zone", "Velocity_closed_loop_P_proportional_coefficient",
-                  "Velocity_closed_loop_I_integral_coefficient", "Acceleration", "Goal_Velocity", "Torque_Limit")
+                  "Velocity_closed_loop_I_integral_coefficient", "Acceleration", "Goal_Velocity", "Torque_Limit",
+                  "Minimum_Startup_Force")
 # writes whose only effect is on what the law is given (gains, limits, profile)
 _LAW_ITEMS = frozenset({"P_Coefficient", "D_Coefficient", "I_Coefficient", "CW_Dead_Zone", "CCW_Dead_Zone",
                         "Velocity_closed_loop_P_proportional_coefficient",
                         "Velocity_closed_loop_I_integral_coefficient", "Acceleration", "Maximum_Acceleration",
-                        "Goal_Velocity", "Torque_Limit", "Phase", "Operating_Mode", "Protective_Torque"})
-_GOAL_ITEMS = frozenset({"Goal_Position", "Goal_Velocity", "Goal_Time", "Min_Position_Limit", "Max_Position_Limit",
-                         "Homing_Offset", "Operating_Mode"})
+                        "Goal_Velocity", "Torque_Limit", "Phase", "Operating_Mode", "Protective_Torque",
+                        "Minimum_Startup_Force", "Angular_Resolution"})
+_GOAL_ITEMS = frozenset({"Goal_Position", "Goal_Velocity", "Goal_Time", "Running_Time", "Min_Position_Limit",
+                         "Max_Position_Limit", "Homing_Offset", "Operating_Mode", "Phase", "Angular_Resolution"})
 
 
 class FeetechServo:
@@ -68,6 +75,9 @@ class FeetechServo:
         self._zero = spec.zero_step                      # the step of 0 rad
         # a 300° potentiometer servo (SCS) reads its ends beyond its range; an STS encoder folds over a turn
         self._folds = spec.range_deg == 360.0
+        # the move time of a position goal: Goal_Time (44) on an STS, Running_Time (44, ms) on an SCS
+        self._time_item = next((n for n in ("Goal_Time", "Running_Time") if spec.has(n)), None)
+        self._move_speed: float | None = None   # [rad/s] of the move Goal_Time set, None without one
         self._registered: tuple[int, bytes] | None = None
         self._status = 0                 # latched protection bits (Status, 65)
         self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}     # [s] above each threshold so far
@@ -110,6 +120,7 @@ class FeetechServo:
         if self.spec.has("Torque_Limit"):     # STS memory table: 48 is loaded from 16 at power-up (SCS: no 48)
             t.set("Torque_Limit", t.get("Max_Torque_Limit"))
         self._registered = None
+        self._move_speed = None
         self._status = 0
         self._enabled = self._unloaded = self._protective = False
         self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}
@@ -203,8 +214,10 @@ class FeetechServo:
         if "Torque_Enable" in changed:
             self._torque(t.get("Torque_Enable"))
             return
-        params = self._kernel_params() if _LAW_ITEMS.intersection(changed) else None
+        timed = self._move_speed
         goal = self._kernel_goal() if _GOAL_ITEMS.intersection(changed) else None
+        law_changed = _LAW_ITEMS.intersection(changed) or self._move_speed != timed
+        params = self._kernel_params() if law_changed else None
         if params is not None or goal is not None:
             self.joint.command(params=params, goal=goal)
 
@@ -213,7 +226,7 @@ class FeetechServo:
         if value == _CALIBRATE and self.spec.has("Homing_Offset"):
             # the present position becomes 2048: Homing_Offset = actual − 2048 (memory table, Torque switch 128),
             # saved at once; the torque stays as it was
-            actual = round(self._measured() / self._rad) + self._zero
+            actual = round(self._sense * self._measured() / self._unit) + self._zero
             offset = (actual - self._zero + 2048) % 4096 - 2048
             t.set("Homing_Offset", max(-2047, min(2047, offset)))
             lo = t.item("Homing_Offset").address
@@ -230,30 +243,67 @@ class FeetechServo:
             self._unloaded = self._protective = False
             self._timers = {OVERLOAD: 0.0, OVERCURRENT: 0.0}
         self._enabled = on
-        self.joint.command(params=self._kernel_params(), goal=self._kernel_goal(), enable=on, clear_latches=on)
+        goal = self._kernel_goal()      # first: it sets the speed of a timed move, which the parameters carry
+        self.joint.command(params=self._kernel_params(), goal=goal, enable=on, clear_latches=on)
 
     def _kernel_params(self) -> dict:
         """The law `sts`'s parameters from the registers (law.kernel_params), with what the firmware adds:
         Maximum_Acceleration caps Acceleration, Protective_Torque caps the torque after an overload, and
-        Goal_Velocity 0 is the maximum speed only with Phase bit 3 (the STS3215's setting), else a stop."""
+        Goal_Velocity 0 is the maximum speed only with Phase bit 3 (the STS3215's setting), else a stop; a timed
+        move (Goal_Time) sets the speed; the dead zones count in the position unit (Angular_Resolution); Phase
+        bits 0 and 7 set the loop's sign."""
         t = self.table
         registers = {name: t.get(name) for name in _LAW_REGISTERS if self.spec.has(name)}
+        registers["Goal_Velocity"] = registers.get("Goal_Velocity", 0) * self._speed_steps
         if "Torque_Limit" not in registers:      # SCS: Max_Torque_Limit (16) is the only torque limit
             registers["Torque_Limit"] = t.get("Max_Torque_Limit")
         registers["Acceleration"] = min(registers.get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
         if self._protective:
             registers["Torque_Limit"] = min(registers["Torque_Limit"], 10 * t.get("Protective_Torque"))
-        full = t.get("Maximum_Velocity_Limit") * 50 if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX else 0
-        return law.kernel_params(registers, self._error_gain, self._full_duty, full, self.spec.turn_steps)
+        out = law.kernel_params(registers, self._error_gain, self._full_duty, self._full_speed_steps(),
+                                self.spec.turn_steps)
+        if self._move_speed is not None and self._get("Operating_Mode", 0) in (0, 3):
+            out["sts_speed"] = self._move_speed
+        out |= law.dead_band(t.get("CW_Dead_Zone"), t.get("CCW_Dead_Zone"), self.spec.turn_steps / self._factor)
+        out["sts_polarity"] = float(self._polarity)
+        # Minimum_Startup_Force starts a still shaft: still as the firmware's Moving flag counts it, or (an SCS,
+        # without the threshold) below one step per second (our choice)
+        out["sts_rest_speed"] = self._moving_threshold or self._rad
+        return out
+
+    def _full_speed_steps(self) -> float:
+        """[step/s] what Goal_Velocity 0 means: the maximum with Phase bit 3, else 0 (a stop)."""
+        t = self.table
+        return t.get("Maximum_Velocity_Limit") * 50 if t.get("Phase") & _PHASE_SPEED_ZERO_IS_MAX else 0
+
+    def _timed_speed(self, distance: float) -> float | None:
+        """The setpoint speed [rad/s] that moves `distance` [rad] in Goal_Time [ms] (position and step modes, with
+        Goal_Velocity 0: a written speed takes precedence, as the SCS SDK's WritePos(ID, position, time, speed)
+        examples pass time 0 with a speed); None without a time. With an Acceleration a, the trapezoid's cruise
+        speed v that takes the time T: T = d/v + v/a; a move too short for it runs at the maximum speed."""
+        t = self.table
+        if self._time_item is None or self._get("Operating_Mode", 0) not in (0, 3) or t.get("Goal_Velocity"):
+            return None
+        time_s = abs(t.get(self._time_item)) * 1e-3
+        if time_s <= 0 or distance <= 0:
+            return None
+        full = law.speed(self._full_speed_steps(), self.spec.turn_steps) or math.inf
+        acc_units = min(self._get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
+        a = law.acceleration(acc_units, self.spec.turn_steps)
+        if a <= 0:
+            return min(distance / time_s, full)
+        disc = (a * time_s) ** 2 - 4.0 * a * distance
+        return full if disc < 0 else min(0.5 * (a * time_s - math.sqrt(disc)), full)
 
     def _kernel_goal(self) -> float:
         """The law's goal u: a position [rad] (modes 0 and 3), a velocity [rad/s] (1) or a duty (2)."""
         t = self.table
         mode = self._get("Operating_Mode", 0)
+        sense = self._sense                     # the goal in the shaft's frame: mirrored with Phase bit 7
         if mode == 1:
-            return law.speed(t.get("Goal_Velocity"), self.spec.turn_steps)
+            return sense * law.speed(t.get("Goal_Velocity") * self._speed_steps, self.spec.turn_steps)
         if mode == 2:
-            return law.pwm_duty(t.get("Goal_Time"), self._full_duty)
+            return sense * law.pwm_duty(t.get("Goal_Time"), self._full_duty)
         theta = self._measured()
         present = self._present_steps(theta)
         goal = t.get("Goal_Position")
@@ -264,7 +314,8 @@ class FeetechServo:
             goal = present + goal               # step mode: the goal counts from where the shaft is
         if self.spec.has("Present_Goal"):
             t.set("Present_Goal", goal)
-        return theta + (goal - present) * self._rad
+        self._move_speed = self._timed_speed(abs(goal - present) * self._unit)
+        return theta + sense * (goal - present) * self._unit
 
     # ------------------------------------------------------------------ register ⇄ SI
     def _state(self) -> Mapping:
@@ -286,7 +337,20 @@ class FeetechServo:
         unit = {name: t.item(name).si_per_unit if self.spec.has(name) else 0.0
                 for name in ("Present_Velocity", "Present_Current", "Protection_Current", "Moving_Velocity_Threshold")}
         self._homing = self._get("Homing_Offset", 0)
-        self._full_angle = bool(t.get("Phase") & _PHASE_FULL_ANGLE)
+        phase = t.get("Phase")
+        self._full_angle = bool(phase & _PHASE_FULL_ANGLE)
+        # STS (a 360° magnetic encoder): bit 0 reverses the drive, bit 7 the feedback, both the servo's direction
+        # (memory table: "runs in reverse: 128 + 1 = 129"); one alone turns the loop positive. The SCSCL table has
+        # no bit 7: its bit 0 reverses the servo's direction (our reading: else it could not hold a position)
+        drive = -1 if phase & _PHASE_DRIVE_REVERSE else 1
+        self._sense = (-1 if phase & _PHASE_FEEDBACK_REVERSE else 1) if self._folds else drive
+        self._polarity = self._sense * drive
+        # speeds in step/s (bit 2) or 50 step/s; the SCS table has no bit 2 (its unit: a step per second)
+        self._speed_steps = 1 if phase & _PHASE_SPEED_STEP or not self._folds else 50
+        # the position unit: Angular_Resolution (30) steps of the encoder (memory table: the multiplier of the
+        # minimum resolution angle, 1..100, which extends the turns a position counts)
+        self._factor = max(1, min(self._get("Angular_Resolution", 1), _MAX_RESOLUTION_FACTOR))
+        self._unit = self._rad * self._factor             # [rad per position unit]
         self._v_range = (t.get("Min_Voltage_Limit") / 10, t.get("Max_Voltage_Limit") / 10)    # [V]
         self._max_temp = t.get("Max_Temperature_Limit")                                    # [°C]
         # SCS: no Overload_Torque (the load bit's threshold is not published: taken as the STS's 80 %) and no
@@ -297,7 +361,7 @@ class FeetechServo:
         self._current_s = self._get("Over_Current_Protection_Time", 0) * 0.01
         self._unloading = t.get("Unloading_Condition")
         self._moving_threshold = self._get("Moving_Velocity_Threshold", 0) * unit["Moving_Velocity_Threshold"]
-        self._velocity_unit = unit["Present_Velocity"]
+        self._velocity_unit = unit["Present_Velocity"] * self._speed_steps
         self._current_unit = unit["Present_Current"]
         order = self.spec.byte_order
         self._put = {name: (t.item(name).address, t.item(name).size, t.item(name).sign_bit, order)
@@ -311,8 +375,9 @@ class FeetechServo:
 
     def _present_steps(self, theta: float) -> int:
         """Present_Position for shaft angle `theta`: actual − Homing_Offset (LeRobot `_get_half_turn_homings`),
-        folded into 0..4095 unless Phase bit 4 (angle feedback mode) asks for the full angle."""
-        p = round(theta / self._rad) + self._zero - self._homing
+        folded into 0..4095 unless Phase bit 4 (angle feedback mode) asks for the full angle; mirrored about 0 rad
+        with Phase bit 7 and counted in Angular_Resolution steps."""
+        p = round(self._sense * theta / self._unit) + self._zero - self._homing
         if not self._folds:
             return max(0, min(p, self.spec.resolution - 1))
         return p if self._full_angle else p % self.spec.resolution
@@ -321,8 +386,10 @@ class FeetechServo:
         st = st if st is not None else self._state()
         put = self._set_fast
         put("Present_Position", self._present_steps(self._measured(st)))
-        put("Present_Velocity", round(st["omega"] / self._velocity_unit))
-        put("Present_Load", round(st["duty"] / self._full_duty * 1000) if self._full_duty else 0)
+        put("Present_Velocity", round(self._sense * st["omega"] / self._velocity_unit))
+        # the firmware's output in its own direction (Phase bit 0 reverses it at the motor)
+        load = self._polarity * self._sense * st["duty"]
+        put("Present_Load", round(load / self._full_duty * 1000) if self._full_duty else 0)
         put("Present_Current", round(abs(st["i_out"]) / self._current_unit))
         put("Present_Voltage", round(self._vin() * 10))
         put("Present_Temperature", max(0, round(self._temperature(st))))
@@ -351,9 +418,11 @@ class FeetechServo:
             v = decode_sign(int.from_bytes(data[it.address - address:it.address - address + it.size], order),
                             it.sign_bit)
             if key in ("position", "goal"):
-                out[key] = (v - self._zero + self._homing) * self._rad     # inverse of _present_steps
+                out[key] = self._sense * (v - self._zero + self._homing) * self._unit    # inverse of _present_steps
             elif key == "enable":
                 out[key] = bool(v)
+            elif key == "velocity":
+                out[key] = self._sense * v * self._velocity_unit
             else:
                 out[key] = v * it.si_per_unit
         return out

@@ -116,6 +116,16 @@ cdef inline void dxl_profile(State* s, double dt) noexcept nogil:
     s.traj_acc = s.prof_dir * acc
 
 
+cdef inline double dxl_compliance_duty(const Params* p, double e) noexcept nogil:
+    """The AX's position law (AX-12A e-manual §Compliance Margin/Slope, §Punch): no output while the error e [rad]
+    lies within its margin, Punch at the margin's edge, rising along the slope beyond it (the caller clips)."""
+    if e > p.dxl_margin_pos:
+        return p.dxl_punch + p.dxl_slope_pos * (e - p.dxl_margin_pos)
+    if e < -p.dxl_margin_neg:
+        return -p.dxl_punch + p.dxl_slope_neg * (e + p.dxl_margin_neg)
+    return 0.0
+
+
 cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm, double omega, double vs,
                                 double R, double emf, bint enabled, double dt) noexcept nogil:
     """Dynamixel firmware (e-manual §Operating Mode(11) block diagrams, §Position PID Gain): the duty
@@ -167,8 +177,11 @@ cdef inline double dxl_firmware(const Params* p, State* s, double u, double thm,
             dxl_plan(p, s, u)
         dxl_profile(s, dt)
         e = s.traj_pos - thm
-        duty = (p.dxl_kpp * e + p.dxl_kpi * s.pos_integral + p.dxl_kpd * (s.traj_vel - omega)
-                + p.dxl_kff1 * s.traj_vel + p.dxl_kff2 * s.traj_acc)
+        if p.dxl_compliance:
+            duty = dxl_compliance_duty(p, e)
+        else:
+            duty = (p.dxl_kpp * e + p.dxl_kpi * s.pos_integral + p.dxl_kpd * (s.traj_vel - omega)
+                    + p.dxl_kff1 * s.traj_vel + p.dxl_kff2 * s.traj_acc)
         if p.dxl_kpi > 0 and (fabs(duty) < clamp or duty * e < 0):
             s.pos_integral += e * dt
         if mode == DXL_CURRENT_POSITION:

@@ -62,7 +62,9 @@ cdef inline double sts_firmware(const Params* p, State* s, double u, double thm,
     - STS_WHEEL: u = goal velocity [rad/s], within ±sts_speed, reached at sts_acc; a PI on the
       velocity error with the speed loop's gains (37, 39).
     - STS_PWM: u = duty (Goal Time (44) in open-loop mode), open loop.
-    Every duty within ±max_duty (Torque Limit (48)). With the torque off (or a teleported shaft) the setpoint
+    Outside the dead band, the shaft still (|ω| ≤ sts_rest_speed), the position duty is at least sts_punch (Minimum Startup Force,
+    24). Every duty within
+    ±max_duty (Torque Limit (48)), then times sts_polarity (Phase bits 0 and 7). With the torque off (or a teleported shaft) the setpoint
     follows the shaft, as the Dynamixel law's does, so a move starts from where the shaft is. With ki = kd = 0,
     no acceleration and no dead band, position mode gives sts_pwm_law's bits while the torque is on."""
     cdef double clamp = p.max_duty, duty, e, ev
@@ -101,6 +103,13 @@ cdef inline double sts_firmware(const Params* p, State* s, double u, double thm,
             duty = e * p.sts_p * p.sts_error_gain + p.sts_ki * s.pos_integral + p.sts_kd * (s.traj_vel - omega)
             if p.sts_ki > 0 and (fabs(duty) < clamp or duty * e < 0):
                 s.pos_integral += e * dt
+            if p.sts_punch > 0 and fabs(omega) <= p.sts_rest_speed and duty != 0 and fabs(duty) < p.sts_punch:
+                # Minimum Startup Force (24), the memory table's "minimum output starting torque" (0.1 % of the
+                # locked-rotor torque): the least output that starts the shaft, while it is still
+                duty = p.sts_punch if duty > 0 else -p.sts_punch
         duty = clip(duty, -clamp, clamp)
+    # Phase (18) bits 0 (drive) and 7 (feedback): one of them alone turns the loop's sign (firmware_models
+    # mirrors the goal for bit 7); 1.0 leaves every bit of the duty as it was
+    duty = duty * p.sts_polarity
     s.duty = duty
     return duty

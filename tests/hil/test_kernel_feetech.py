@@ -142,6 +142,37 @@ def test_dead_band_drives_nothing_inside_and_everything_outside():
             assert duty == pytest.approx(goal * 32 * 0.166, rel=1e-12)
 
 
+def test_minimum_startup_force_is_the_least_duty_of_a_still_shaft():
+    # Minimum Startup Force (24): a still shaft (|ω| ≤ sts_rest_speed) gets at least sts_punch outside the dead
+    # band, in the error's direction; none inside it, and a larger duty passes unchanged
+    k = Kernel(1, DT)
+    k.set_params(0, sts(sts_punch=0.05, sts_rest_speed=0.01, sts_dead_pos=STEP_RAD, sts_dead_neg=STEP_RAD,
+                        load_inertia=LOCKED))
+    for goal, duty in ((0.5 * STEP_RAD, 0.0), (2 * STEP_RAD, 0.05), (-2 * STEP_RAD, -0.05),
+                       (0.02, 0.02 * 32 * 0.166)):
+        k.step([goal], [1.0], [0.0])
+        assert k.get_state(0)["duty"] == pytest.approx(duty, rel=1e-12), goal / STEP_RAD
+    # a moving shaft gets the law's own duty
+    k = Kernel(1, DT)
+    k.set_params(0, sts(sts_punch=0.05, sts_rest_speed=0.01, load_inertia=LOCKED))
+    k.set_state(0, omega=0.5)
+    k.step([2 * STEP_RAD], [1.0], [0.0])
+    assert abs(k.get_state(0)["duty"]) < 0.05
+
+
+def test_polarity_turns_the_duty_and_one_leaves_every_bit():
+    goals = [0.3] * 200 + [-0.2] * 200
+    a = trajectory(sts(sts_speed=4.0, load_inertia=LOCKED), goals)
+    b = trajectory(sts(sts_speed=4.0, sts_polarity=1.0, load_inertia=LOCKED), goals)
+    c = trajectory(sts(sts_speed=4.0, sts_polarity=-1.0, load_inertia=LOCKED), goals)
+    assert [s["duty"] for s in a] == [s["duty"] for s in b]
+    # (the locked shaft still moves by round-off, the other way: the duties agree to that)
+    assert [s["duty"] for s in c] == pytest.approx([-s["duty"] for s in a], rel=1e-9, abs=1e-12)
+    # on a free shaft the turned loop runs away from its goal instead of holding it
+    free = trajectory(sts(sts_speed=4.0, sts_polarity=-1.0), [0.1] * 300)
+    assert free[-1]["theta"] < -0.5
+
+
 def test_wheel_mode_reaches_the_goal_velocity_at_the_acceleration():
     a = 10.0
     st = trajectory(sts(sts_mode=STS_MODES["wheel"], sts_kvp=0.2, sts_kvi=5.0, sts_acc=a, armature=1e-2),

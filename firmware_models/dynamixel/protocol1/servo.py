@@ -346,7 +346,8 @@ class Dynamixel1Servo:
         p = self.joint.params()
         stall_a = p["supply_v"] / p["resistance"]
         out = {
-            "law": LAWS["dxl"], "dxl_time_profile": 0, "dxl_kff1": 0.0, "dxl_kff2": 0.0, "dxl_vel_limit": 0.0,
+            "law": LAWS["dxl"], "dxl_compliance": 0, "dxl_time_profile": 0, "dxl_kff1": 0.0, "dxl_kff2": 0.0,
+            "dxl_vel_limit": 0.0,
             "max_current": 0.0, "dxl_goal_duty": 1.0, "dxl_goal_current": 0.0,
             "dxl_kpp": 0.0, "dxl_kpi": 0.0, "dxl_kpd": 0.0, "dxl_kvp": 0.0, "dxl_kvi": 0.0,
             "dxl_prof_vel": 0.0, "dxl_prof_acc": 0.0,
@@ -386,12 +387,18 @@ class Dynamixel1Servo:
             kpi = t.get("I Gain") / 2048.0 * pulse_per_rad / fw.control_period_s
             kpd = t.get("D Gain") * 4.0 * pulse_per_rad * fw.control_period_s
             return {"dxl_kpp": kpp, "dxl_kpi": kpi, "dxl_kpd": kpd}
-        # AX compliance: the output reaches its maximum at a position error of the slope's representative value
-        # (e-manual §Compliance Slope); one gain for both directions, the mean of the CW and CCW slopes (the
-        # kernel's law is symmetric); margin and punch do not act (module docstring)
-        slope = 0.5 * (slope_representative(t.get("CW Compliance Slope"))
-                       + slope_representative(t.get("CCW Compliance Slope")))
-        return {"dxl_kpp": self._hw_max_duty / (slope * self._rad)}
+        # AX: the compliance curve instead of a PID (e-manual AX-12A §Compliance Margin, §Compliance Slope, §Punch):
+        # no output within the margin, Punch at its edge, the full output a slope's representative value beyond
+        # it. The CW items hold where the shaft is CW of the goal (the error goal − present > 0: the e-manual's
+        # graph puts the CW margin and slope on the CW side of the goal)
+        full = self._hw_max_duty
+        punch = min(t.get("Punch"), MAGNITUDE) / MAGNITUDE * full        # 0.1 % of the output, like Torque Limit
+        cw = slope_representative(t.get("CW Compliance Slope")) * self._rad
+        ccw = slope_representative(t.get("CCW Compliance Slope")) * self._rad
+        return {"dxl_compliance": 1, "dxl_punch": punch,
+                "dxl_margin_pos": t.get("CW Compliance Margin") * self._rad,
+                "dxl_margin_neg": t.get("CCW Compliance Margin") * self._rad,
+                "dxl_slope_pos": (full - punch) / cw, "dxl_slope_neg": (full - punch) / ccw}
 
     # ------------------------------------------------------------------ kernel state → registers
     @staticmethod

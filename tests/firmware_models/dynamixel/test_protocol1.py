@@ -117,7 +117,7 @@ def test_goal_outside_the_angle_limits_is_an_angle_limit_error_and_clamped():
 
 def test_compliance_slope_sets_the_stiffness():
     # e-manual §Compliance Slope: the higher the value, the more flexibility; 128 is 4 × softer than 32 (the
-    # output reaches its maximum at 4 × the error), and 128..254 all mean 128
+    # output reaches its maximum at 4 × the error beyond the margin, from Punch), and 128..254 all mean 128
     deflection = []
     for slope in (32, 130):
         s, j = servo("ax12a")
@@ -126,7 +126,8 @@ def test_compliance_slope_sets_the_stiffness():
         write(s, TORQUE_ENABLE, 1)
         j.step(3000, external_torque=0.3)             # 1/5 of the 1.5 N·m stall torque
         deflection.append(abs(j.read_state()["theta"]))
-    assert deflection[1] == pytest.approx(4 * deflection[0], rel=0.1)
+    margin = 1 * 300 / 1024 * math.pi / 180          # the CW/CCW Compliance Margin at power-up, 1 unit [rad]
+    assert deflection[1] - margin == pytest.approx(4 * (deflection[0] - margin), rel=0.1)
 
 
 def test_mx_p_gain_is_the_position_gain():

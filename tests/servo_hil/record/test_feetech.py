@@ -2,9 +2,10 @@
 in bam's format, then `servo-hil identify` fits the servo from those logs.
 
 The "real" servo is a servo-hil daemon's STS3215 on its own pty, run with a bam m1 set that differs from the
-catalog's (bam's published sts3215 m1): the known parameters below; its dead zones are 0 (the recorder writes D
-and I 0), so that its firmware is bam's law (docs/feetech.md, The firmware law in the kernel). Expected values are
-those parameters and bam's raw log format (bam/feetech/record.py), never the code under test.
+catalog's (bam's published sts3215 m1): the known parameters below; its dead zones and Minimum_Startup_Force are 0
+(the recorder writes D and I 0), so that its firmware is bam's law (docs/feetech.md, The firmware law in the
+kernel). Expected values are those parameters and bam's raw log format (bam/feetech/record.py), never the code
+under test.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ params = "known.json"
 load = {{ mass = {MASS}, length = {LENGTH} }}
 bus = "sts"
 id = 3
-registers = {{ CW_Dead_Zone = 0, CCW_Dead_Zone = 0 }}
+registers = {{ CW_Dead_Zone = 0, CCW_Dead_Zone = 0, Minimum_Startup_Force = 0 }}
 """)
     port = tmp_path / "tty"
     daemon = subprocess.Popen([*SERVO_HIL, "run", str(rig), "--port", str(port)], stdout=subprocess.PIPE,
