@@ -233,7 +233,7 @@ class _Dynamixel1(_Family):
 
     def mode_goal(self, servo) -> tuple[Any, str]:
         # no Operating Mode: the angle limits and Torque Ctrl Mode Enable select it (the firmware's rule, servo.py)
-        kind = servo._type()
+        kind = servo.operation_type()
         return kind, {"torque": "Goal Torque", "wheel": "Moving Speed"}.get(kind, "Goal Position")
 
     def reboot(self, servo):

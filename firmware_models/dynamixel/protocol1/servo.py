@@ -161,9 +161,10 @@ class Dynamixel1Servo:
             return self._answer(RANGE)
         error = 0
         goal_written = address <= goal.address < end
-        if goal_written and self._type() == "joint" and not self._within_limits(self.table.get("Goal Position")):
+        if (goal_written and self.operation_type() == "joint"
+                and not self._within_limits(self.table.get("Goal Position"))):
             error |= ANGLE_LIMIT     # kept, and the kernel goal clamped to the limits (e-manual §Goal Position)
-        wheel_goal = address <= self.spec.item("Moving Speed").address < end and self._type() == "wheel"
+        wheel_goal = address <= self.spec.item("Moving Speed").address < end and self.operation_type() == "wheel"
         if (goal_written or wheel_goal) and not self.table.get("Torque Enable"):
             # a goal write turns the torque on (our reading of the 1.0 firmware: the X series' "Torque On by Goal
             # Update" Drive Mode bit makes it optional; not in the 1.0 e-manual, unverified on hardware)
@@ -246,7 +247,7 @@ class Dynamixel1Servo:
         self.joint.command(params=self._kernel_params(), enable=False, clear_latches=True)
         self.joint.sync()
         self._refresh()
-        if self._type() in ("joint", "multi"):
+        if self.operation_type() in ("joint", "multi"):
             self.table.set("Goal Position", self.table.get("Present Position"))
 
     def power_cycle(self) -> None:
@@ -272,7 +273,7 @@ class Dynamixel1Servo:
         self.joint.command(params=self._kernel_params(), goal=self._kernel_goal(), enable=enable)
 
     # ------------------------------------------------------------------ register → SI
-    def _type(self) -> str:
+    def operation_type(self) -> str:
         """Operation type from the registers: "torque" (MX Torque Ctrl Mode Enable), "wheel" (both angle limits
         0), "multi" (MX, both 4095), else "joint" (e-manual §CW/CCW Angle Limit)."""
         t = self.table
@@ -290,15 +291,16 @@ class Dynamixel1Servo:
 
     def _sign(self) -> int:
         """−1 in reverse mode (MX-106 Drive Mode bit 0; joint and multi-turn only, e-manual §Drive Mode)."""
-        if self.spec.has("Drive Mode") and self.table.get("Drive Mode") & 0x01 and self._type() in ("joint", "multi"):
+        reverse = self.spec.has("Drive Mode") and self.table.get("Drive Mode") & 0x01
+        if reverse and self.operation_type() in ("joint", "multi"):
             return -1
         return 1
 
     def _divider(self) -> int:
-        return self.table.get("Resolution Divider") if self._type() == "multi" else 1
+        return self.table.get("Resolution Divider") if self.operation_type() == "multi" else 1
 
     def _offset(self) -> int:
-        return self.table.get("Multi Turn Offset") if self._type() == "multi" else 0
+        return self.table.get("Multi Turn Offset") if self.operation_type() == "multi" else 0
 
     def position_si(self, value: int) -> float:
         """Goal/Present Position register `value` as the output angle [rad] (multi-turn: (value − offset) ×
@@ -309,7 +311,7 @@ class Dynamixel1Servo:
     def position_register(self, theta: float) -> int:
         """The Present Position register at output angle `theta` [rad]."""
         real = self.fw.position_center + self._sign() * theta / self._rad
-        kind = self._type()
+        kind = self.operation_type()
         if kind == "multi":
             value = round(real / self._divider()) + self._offset()
             return max(-28672, min(28672, value))
@@ -329,7 +331,7 @@ class Dynamixel1Servo:
         return mag | (DIRECTION_BIT if x < 0 and mag else 0)
 
     def _kernel_goal(self) -> float:
-        t, kind = self.table, self._type()
+        t, kind = self.table, self.operation_type()
         if kind == "torque":
             return self._signed_magnitude(t.get("Goal Torque")) * GOAL_TORQUE_A
         if kind == "wheel":
@@ -342,7 +344,7 @@ class Dynamixel1Servo:
 
     def _kernel_params(self) -> dict:
         """Kernel parameters of the Dynamixel law (`LAW_DXL`) from the registers."""
-        t, fw, kind = self.table, self.fw, self._type()
+        t, fw, kind = self.table, self.fw, self.operation_type()
         p = self.joint.params()
         stall_a = p["supply_v"] / p["resistance"]
         out = {
@@ -433,7 +435,7 @@ class Dynamixel1Servo:
             v = it.decode(data[it.address - address:it.address - address + it.size])
             if key in ("position", "goal"):
                 out[key] = self.position_si(v)
-            elif key == "velocity" and not (self._type() == "wheel" and not self._mx):
+            elif key == "velocity" and not (self.operation_type() == "wheel" and not self._mx):
                 out[key] = self._sign() * self._signed_magnitude(v) * self._speed
             elif key == "current":
                 out[key] = (v - CURRENT_ZERO) * GOAL_TORQUE_A
@@ -449,7 +451,7 @@ class Dynamixel1Servo:
         theta = encoder_reading(st)
         omega, duty = st["omega"], st["duty"]
         t.set("Present Position", self.position_register(theta))
-        if self._type() == "wheel" and not self._mx:
+        if self.operation_type() == "wheel" and not self._mx:
             speed = duty / self._hw_max_duty * MAGNITUDE     # AX wheel mode: the output, 0.1 % (§Present Speed)
         else:
             speed = self._sign() * omega / self._speed
