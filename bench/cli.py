@@ -211,6 +211,24 @@ def bench_lerobot(
     _print_json(bench(family, seconds, hz), out)
 
 
+@bench_app.command("lost-replies")
+@one_line_errors
+def bench_lost_replies(
+    seconds: Annotated[float, typer.Option(min=1.0, max=600.0, help="Sync Reads for this long per phase [s]")] = 20.0,
+    hz: Annotated[float, typer.Option(min=1.0, max=500.0, help="LeRobot's Sync Reads per second per arm")] = 100.0,
+    load: Annotated[int | None, typer.Option(min=0, max=64, help="busy processes (default: two per core)")] = None,
+    compare: Annotated[bool, typer.Option(help="first the daemon as it ran before its bus threads asked for "
+                                                   "SCHED_FIFO, then as it is")] = False,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """LeRobot's Sync Read of the so101 and koch arms at 100 Hz while busy processes load every core (needs `make
+    lerobot`): replies lost, the client's round trip against the wire time, and where the bus threads' time
+    went, with steal, as JSON."""
+    from bench.lost_replies import run as bench
+
+    _print_json(bench(seconds, hz, load, compare=compare), out)
+
+
 @bench_app.command("soak")
 @one_line_errors
 def bench_soak(

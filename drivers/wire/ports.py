@@ -366,6 +366,7 @@ class PacedWriter:
         """`port`: where to write; `spin_s` [s]: how long before the final due time to stop sleeping and spin."""
         self.port = port
         self.spin_s = spin_s
+        self.first_write = 0.0   # time.monotonic() [s] as the last reply's first bytes were written
 
     def _wait_until(self, t: float, spin_from: float) -> float:
         """Return time.monotonic() [s] once it is >= t: sleep until min(t, spin_from), then spin."""
@@ -387,7 +388,7 @@ class PacedWriter:
         """
         n = len(data)
         if not baud:
-            self._wait_until(start, start - self.spin_s)
+            self.first_write = self._wait_until(start, start - self.spin_s)
             if n:
                 self.port.write(data)
             return time.monotonic()
@@ -400,6 +401,8 @@ class PacedWriter:
         while sent < n:
             end = min(n, sent + chunk)
             now = self._wait_until(start + end * byte_s, spin_from)
+            if not sent:
+                self.first_write = now
             # After a late wake, release everything whose last bit has passed, never a byte early.
             end = max(end, min(n, math.floor((now - start) / byte_s)))
             self.port.write(data[sent:end])

@@ -73,7 +73,10 @@ class SerialServos:
         if cfg.real:
             return open_serial_mirror(cfg, live, mirror_class, bus, self.joints, PtyPort(port or cfg.port))
         device = SerialDevicePort(cfg.device, cfg.baud) if cfg.device and not port else PtyPort(port or cfg.port)
-        server = server_class(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic)
+        # SCHED_FIFO one below the loop: a reply must not wait behind other processes' time slices past the client's
+        # packet timeout (docs/protocols/wire.md, "Replies under load")
+        server = server_class(bus, device, fast=cfg.fast, name=cfg.name, batch=live.atomic,
+                              fifo_priority=live.rig.loop.io_priority)
         server.role = f"{role}{cfg.baud} bit/s{', fast' if cfg.fast else ''}"
         power_up_on_reset_and_plug(live, server.lock, {live.index[n]: s for n, s in zip(self.joints, self.servos,
                                                                                          strict=True)}, power_up)

@@ -4,8 +4,11 @@ firmware housekeeping between packets (docs/protocols/dynamixel.md, "The bus thr
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
+import json
 import logging
+import os
 import select
 import threading
 import time
@@ -72,12 +75,20 @@ class BusThread(ServerThread, abc.ABC):
         """Serve the port until `stop_fd` is readable."""
 
 
+def _schedstat(fd: int) -> tuple[int, int]:
+    """The calling thread's total time runnable but waiting for a CPU [ns] and the times it was put on a CPU, from
+    its open /proc/thread-self/schedstat `fd` (sched-stats.rst)."""
+    _, delay, slices = os.pread(fd, 64, 0).split()
+    return int(delay), int(slices)
+
+
 class DynamixelServer(BusThread):
     """The thread that answers for every servo of `bus` on `port`."""
 
     # a paced reply whose last byte leaves this much after its due time [s] is counted late: the host held the thread
     # (dynamixel-sdk waits tens of ms for a status packet: port_handler.py setPacketTimeout, LATENCY_TIMER)
     LATE_S = 1e-3
+    TRACE_ROWS = 1 << 17
 
     def __init__(self, bus: DynamixelBus, port: PtyPort | SerialDevicePort, fast: bool = False,
                  housekeeping_s: float = 0.01, name: str = "dynamixel",
@@ -92,6 +103,11 @@ class DynamixelServer(BusThread):
         self.late_replies = 0       # paced replies late by over LATE_S (see wire_stats)
         self.max_reply_late_s = 0.0
         self.replies_dropped = 0    # replies nobody read (the port refused them)
+        # $SERVO_HIL_WIRE_TRACE (a directory): each paced reply's times are kept (the last TRACE_ROWS) and written
+        # to <dir>/<thread name>.jsonl as the thread ends, for `servo-hil bench lost-replies`
+        self.trace_dir = os.environ.get("SERVO_HIL_WIRE_TRACE") or None
+        self.trace: collections.deque | None = collections.deque(maxlen=self.TRACE_ROWS) if self.trace_dir else None
+        self._wake = (0.0, 0, 0)   # traced: (thread in poll() [s], then its run delay [ns] and CPU slices to wake)
 
     @property
     def wire_stats(self) -> dict[str, float]:
@@ -115,20 +131,39 @@ class DynamixelServer(BusThread):
         # all of them between two packets
         step = self.housekeeping_s / len(servos)
         due, turn = monotonic(), 0
-        while True:
-            events = poller.poll(max(0.0, due - monotonic()) * 1e3)   # [ms]
-            now = monotonic()   # the earliest moment we know the bytes were there
-            for f, _ in events:
-                if f == stop_r:
+        # traced: when the thread went into poll(), then how long it was runnable but not running and how often it
+        # was put on a CPU until it held the GIL again (the kernel's schedstat): a late wake owes the first to the
+        # CPU, and shows many slices where it waited for the GIL (a timed wait of the switch interval each)
+        sched = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if self.trace is not None else -1
+        try:
+            while True:
+                if sched >= 0:
+                    polled, (delay0, slices0) = monotonic(), _schedstat(sched)
+                events = poller.poll(max(0.0, due - monotonic()) * 1e3)   # [ms]
+                now = monotonic()   # the earliest moment we know the bytes were there
+                if sched >= 0:
+                    delay, slices = _schedstat(sched)
+                    self._wake = (polled, delay - delay0, slices - slices0)
+                if self._serve_events(events, stop_r, read, now):
                     return
-                data = read()   # a hang-up or error shows here too
-                if data:
-                    self._answer(self.parse(self.parser, data, now), now)
-            if now >= due:
-                with self.lock:
-                    servos[turn % len(servos)].housekeeping()
-                turn += 1
-                due = max(due + step, now)
+                if now >= due:
+                    with self.lock:
+                        servos[turn % len(servos)].housekeeping()
+                    turn += 1
+                    due = max(due + step, now)
+        finally:
+            if sched >= 0:
+                os.close(sched)
+
+    def _serve_events(self, events: list, stop_r: int, read: Callable[[], bytes], now: float) -> bool:
+        """Read and answer what poll() reported at `now`; True when `stop_r` asks the thread to end."""
+        for f, _ in events:
+            if f == stop_r:
+                return True
+            data = read()   # a hang-up or error shows here too
+            if data:
+                self._answer(self.parse(self.parser, data, now), now)
+        return False
 
     def _answer(self, packets: list, received: float) -> None:
         baud = self.port.baud()   # the rate those bytes came at: one query per read, not per packet
@@ -146,6 +181,7 @@ class DynamixelServer(BusThread):
             # whatever the controller sent before it (a Sync Write just ahead of a Sync Read)
             end = max(received, self._wire_free) + wire_time_s(packet.wire_len, baud)
             self._wire_free = end
+            handled = time.monotonic() if self.trace is not None else 0.0
             for data, offset_s in bursts(replies, baud):
                 due = end + offset_s
                 last = self._write(data, due, baud)
@@ -154,6 +190,21 @@ class DynamixelServer(BusThread):
                 if late > self.LATE_S:
                     self.late_replies += 1
                 self.max_reply_late_s = max(self.max_reply_late_s, late)
+                if self.trace is not None:
+                    self.trace.append((packet.instruction, *self._wake, received, handled, due,
+                                       self.writer.first_write, last, len(data)))
+
+    def finish(self) -> None:
+        """Write the trace, if one was asked for: a JSON line per paced reply, times on time.monotonic() [s]."""
+        if self.trace is None or self.trace_dir is None:
+            return
+        keys = ("instruction", "polled", "run_delay_ns", "wake_slices", "received", "handled", "due", "first_write",
+                "last_write", "bytes")
+        try:
+            with open(os.path.join(self.trace_dir, f"{self.name}.jsonl"), "w") as f:
+                f.writelines(json.dumps(dict(zip(keys, row, strict=True))) + "\n" for row in self.trace)
+        except OSError as exc:
+            log.warning("%s: wire trace not written: %s", self.name, exc)
 
     def _write(self, data: bytes, start: float, baud: int | None) -> float:
         try:
