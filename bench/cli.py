@@ -201,6 +201,7 @@ def bench_lerobot(
     family: Annotated[Literal["koch", "so101"], typer.Option(help="the arms: Koch v1.1 or SO-101")] = "koch",
     seconds: Annotated[float, typer.Option(min=1.0, help="teleoperation time [s]")] = 10.0,
     hz: Annotated[float, typer.Option(min=1.0, max=200.0, help="LeRobot's loop rate [Hz]")] = 100.0,
+    pair: Annotated[bool, typer.Option(help="both arms in one daemon (config/rigs/<family>_pair.toml)")] = False,
     out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
 ) -> None:
     """LeRobot's own follower and leader classes on the emulated arms (needs `make lerobot`): calibrated with the
@@ -208,7 +209,7 @@ def bench_lerobot(
     Read round trip against its wire time and steal, as JSON."""
     from bench.lerobot import run as bench
 
-    _print_json(bench(family, seconds, hz), out)
+    _print_json(bench(family, seconds, hz, pair=pair), out)
 
 
 @bench_app.command("lost-replies")

@@ -31,10 +31,13 @@ JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_ro
 # Joints LeRobot's calibrate flow takes as full turns (0 … 4095) instead of recording their range: koch_follower.py
 # and koch_leader.py `full_turn_motors`, so_follower.py and so_leader.py `full_turn_motor` (lerobot 0.4.4).
 FULL_TURN = {"koch": ("shoulder_pan", "wrist_roll"), "so101": ("wrist_roll",)}
-# The real Koch leader's elbow servo is mounted reversed: LeRobot's koch_leader calibrate sets its Drive_Mode to
-# inverted, so the follower's elbow moves against the leader's (the rig models the follower's geometry for both).
-MIRRORED = {"koch": ("elbow_flex",), "so101": ()}
-BANNER = re.compile(r"servo-hil: (dynamixel|feetech) bus '[^']+' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
+# The joints whose Drive_Mode LeRobot's leader calibrate sets to inverted (koch_leader.py `calibrate`: the real
+# leader's elbow servo is mounted reversed, as config/robots/koch_leader.xml models it).
+INVERTED = {"koch": ("elbow_flex",), "so101": ()}
+BANNER = re.compile(r"servo-hil: (dynamixel|feetech) bus '([^']+)' at (\S+) \(IDs ([0-9, ]+?), (\d+) bit/s")
+# Rigs that hold a follower and its leader in one daemon: two buses on one model of both arms, whose joints carry the
+# role as a prefix (config/rigs/<family>_pair.toml).
+PAIR_PREFIX = {"follower": "follower_", "leader": "leader_"}
 # A firm grip: stiff enough that gravity on an arm's shoulder (≲ 0.5 N·m) bends it by ≲ 0.03 rad, within the
 # 2 N·m a hand gives before it slips (docs/commands.md, `hand`).
 HAND = {"stiffness": 20.0, "damping": 0.2, "max_torque": 2.0}
@@ -54,12 +57,31 @@ def lerobot_python() -> Path | None:
     return None
 
 
-def joint_ranges(family: str) -> dict[str, tuple[float, float]]:
-    """Each joint's (lower, upper) limit [rad] in config/robots/<family>.xml."""
+def _hinges(mjcf: Path, prefix: str = "") -> dict[str, tuple[float, float, tuple[float, ...]]]:
+    """Each LeRobot joint's (lower, upper) limit [rad] and hinge axis in its body's frame, in the MJCF `mjcf`
+    (its joints named `prefix` + LeRobot's name)."""
     import mujoco
 
-    m = mujoco.MjModel.from_xml_path(str(CONFIG / "robots" / f"{family}.xml"))
-    return {j: (float(m.jnt_range[m.joint(j).id][0]), float(m.jnt_range[m.joint(j).id][1])) for j in JOINTS}
+    m = mujoco.MjModel.from_xml_path(str(mjcf))
+    out = {}
+    for j in JOINTS:
+        jid = m.joint(prefix + j).id
+        out[j] = (float(m.jnt_range[jid][0]), float(m.jnt_range[jid][1]), tuple(float(a) for a in m.jnt_axis[jid]))
+    return out
+
+
+def joint_ranges(model: str | Path, prefix: str = "") -> dict[str, tuple[float, float]]:
+    """Each joint's (lower, upper) limit [rad] in config/robots/<model>.xml (or the MJCF file `model`)."""
+    mjcf = Path(model) if str(model).endswith(".xml") else CONFIG / "robots" / f"{model}.xml"
+    return {j: (lo, hi) for j, (lo, hi, _) in _hinges(mjcf, prefix).items()}
+
+
+def axis_signs(leader: Arm, follower: Arm) -> dict[str, float]:
+    """Per joint, +1 where the leader's servo turns its hinge the way the follower's turns its own and −1 where it
+    is mounted reversed (the two hinge axes of the arms' models point opposite ways), so that the leader's angle
+    times the sign is the follower's angle for the same pose."""
+    lead, fol = _hinges(leader.mjcf, leader.prefix), _hinges(follower.mjcf, follower.prefix)
+    return {j: 1.0 if sum(a * b for a, b in zip(lead[j][2], fol[j][2], strict=True)) > 0 else -1.0 for j in JOINTS}
 
 
 def free_port() -> int:
@@ -70,10 +92,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def bus_names(rig_text: str) -> list[str]:
+    """The names of a rig file's [[buses]], in order."""
+    return re.findall(r'(?m)^\[\[buses\]\]\nname = "([^"]+)"', rig_text)
+
+
+def bus_ports(name: str, directory: Path, buses: list[str]) -> dict[str, str]:
+    """Where each bus of the rig copy `name` makes its pty: tty-<name> for a rig of one bus, else tty-<name>-<bus>."""
+    if len(buses) == 1:
+        return {buses[0]: str(directory / f"tty-{name}")}
+    return {b: str(directory / f"tty-{name}-{b}") for b in buses}
+
+
 def write_rig(name: str, directory: Path) -> tuple[Path, str, str]:
-    """config/rigs/<name>.toml copied into `directory`: free ZeroMQ ports, MQTT off, no mlockall, the bus's EEPROM
-    state file beside it, the MJCF by absolute path; (the copy, its pty path, its command endpoint). Real time and
-    real wire timing: LeRobot runs on the wall clock."""
+    """config/rigs/<name>.toml copied into `directory`: free ZeroMQ ports, MQTT off, no mlockall, each bus's EEPROM
+    state file beside it (<name>-eeprom.toml; <name>-<bus>-eeprom.toml for a rig of several buses), the MJCF by
+    absolute path; (the copy, its first bus's pty path, its command endpoint). Real time and real wire timing:
+    LeRobot runs on the wall clock."""
     text = (CONFIG / "rigs" / f"{name}.toml").read_text()
     text = text.replace('mjcf = "../robots/', f'mjcf = "{CONFIG}/robots/')
     text = re.sub(r"\n\[(zmq|mqtt)\]\n(?:[^\[\n][^\n]*\n)*", "\n", text)
@@ -82,11 +117,13 @@ def write_rig(name: str, directory: Path) -> tuple[Path, str, str]:
     text = text.replace("rate_hz = 1000", f'rate_hz = 1000\nmlockall = false\n[zmq]\npub = "tcp://127.0.0.1:'
                                           f'{free_port()}"\npublish_every = 10\ncommand = "{cmd}"\n'
                                           f'[mqtt]\nenabled = false\n', 1)
-    eeprom = f'eeprom = "{directory / (name + "-eeprom.toml")}"'        # the rig's own, moved beside the copy
-    text = re.sub(r'(?m)^eeprom = "[^"]*"', lambda _: eeprom, text)
+    buses = bus_names(text)
+    files = iter([f"{name}-eeprom.toml"] if len(buses) == 1 else [f"{name}-{b}-eeprom.toml" for b in buses])
+    # the rig's own files, moved beside the copy (each [[buses]] entry names one: they come in the buses' order)
+    text = re.sub(r'(?m)^eeprom = "[^"]*"', lambda _: f'eeprom = "{directory / next(files)}"', text)
     path = directory / f"{name}.toml"
     path.write_text(text)
-    return path, str(directory / f"tty-{name}"), cmd
+    return path, bus_ports(name, directory, buses)[buses[0]], cmd
 
 
 @dataclass
@@ -101,6 +138,17 @@ class Arm:
     out_path: Path
     err_path: Path
     protocol: str = ""
+    mjcf: Path | None = None     # the model its joints live in (the rig's [robot] mjcf)
+    prefix: str = ""             # its joints' names there: prefix + LeRobot's name
+
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """Each joint's (lower, upper) limit [rad] in the arm's model."""
+        return joint_ranges(self.mjcf, self.prefix)
+
+    def axis_directions(self) -> dict[str, float]:
+        """Per joint, +1 where its hinge axis points along +x, +y or +z of its body's frame (the sum of its
+        components is positive), −1 where it points the other way (a servo mounted reversed)."""
+        return {j: 1.0 if sum(axis) > 0 else -1.0 for j, (_, _, axis) in _hinges(self.mjcf, self.prefix).items()}
 
     def command(self, cmd: str, timeout_s: float = 10.0, **args) -> dict:
         from servo_hil.daemon.zmq_io import request
@@ -116,15 +164,20 @@ class Arm:
     def state(self) -> dict[str, dict]:
         return self.ok("state")["state"]
 
+    def arm_state(self) -> dict[str, dict]:
+        """This arm's joints' states by LeRobot's names (a pair rig's daemon also holds the other arm)."""
+        n = len(self.prefix)
+        return {j[n:]: s for j, s in self.state().items() if j.startswith(self.prefix)}
+
     def positions(self) -> dict[str, float]:
-        return {j: s["position"] for j, s in self.state().items()}
+        return {j: s["position"] for j, s in self.arm_state().items()}
 
     def hand(self, joint: str, grip: dict | None = None, **args) -> None:
-        self.ok("hand", actuator=joint, **(grip or HAND), **args)
+        self.ok("hand", actuator=self.prefix + joint, **(grip or HAND), **args)
 
     def release_all(self) -> None:
         for j in JOINTS:
-            self.ok("hand", actuator=j, release=True)
+            self.ok("hand", actuator=self.prefix + j, release=True)
 
     @property
     def alive(self) -> bool:
@@ -145,31 +198,56 @@ class Arm:
 def start_arm(name: str, directory: Path, timeout: float = 30.0, servo_hil: list[str] | None = None) -> Arm:
     """`servo-hil run` of config/rigs/<name>.toml's copy in `directory` (an existing copy and its EEPROM file are
     kept, as a restart keeps them), returned once its bus banner is out."""
+    return start_daemon(name, directory, timeout, servo_hil)[0]
+
+
+def start_pair(family: str, directory: Path, timeout: float = 30.0) -> dict[str, Arm]:
+    """One daemon of config/rigs/<family>_pair.toml (the follower's and the leader's bus, one model of both arms):
+    an Arm per role, both on that daemon, each on its own bus and the joints of its prefix (PAIR_PREFIX)."""
+    arms = {a.prefix: a for a in start_daemon(f"{family}_pair", directory, timeout)}
+    if set(arms) != set(PAIR_PREFIX.values()):
+        next(iter(arms.values())).stop()
+        raise RuntimeError(f"{family}_pair: a pair rig has the buses {', '.join(PAIR_PREFIX)}")
+    return {role: arms[prefix] for role, prefix in PAIR_PREFIX.items()}
+
+
+def start_daemon(name: str, directory: Path, timeout: float = 30.0, servo_hil: list[str] | None = None) -> list[Arm]:
+    """`servo-hil run` of config/rigs/<name>.toml's copy in `directory` (an existing copy and its EEPROM files are
+    kept), returned once every bus's banner is out: an Arm per bus, in the rig's order. A bus named after a role
+    of PAIR_PREFIX drives the joints of that prefix; another drives the rig's joints by their own names."""
     path = directory / f"{name}.toml"
     if path.exists():
-        port = str(directory / f"tty-{name}")
         cmd = re.search(r'command = "([^"]+)"', path.read_text()).group(1)
     else:
-        path, port, cmd = write_rig(name, directory)
+        path, _, cmd = write_rig(name, directory)
+    text = path.read_text()
+    buses = bus_names(text)
+    ports = bus_ports(name, directory, buses)
+    mjcf = Path(re.search(r'(?m)^mjcf = "([^"]+)"', text).group(1))
     exe = Path(sys.executable).parent / "servo-hil"
     argv = [*(servo_hil or ([str(exe)] if exe.exists() else [sys.executable, "-m", "servo_hil.cli.main"])),
-            "run", str(path), "--port", port]
+            "run", str(path)]
+    for bus, port in ports.items():
+        argv += ["--port", port if len(ports) == 1 else f"{bus}={port}"]
     n = len(list(directory.glob(f"{name}.*.stdout"))) + 1
     out_path, err_path = directory / f"{name}.{n}.stdout", directory / f"{name}.{n}.stderr"
     with out_path.open("w") as out, err_path.open("w") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=directory,
                                 env=os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-    arm = Arm(name, path, port, cmd, proc, out_path, err_path)
+    prefixes = {b: PAIR_PREFIX.get(b, "") if len(buses) > 1 else "" for b in buses}
+    arms = [Arm(name if len(buses) == 1 else f"{name}.{b}", path, ports[b], cmd, proc, out_path, err_path,
+                mjcf=mjcf, prefix=prefixes[b]) for b in buses]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        m = BANNER.search(out_path.read_text(errors="replace"))
-        if m:
-            arm.protocol = m.group(1)
-            return arm
+        seen = {m.group(2): m.group(1) for m in BANNER.finditer(out_path.read_text(errors="replace"))}
+        if all(b in seen for b in buses):
+            for arm, b in zip(arms, buses, strict=True):
+                arm.protocol = seen[b]
+            return arms
         if proc.poll() is not None:
             raise RuntimeError(f"{name}: the daemon exited with {proc.returncode}:\n{err_path.read_text()[-3000:]}")
         time.sleep(0.05)
-    arm.stop()
+    arms[0].stop()
     raise RuntimeError(f"{name}: no bus banner within {timeout} s:\n{err_path.read_text()[-3000:]}")
 
 
@@ -267,7 +345,7 @@ def wait_near(arm: Arm, targets: dict[str, float], tol: float, timeout: float) -
 def calibrate_by_hand(peer: LeRobotPeer, arm: Arm, family: str, speed: float = 3.0) -> dict:
     """Play a person through LeRobot's calibrate prompts on `arm`: the whole arm to the middle of its ranges, ENTER,
     then every joint LeRobot records through its range and back to the middle, ENTER. What the hand did [rad]."""
-    ranges = joint_ranges(family)
+    ranges = arm.ranges()
     mids = {j: (lo + hi) / 2 for j, (lo, hi) in ranges.items()}
     peer.expect("middle of its range of motion")
     for j in JOINTS:
@@ -277,12 +355,15 @@ def calibrate_by_hand(peer: LeRobotPeer, arm: Arm, family: str, speed: float = 3
     peer.enter()
     peer.expect("Press ENTER to stop")
     swept = [j for j in JOINTS if j not in FULL_TURN[family]]
+    axes = arm.axis_directions()
     extremes = {}
     longest = 0.0
     for j in swept:
         lo, hi = ranges[j][0] + RANGE_MARGIN_RAD, ranges[j][1] - RANGE_MARGIN_RAD
         extremes[j] = (lo, hi)
-        arm.hand(j, path=[lo, hi, mids[j]], speed=speed)
+        # the same way on every arm, whichever way its servo is mounted: first to the end where the joint turns
+        # about the model's −x/−y/−z (a reversed servo's hinge axis is negated, config/robots/koch_leader.xml)
+        arm.hand(j, path=[lo, hi, mids[j]] if axes[j] > 0 else [hi, lo, mids[j]], speed=speed)
         longest = max(longest, ((mids[j] - lo) + (hi - lo) + (hi - mids[j])) / speed)
     seen = {j: [at_middle[j], at_middle[j]] for j in swept}
     t_end = time.monotonic() + longest + 0.5
@@ -296,15 +377,18 @@ def calibrate_by_hand(peer: LeRobotPeer, arm: Arm, family: str, speed: float = 3
     return {"middle": mids, "at_middle": at_middle, "hand_extremes": extremes, "reached": seen}
 
 
-def teleop_motion(arm: Arm, family: str, seconds: float, amplitude: float = 0.5, swings: int = 6) -> None:
+def teleop_motion(arm: Arm, family: str, seconds: float, amplitude: float = 0.5, swings: int = 6,
+                  signs: dict[str, float] | None = None) -> None:
     """The hand moves every leader joint `swings` times back and forth about the middle of its range (`amplitude`
-    [rad], within the joint's range) over about `seconds`, then holds it at the middle."""
-    ranges = joint_ranges(family)
+    [rad], within the joint's range) over about `seconds`, then holds it at the middle. Joint k starts towards
+    +θ of the follower's angle for even k, −θ for odd (`signs`: axis_signs, where a leader's servo is reversed)."""
+    ranges = arm.ranges()
+    signs = signs or dict.fromkeys(JOINTS, 1.0)
     for k, j in enumerate(JOINTS):
         lo, hi = ranges[j]
         mid = (lo + hi) / 2
         a = min(amplitude, (hi - lo) / 2 - RANGE_MARGIN_RAD)
-        sign = 1 if k % 2 == 0 else -1
+        sign = (1 if k % 2 == 0 else -1) * signs[j]
         path = [mid + sign * a * (1 if i % 2 == 0 else -1) for i in range(swings)] + [mid]
         distance = a + 2 * a * (swings - 1) + a
         if j == "gripper" and family == "koch":
@@ -317,18 +401,20 @@ def teleop_motion(arm: Arm, family: str, seconds: float, amplitude: float = 0.5,
 @dataclass
 class Sampler:
     """Both arms' joint angles polled from their daemons while LeRobot teleoperates: (time.monotonic() [s], leader
-    θ, follower θ) rows."""
+    θ, follower θ) rows, and the follower's motor currents [A] at the same times."""
 
     leader: Arm
     follower: Arm
     period: float = 0.05
     rows: list = field(default_factory=list)
+    currents: list = field(default_factory=list)
     stop_flag: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         while not self.stop_flag.is_set():
-            lp, fp = self.leader.positions(), self.follower.positions()
-            self.rows.append((time.monotonic(), lp, fp))
+            lp, fs = self.leader.positions(), self.follower.arm_state()
+            self.rows.append((time.monotonic(), lp, {j: s["position"] for j, s in fs.items()}))
+            self.currents.append({j: s["current"] for j, s in fs.items()})
             time.sleep(self.period)
 
     def __enter__(self):
@@ -341,19 +427,16 @@ class Sampler:
         self.thread.join(5.0)
 
 
-def tracking_error(rows: list, family: str, start: float, end: float) -> dict[str, dict]:
-    """Per joint: the follower's angle against the leader's, mirrored where LeRobot inverts the leader's servo
-    (MIRRORED) about the joints' middle (where both were calibrated), over the samples from `start` to `end`
-    (time.monotonic() [s]): median and p95 of |error| [deg], and how far each moved [deg]."""
+def tracking_error(rows: list, signs: dict[str, float], start: float, end: float) -> dict[str, dict]:
+    """Per joint: the follower's angle against the leader's (times its axis sign, `axis_signs`: the same pose in
+    the follower's angle), over the samples from `start` to `end` (time.monotonic() [s]): median and p95 of
+    |error| [deg], and how far each moved [deg]."""
     import math
 
-    ranges = joint_ranges(family)
     rows = [(t - start, lp, f) for t, lp, f in rows if start <= t <= end]
     out = {}
     for j in JOINTS:
-        mid = sum(ranges[j]) / 2
-        s = -1.0 if j in MIRRORED[family] else 1.0
-        errs = sorted(abs((f[j] - mid) - s * (lp[j] - mid)) for _, lp, f in rows)
+        errs = sorted(abs(f[j] - signs[j] * lp[j]) for _, lp, f in rows)
         if not errs:
             continue
         lead = [lp[j] for _, lp, _ in rows]
@@ -447,7 +530,8 @@ def teleoperate(python: Path, family: str, leader: Arm, follower: Arm, cal_dir: 
                 seconds: float, hz: float) -> dict:
     """The hand moves the leader while LeRobot teleoperates the follower from it; LeRobot's rows, the daemons'
     samples, the tracking error and each loop's lateness over the run."""
-    mids = {j: sum(r) / 2 for j, r in joint_ranges(family).items()}
+    mids = {j: sum(r) / 2 for j, r in leader.ranges().items()}
+    signs = axis_signs(leader, follower)
     for j in JOINTS:
         leader.hand(j, target=mids[j], speed=1.5)
     wait_near(leader, mids, 0.05, 10.0)
@@ -461,23 +545,28 @@ def teleoperate(python: Path, family: str, leader: Arm, follower: Arm, cal_dir: 
         peer.expect('"kind": "connected"', 60.0)
         t_connected = time.monotonic()
         with Sampler(leader, follower) as sampler:
-            teleop_motion(leader, family, seconds)
+            teleop_motion(leader, family, seconds, signs=signs)
             reports = peer.finish(seconds + 60.0)
     finally:
         peer.kill()
-    faults = {arm.name: {j: st["faults"] for j, st in arm.state().items() if st["faults"]}
+    faults = {arm.name: {j: st["faults"] for j, st in arm.arm_state().items() if st["faults"]}
               for arm in (leader, follower)}
     lateness = {"leader": _lateness(t_lead, leader.ok("timing")["timing"]),
                 "follower": _lateness(t_fol, follower.ok("timing")["timing"])}
     leader.release_all()
-    tracking = tracking_error(sampler.rows, family, t_connected + SETTLE_S, t_connected + seconds - 0.2)
-    return {"reports": reports, "samples": sampler.rows, "tracking": tracking,
+    tracking = tracking_error(sampler.rows, signs, t_connected + SETTLE_S, t_connected + seconds - 0.2)
+    currents = {j: sorted(abs(c[j]) for c in sampler.currents) for j in JOINTS}
+    follower_current = {j: {"median_a": statistics.median(c), "p99_a": _pct(c, 0.99), "max_a": c[-1]}
+                        for j, c in currents.items() if c}
+    return {"reports": reports, "samples": sampler.rows, "tracking": tracking, "follower_current": follower_current,
             "lateness": lateness, "faults": faults, "steal_fraction": steal.fraction()}
 
 
-def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Path | None = None) -> dict:
-    """`servo-hil bench lerobot`: one family's follower and leader daemons, calibrated by hand through LeRobot,
-    then teleoperated for `seconds` at `hz`; JSON-ready figures (docs/lerobot.md, "What it measures")."""
+def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Path | None = None,
+        pair: bool = False) -> dict:
+    """`servo-hil bench lerobot`: one family's follower and leader daemons (`pair`: one daemon of both,
+    config/rigs/<family>_pair.toml), calibrated by hand through LeRobot, then teleoperated for `seconds` at `hz`;
+    JSON-ready figures (docs/lerobot.md, "Benchmark")."""
     import tempfile
 
     python = lerobot_python()
@@ -489,16 +578,21 @@ def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Pa
         cal_dir = work / "calibration"
         arms = []
         try:
-            follower = start_arm(family, work)
-            arms.append(follower)
-            leader = start_arm(f"{family}_leader", work)
-            arms.append(leader)
+            if pair:
+                arms += start_pair(family, work).values()
+                follower, leader = arms
+            else:
+                follower = start_arm(family, work)
+                arms.append(follower)
+                leader = start_arm(f"{family}_leader", work)
+                arms.append(leader)
             cal = calibrate_pair(python, family, leader, follower, cal_dir, work)
             tel = teleoperate(python, family, leader, follower, cal_dir, work, seconds, hz)
         except (RuntimeError, TimeoutError) as e:
             # LeRobot's own error (its last line) in the JSON, e.g. a calibration a lost reply ended five times
             lines = [ln for ln in str(e).splitlines() if ln.strip()]
-            return {"config": {"family": family, "seconds": seconds, "hz": hz}, "error": lines[-1] if lines else ""}
+            return {"config": {"family": family, "seconds": seconds, "hz": hz, "one_daemon": pair},
+                    "error": lines[-1] if lines else ""}
         finally:
             for arm in arms:
                 arm.stop()
@@ -508,7 +602,8 @@ def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Pa
     late = [r["late"] * 1e3 for r in rows]
     wire = sync_read_wire_us(follower.protocol)
     return {
-        "config": {"family": family, "seconds": seconds, "hz": hz, "servos_per_arm": 6, "baud": 1_000_000,
+        "config": {"family": family, "seconds": seconds, "hz": hz, "one_daemon": pair, "servos_per_arm": 6,
+                   "baud": 1_000_000,
                    "protocol": follower.protocol},
         "tracking_error": tel["tracking"],
         "calibration_sessions_ended_by_a_lost_reply": {r: c["aborted_by_lost_reply"] for r, c in cal.items()},
@@ -525,5 +620,6 @@ def run(family: str = "koch", seconds: float = 10.0, hz: float = 100.0, keep: Pa
                                  "of 6 servos, plus normalization) against that Sync Read's bytes on the wire"},
         "daemon_loops": tel["lateness"],
         "servo_faults": tel["faults"],
+        "follower_current": tel["follower_current"],
         "steal_fraction": tel["steal_fraction"],
     }

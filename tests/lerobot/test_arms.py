@@ -67,8 +67,8 @@ def test_calibrate_by_hand(pair, role):
     assert rep["calibration"]["file"] == rep["calibration"]["servos"]
     assert on_disk == rep["calibration"]["file"]
     for joint, c in rep["calibration"]["servos"].items():
-        mirrored = arm == "koch_leader" and joint in lr.MIRRORED["koch"]
-        assert c["drive_mode"] == (1 if mirrored else 0), (joint, c)
+        inverted = arm == "koch_leader" and joint in lr.INVERTED["koch"]
+        assert c["drive_mode"] == (1 if inverted else 0), (joint, c)
         if joint in lr.FULL_TURN[pair.family]:
             assert (c["range_min"], c["range_max"]) == (0, 4095), (joint, c)
             continue
@@ -147,9 +147,15 @@ def test_teleoperation_tracks_the_leader(pair):
     t0 = time.monotonic()
     tel = lr.teleoperate(pair.python, pair.family, pair.arms["leader"], pair.arms["follower"], pair.cal_dir,
                          pair.dir, TELEOP_S, TELEOP_HZ)
+    check_teleoperation(tel, pair.family, time.monotonic() - t0)
+
+
+def check_teleoperation(tel: dict, family: str, seconds: float) -> None:
+    """What a teleoperation run must show: both arms calibrated, LeRobot's steps, no servo fault, every follower
+    joint following its leader joint within TRACKING_MEDIAN_LIMIT_DEG (median)."""
     rep = tel["reports"]["teleop"]
-    print(f"\n{pair.family} teleoperation, {rep['steps']} steps at {TELEOP_HZ:g} Hz, {len(rep['lost'])} lost replies, "
-          f"{time.monotonic() - t0:.1f} s; loops {tel['lateness']}; steal {tel['steal_fraction']:.3f}")
+    print(f"\n{family} teleoperation, {rep['steps']} steps at {TELEOP_HZ:g} Hz, {len(rep['lost'])} lost replies, "
+          f"{seconds:.1f} s; loops {tel['lateness']}; steal {tel['steal_fraction']:.3f}")
     for joint, e in tel["tracking"].items():
         print(f"  {joint:<14} median {e['median_deg']:5.1f}°  p95 {e['p95_deg']:5.1f}°  "
               f"leader swing {e['leader_swing_deg']:5.1f}°  follower swing {e['follower_swing_deg']:5.1f}°")
@@ -159,9 +165,36 @@ def test_teleoperation_tracks_the_leader(pair):
     assert rep["disconnect_errors"] == [] and not any(tel["faults"].values()), (rep["disconnect_errors"], tel["faults"])
     assert set(tel["tracking"]) == set(lr.JOINTS)
     for joint, e in tel["tracking"].items():
-        assert e["leader_swing_deg"] >= 15.0, (joint, e)
+        # the Koch leader's gripper is a trigger a finger squeezes against the servo's current-limited hold
+        # (bench/lerobot.py TRIGGER_FINGER): 13–16° on freshly started arms
+        trigger = family == "koch" and joint == "gripper"
+        assert e["leader_swing_deg"] >= (10.0 if trigger else 15.0), (joint, e)
         assert e["follower_swing_deg"] >= 0.6 * e["leader_swing_deg"], (joint, e)
-        if joint not in lr.MIRRORED[pair.family]:
-            # a mirrored joint (the Koch leader's elbow) maps through both arms' recorded ranges, whose asymmetries
-            # about the middle add up where the real arm's mirrored servo would cancel them (docs/lerobot.md)
-            assert e["median_deg"] <= TRACKING_MEDIAN_LIMIT_DEG, (joint, e)
+        # the Koch leader's elbow included: its reversed servo (config/robots/koch_leader.xml) and the inverted
+        # Drive_Mode LeRobot gives it cancel, as on the real arm
+        assert e["median_deg"] <= TRACKING_MEDIAN_LIMIT_DEG, (joint, e)
+
+
+@pytest.mark.parametrize("family", ["koch", "so101"])
+def test_one_daemon_holds_both_arms(family, lerobot_python, tmp_path):
+    """config/rigs/<family>_pair.toml: the follower's and the leader's bus in one daemon, each on its own pty, on
+    one model of both arms. LeRobot finds each arm's servos on its pty (model numbers), calibrates both and
+    teleoperates the follower from the leader at 50 Hz: every follower joint tracks as with two daemons."""
+    arms = lr.start_pair(family, tmp_path)
+    follower, leader = arms["follower"], arms["leader"]
+    try:
+        assert follower.proc is leader.proc and follower.port != leader.port
+        assert lr.axis_signs(leader, follower) == {j: -1.0 if j in lr.INVERTED[family] else 1.0 for j in lr.JOINTS}
+        cal_dir = tmp_path / "calibration"
+        cal = lr.calibrate_pair(lerobot_python, family, leader, follower, cal_dir, tmp_path)
+        for role in ROLES:
+            connected = cal[role]["reports"]["connected"]
+            assert connected["is_calibrated"] is True, role
+            assert connected["models"] == MODELS[f"{family}_{role}"], role
+        t0 = time.monotonic()
+        tel = lr.teleoperate(lerobot_python, family, leader, follower, cal_dir, tmp_path, TELEOP_S, TELEOP_HZ)
+        check_teleoperation(tel, family, time.monotonic() - t0)
+    finally:
+        rc = follower.stop()
+    log = follower.err_path.read_text(errors="replace")
+    assert rc == 0 and "Traceback" not in log, f"exit {rc} after SIGTERM\n{log[-3000:]}"

@@ -118,9 +118,14 @@ def test_the_rest_pose_is_in_range_and_the_rigs_start_there(name):
     assert np.all((lo <= rest) & (rest <= hi))
     for rig in ARMS[name][0]:
         with (CONFIG / "rigs" / f"{rig}.toml").open("rb") as fh:
-            actuators = tomllib.load(fh)["actuators"]
+            data = tomllib.load(fh)
+        actuators = data["actuators"]
         assert [a["joint"] for a in actuators] == JOINTS and [a["id"] for a in actuators] == list(range(1, 7))
-        np.testing.assert_allclose([a.get("initial", {}).get("theta", 0.0) for a in actuators], rest)
+        # each rig starts in its own model's rest pose, the follower's pose: the Koch leader's model
+        # (koch_leader.xml) turns its elbow about the reversed axis, so its angle there is the follower's negated
+        own = model(Path(data["robot"]["mjcf"]).stem)
+        np.testing.assert_allclose(qpos(own, "rest") * np.sign(np.sum(own.jnt_axis * m.jnt_axis, axis=1)), rest)
+        np.testing.assert_allclose([a.get("initial", {}).get("theta", 0.0) for a in actuators], qpos(own, "rest"))
 
 
 def torque_off_for_1s(rig: Path) -> tuple[np.ndarray, np.ndarray, float]:
