@@ -145,6 +145,14 @@ class Arm:
         """Each joint's (lower, upper) limit [rad] in the arm's model."""
         return joint_ranges(self.mjcf, self.prefix)
 
+    def rest_pose(self) -> dict[str, float]:
+        """Each joint's angle [rad] in the model's "rest" keyframe (the pose the rig powers up in)."""
+        import mujoco
+
+        m = mujoco.MjModel.from_xml_path(str(self.mjcf))
+        key = m.key(self.prefix + "rest")
+        return {j: float(key.qpos[m.joint(self.prefix + j).qposadr[0]]) for j in JOINTS}
+
     def axis_directions(self) -> dict[str, float]:
         """Per joint, +1 where its hinge axis points along +x, +y or +z of its body's frame (the sum of its
         components is positive), −1 where it points the other way (a servo mounted reversed)."""
@@ -342,16 +350,34 @@ def wait_near(arm: Arm, targets: dict[str, float], tol: float, timeout: float) -
         time.sleep(0.05)
 
 
+def to_middle(arm: Arm, mids: dict[str, float], speed: float, timeout: float = 10.0) -> dict[str, float]:
+    """The whole arm to `mids` [rad] from wherever it lies, as a person lifts an arm off the table: the upper arm
+    first leaned back three quarters of the way to its rest pose's angle (the model's "rest" keyframe: folded back
+    against its stop), then every other joint to its middle, then the upper arm. All at once, a forearm folded
+    onto the table wedges its gripper into it and stays there. The positions reached (even after `timeout` s)."""
+    lean = arm.rest_pose()["shoulder_lift"]
+    back = lean + 0.25 * (mids["shoulder_lift"] - lean)
+    arm.hand("shoulder_lift", target=back, speed=speed)
+    wait_near(arm, {"shoulder_lift": back}, 0.05, timeout / 3)
+    others = {j: t for j, t in mids.items() if j != "shoulder_lift"}
+    for j, t in others.items():
+        arm.hand(j, target=t, speed=speed)
+    wait_near(arm, others, 0.05, timeout / 3)
+    arm.hand("shoulder_lift", target=mids["shoulder_lift"], speed=speed)
+    return wait_near(arm, mids, 0.05, timeout / 3)
+
+
 def calibrate_by_hand(peer: LeRobotPeer, arm: Arm, family: str, speed: float = 3.0) -> dict:
     """Play a person through LeRobot's calibrate prompts on `arm`: the whole arm to the middle of its ranges, ENTER,
     then every joint LeRobot records through its range and back to the middle, ENTER. What the hand did [rad]."""
     ranges = arm.ranges()
     mids = {j: (lo + hi) / 2 for j, (lo, hi) in ranges.items()}
     peer.expect("middle of its range of motion")
-    for j in JOINTS:
-        arm.hand(j, target=mids[j], speed=speed)
-    time.sleep(max(abs(p - mids[j]) for j, p in arm.positions().items()) / speed + 0.3)
-    at_middle = wait_near(arm, mids, 0.05, 10.0)
+    at_middle = to_middle(arm, mids, speed)
+    off = {j: round(p - mids[j], 3) for j, p in at_middle.items() if abs(p - mids[j]) > 0.05}
+    if off:
+        # a person would not press ENTER here: LeRobot would take this pose as the middle (its homing offsets)
+        raise RuntimeError(f"{arm.name}: the hand did not bring the arm to the middle of its ranges: {off} rad off")
     peer.enter()
     peer.expect("Press ENTER to stop")
     swept = [j for j in JOINTS if j not in FULL_TURN[family]]
@@ -532,9 +558,10 @@ def teleoperate(python: Path, family: str, leader: Arm, follower: Arm, cal_dir: 
     samples, the tracking error and each loop's lateness over the run."""
     mids = {j: sum(r) / 2 for j, r in leader.ranges().items()}
     signs = axis_signs(leader, follower)
-    for j in JOINTS:
-        leader.hand(j, target=mids[j], speed=1.5)
-    wait_near(leader, mids, 0.05, 10.0)
+    to_middle(leader, mids, 1.5)
+    # a person sets the follower up beside the leader and lets go once LeRobot holds it (torque on at connect):
+    # started from where a torque-off Koch lies, folded on the table, its first goal wedges the gripper into it
+    to_middle(follower, {j: sum(r) / 2 for j, r in follower.ranges().items()}, 1.5)
     t_lead, t_fol = leader.ok("timing")["timing"], follower.ok("timing")["timing"]
     from servo_hil.daemon.telemetry import StealMeter
 
@@ -543,6 +570,7 @@ def teleoperate(python: Path, family: str, leader: Arm, follower: Arm, cal_dir: 
                        log_dir, stdin=False)
     try:
         peer.expect('"kind": "connected"', 60.0)
+        follower.release_all()
         t_connected = time.monotonic()
         with Sampler(leader, follower) as sampler:
             teleop_motion(leader, family, seconds, signs=signs)
