@@ -82,6 +82,10 @@ class LiveRig:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        # the first tick holds each actuator where it starts, as after `reset` (the kernel's own goal is 0, which
+        # would drive an arm that starts in a rest pose toward its zero until a servo's firmware powers up)
+        for j, (theta, _, _) in enumerate(self.initial):
+            self.push("set_u", j, holding_goal(self.params[j], theta))
         self._thread.start()
         self.stats.start()
 

@@ -178,6 +178,18 @@ def test_reset_returns_to_initial_state(daemon, stream):
     assert status["actuators"]["mx"]["faults"] == [] and status["actuators"]["arm"]["enable"] is True
 
 
+def test_the_daemon_starts_holding_the_initial_theta(make_rig, start_daemon):
+    """From its first tick an actuator that starts away from 0 is held there, as after a `reset`: its goal is the
+    initial position, not the kernel's 0 (an arm in its rest pose would swing toward its zero)."""
+    rig = make_rig(actuator_extra={"arm": "initial = { theta = 0.3 }\n"})
+    start_daemon(rig)
+    with Stream(rig.pub) as stream:
+        stream.first()
+        held = stream.samples_over_sim_time("arm", 0.3)
+    assert all(p["goal"] == 0.3 * ARM_GEAR for p in held)
+    assert all(abs(p["position"] - 0.3) < 0.01 for p in held), [p["position"] for p in held[:3]]
+
+
 def test_reset_restores_initial_theta(make_rig, start_daemon):
     rig = make_rig(actuator_extra={"arm": "initial = { theta = 0.3 }\n"})
     start_daemon(rig)
