@@ -38,17 +38,22 @@ def _pings(tmp_path, n: int) -> None:
             assert len(client.read(PING_REPLY)) == PING_REPLY
 
 
+def _serve_pings(server, tmp_path, n: int) -> None:
+    """`n` Pings answered by `server`, started and stopped around them; the server raised nothing."""
+    server.start()
+    try:
+        _pings(tmp_path, n)
+    finally:
+        server.stop()
+    assert server.error is None
+
+
 def test_each_paced_reply_is_traced_in_order(tmp_path, monkeypatch):
     trace_dir = tmp_path / "trace"
     trace_dir.mkdir()
     monkeypatch.setenv("SERVO_HIL_WIRE_TRACE", str(trace_dir))
     server = _server(tmp_path)
-    server.start()
-    try:
-        _pings(tmp_path, 3)
-    finally:
-        server.stop()
-    assert server.error is None
+    _serve_pings(server, tmp_path, 3)
     rows = [json.loads(line) for line in (trace_dir / f"{server.name}.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and {r["instruction"] for r in rows} == {Instruction.PING} and \
         {r["bytes"] for r in rows} == {PING_REPLY}
@@ -66,21 +71,12 @@ def test_without_the_variable_nothing_is_kept(tmp_path, monkeypatch):
     monkeypatch.delenv("SERVO_HIL_WIRE_TRACE", raising=False)
     server = _server(tmp_path)
     assert server.trace is None
-    server.start()
-    try:
-        _pings(tmp_path, 1)
-    finally:
-        server.stop()
-    assert server.error is None and not list(tmp_path.glob("*.jsonl"))
+    _serve_pings(server, tmp_path, 1)
+    assert not list(tmp_path.glob("*.jsonl"))
 
 
 def test_a_trace_directory_that_cannot_be_written_is_one_warning(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("SERVO_HIL_WIRE_TRACE", str(tmp_path / "missing"))
     server = _server(tmp_path)
-    server.start()
-    try:
-        _pings(tmp_path, 1)
-    finally:
-        server.stop()
-    assert server.error is None
+    _serve_pings(server, tmp_path, 1)
     assert len([r for r in caplog.records if "wire trace not written" in r.getMessage()]) == 1, caplog.text
