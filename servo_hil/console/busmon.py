@@ -7,6 +7,7 @@ console's request, so the bus thread spends well under a microsecond on it.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 import time
@@ -14,15 +15,19 @@ from collections import deque
 
 from drivers.emulated.dynamixel.protocol import Instruction
 from drivers.emulated.etherban import etherban_pb2 as pb
+from drivers.emulated.protocol1.frame import Instruction as FrameInstruction
+from drivers.emulated.protocol1.server import Protocol1Server
 
 KEPT = 20            # last packets kept per bus
 PARAMS_SHOWN = 16    # parameter bytes shown per packet
 
 
 class PacketLog:
-    """One bus's packet counter and last packets (`seen` runs in the bus thread)."""
+    """One bus's packet counter and last packets (`seen` runs in the bus thread), named by `instructions`, the
+    instruction set of the bus's protocol."""
 
-    def __init__(self) -> None:
+    def __init__(self, instructions: type[enum.IntEnum] = Instruction) -> None:
+        self.instructions = instructions
         self.count = 0
         self.last: deque[tuple[float, int, int, bytes]] = deque(maxlen=KEPT)
         self._mark = (time.monotonic(), 0)
@@ -50,7 +55,7 @@ class PacketLog:
         last = []
         for t, pid, ins, params in reversed(list(self.last)):
             try:
-                name = Instruction(ins).name
+                name = self.instructions(ins).name
             except ValueError:
                 name = f"0x{ins:02X}"
             last.append({"age_s": now - t, "id": pid, "instruction": name, "params": params.hex(" ")})
@@ -151,7 +156,8 @@ def attach(server) -> PacketLog | None:
         return _attach_etherban(server)
     if not hasattr(server, "parser") or not callable(getattr(server, "parse", None)):
         return None
-    log, parse = PacketLog(), server.parse
+    # the FF FF frame (Dynamixel 1.0, Feetech) has an instruction set of its own: 0x06 is RESET, 0x10 none
+    log, parse = PacketLog(FrameInstruction if isinstance(server, Protocol1Server) else Instruction), server.parse
 
     def counted(parser, data, now):
         packets = parse(parser, data, now)

@@ -5,6 +5,8 @@ with dynamixel-sdk's PacketHandler(1.0) on the same bus. Expected values come fr
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.servo_hil.console.conftest import serial_rig
@@ -103,3 +105,20 @@ def test_bad_edits_are_one_line_errors(p1):
         assert status == 400 and says in reply["error"] and "\n" not in reply["error"], (name, value, reply)
     status, reply = fetch(url + "/spin", {})
     assert status == 400 and "unknown servo action 'spin'" in reply["error"]
+
+
+def test_the_bus_monitor_names_protocol_1_instructions(p1):
+    """The monitor decodes the FF FF frame's instructions by Protocol 1.0's set (e-manual Protocol 1.0
+    §Instruction Packet): a READ by name, and 0x10, which 1.0 lacks (2.0's CLEAR), by its number."""
+    assert p1.read_word(1, 36) >= 0                                # a READ of Present Position
+    p1.port.ser.write(bytes([0xFF, 0xFF, 0x01, 0x02, 0x10, 0xEC]))  # ID 1, instruction 0x10, checksum ~0x13
+    p1.port.ser.flush()
+    for _ in range(50):
+        bus = fetch(p1.url + "api/bus")[1]["buses"][0]
+        names = [row["instruction"] for row in bus["last"]]
+        if "0x10" in names:
+            break
+        time.sleep(0.05)
+    assert "0x10" in names and "READ" in names and "CLEAR" not in names, names
+    time.sleep(0.05)
+    p1.port.ser.reset_input_buffer()       # the servo's Instruction Error status, unread by the SDK
