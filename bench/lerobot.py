@@ -20,8 +20,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config"
@@ -521,6 +525,24 @@ STALE_REPLY = "Incorrect status packet"      # the late reply, read in the next 
 def lost_reply(stderr: str) -> bool:
     """Whether LeRobot ended on a reply that came later than its SDK's packet timeout."""
     return any(text in stderr for text in (LOST_REPLY, MISSED_PING, STALE_REPLY))
+
+
+def again_after_lost_reply(start: Callable[[], LeRobotPeer], run: Callable[[LeRobotPeer], T], what: str,
+                           attempts: int = 3) -> T:
+    """`run(start())`, started again (up to `attempts` runs, each said) when a reply later than the SDK's packet
+    timeout ended it: LeRobot reads with no retry, so a daemon starved of CPU that long ends its run as a real bus
+    would, and a person runs it again. Any other failure, or the last run's, is raised; each peer is killed."""
+    for attempt in range(attempts):
+        peer = start()
+        try:
+            return run(peer)
+        except RuntimeError:
+            if not lost_reply(peer.stderr()) or attempt == attempts - 1:
+                raise
+            print(f"\n{what}: ended by a lost reply, started again")
+        finally:
+            peer.kill()
+    raise AssertionError("unreachable")
 
 
 def calibrate_arm(python: Path, family: str, role: str, arm: Arm, cal_dir: Path, log_dir: Path,

@@ -79,19 +79,9 @@ class Pair:
     def session(self, role: str, action: str | None = None) -> dict[str, dict]:
         """A LeRobot session with no keyboard (stdin at EOF: a calibration prompt would end it with EOFError)."""
         args = ["session", f"{self.family}_{role}", self.arms[role].port, str(self.cal_dir)]
-        for attempt in range(3):
-            peer = lr.LeRobotPeer(self.python, [*args, action] if action else args, self.dir, stdin=False)
-            try:
-                return peer.finish(60.0)
-            except RuntimeError:
-                # LeRobot reads with no retry: one reply later than the SDK's packet timeout ends its session, as
-                # on a real bus; a loaded 2-core host can starve the daemon that long. Start again, and say so.
-                if not lr.lost_reply(peer.stderr()) or attempt == 2:
-                    raise
-                print(f"\n{self.family}_{role}: a session ended by a lost reply, started again")
-            finally:
-                peer.kill()
-        raise AssertionError("unreachable")
+        return lr.again_after_lost_reply(
+            lambda: lr.LeRobotPeer(self.python, [*args, action] if action else args, self.dir, stdin=False),
+            lambda peer: peer.finish(60.0), f"{self.family}_{role}: a session")
 
     def finish(self) -> list[str]:
         problems = []

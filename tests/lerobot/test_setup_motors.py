@@ -104,26 +104,25 @@ def setup_motors(python: Path, family: str, arm: lr.Arm, directory: Path, deadli
     named servo's; the seconds it took. LeRobot reads with no retry: a reply later than the SDK's timeout on a
     loaded host ends it (as on a real bus), and then it is run again, as a person would (the servos it set up are
     found again at their new ID and baud)."""
-    for attempt in range(3):
+    t0 = 0.0    # when the run that succeeds started
+
+    def start() -> SetupMotors:
+        nonlocal t0
         t0 = time.monotonic()
-        peer = SetupMotors(python, [f"--robot.type={family}_follower", f"--robot.port={arm.port}",
+        return SetupMotors(python, [f"--robot.type={family}_follower", f"--robot.port={arm.port}",
                                     f"--robot.calibration_dir={directory / 'calibration'}"], directory)
-        try:
-            for motor in reversed(lr.JOINTS):        # LeRobot asks from the gripper down (setup_motors)
-                peer.expect(f"Connect the controller board to the '{motor}' motor only and press enter.",
-                            deadline - time.monotonic())
-                plug_only(arm, motor)
-                peer.enter()
-                peer.expect(f"'{motor}' motor id set to {IDS[motor]}", deadline - time.monotonic())
-            peer.finish(deadline - time.monotonic())
-            return time.monotonic() - t0
-        except RuntimeError:
-            if not lr.lost_reply(peer.stderr()) or attempt == 2:
-                raise
-            print(f"\n{family}: lerobot-setup-motors ended by a lost reply, started again")
-        finally:
-            peer.kill()
-    raise AssertionError("unreachable")
+
+    def run(peer: SetupMotors) -> float:
+        for motor in reversed(lr.JOINTS):        # LeRobot asks from the gripper down (setup_motors)
+            peer.expect(f"Connect the controller board to the '{motor}' motor only and press enter.",
+                        deadline - time.monotonic())
+            plug_only(arm, motor)
+            peer.enter()
+            peer.expect(f"'{motor}' motor id set to {IDS[motor]}", deadline - time.monotonic())
+        peer.finish(deadline - time.monotonic())
+        return time.monotonic() - t0
+
+    return lr.again_after_lost_reply(start, run, f"{family}: lerobot-setup-motors")
 
 
 @pytest.mark.parametrize("family", ["so101", "koch"])
