@@ -257,7 +257,7 @@ class FeetechServo:
         registers["Goal_Velocity"] = registers.get("Goal_Velocity", 0) * self._speed_steps
         if "Torque_Limit" not in registers:      # SCS: Max_Torque_Limit (16) is the only torque limit
             registers["Torque_Limit"] = t.get("Max_Torque_Limit")
-        registers["Acceleration"] = min(registers.get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
+        registers["Acceleration"] = self._acceleration_units()
         if self._protective:
             registers["Torque_Limit"] = min(registers["Torque_Limit"], 10 * t.get("Protective_Torque"))
         out = law.kernel_params(registers, self._error_gain, self._full_duty, self._full_speed_steps(),
@@ -270,6 +270,10 @@ class FeetechServo:
         # without the threshold) below one step per second (our choice)
         out["sts_rest_speed"] = self._moving_threshold or self._rad
         return out
+
+    def _acceleration_units(self) -> int:
+        """Acceleration (41) as the firmware applies it: capped by Maximum_Acceleration (an SCS has neither: 0)."""
+        return min(self._get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
 
     def _full_speed_steps(self) -> float:
         """[step/s] what Goal_Velocity 0 means: the maximum with Phase bit 3, else 0 (a stop)."""
@@ -288,8 +292,7 @@ class FeetechServo:
         if time_s <= 0 or distance <= 0:
             return None
         full = law.speed(self._full_speed_steps(), self.spec.turn_steps) or math.inf
-        acc_units = min(self._get("Acceleration", 0), self._get("Maximum_Acceleration", 254))
-        a = law.acceleration(acc_units, self.spec.turn_steps)
+        a = law.acceleration(self._acceleration_units(), self.spec.turn_steps)
         if a <= 0:
             return min(distance / time_s, full)
         disc = (a * time_s) ** 2 - 4.0 * a * distance
